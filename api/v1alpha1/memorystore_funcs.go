@@ -1,0 +1,66 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FinalizerName guards a store's external resources until deletion is handled.
+const FinalizerName = "memory.amemory.io/finalizer"
+
+// ConnectionSecretNameOrDefault is the name of the Secret agents mount.
+func (s *MemoryStore) ConnectionSecretNameOrDefault() string {
+	if s.Spec.ConnectionSecretName != "" {
+		return s.Spec.ConnectionSecretName
+	}
+	return s.Name + "-memory"
+}
+
+// ReclaimPolicyOrDefault treats an unset policy as Retain, the safe choice.
+func (s *MemoryStore) ReclaimPolicyOrDefault() ReclaimPolicy {
+	if s.Spec.ReclaimPolicy == "" {
+		return ReclaimRetain
+	}
+	return s.Spec.ReclaimPolicy
+}
+
+// MetricOrDefault treats an unset metric as COSINE.
+func (s *MemoryStore) MetricOrDefault() VectorMetric {
+	if s.Spec.Vector.Metric == "" {
+		return "COSINE"
+	}
+	return s.Spec.Vector.Metric
+}
+
+// SetCondition records a condition for the current generation.
+func (s *MemoryStore) SetCondition(condType string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{
+		Type:               condType,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: s.Generation,
+	})
+}
+
+// IsReady reports whether the Ready condition is True for the current generation.
+func (s *MemoryStore) IsReady() bool {
+	c := meta.FindStatusCondition(s.Status.Conditions, ConditionReady)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == s.Generation
+}
+
+// DerivePhase computes the human-readable phase from the conditions.
+func (s *MemoryStore) DerivePhase() string {
+	switch {
+	case !s.DeletionTimestamp.IsZero():
+		return PhaseDeleting
+	case meta.IsStatusConditionTrue(s.Status.Conditions, ConditionDegraded):
+		return PhaseDegraded
+	case meta.IsStatusConditionTrue(s.Status.Conditions, ConditionReady):
+		return PhaseReady
+	}
+	if c := meta.FindStatusCondition(s.Status.Conditions, ConditionReady); c != nil && c.Reason != ReasonProvisioning {
+		return PhaseFailed
+	}
+	return PhasePending
+}

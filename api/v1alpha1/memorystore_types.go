@@ -1,0 +1,207 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ReclaimPolicy says what happens to a store's data when the MemoryStore is deleted.
+// +kubebuilder:validation:Enum=Retain;Delete
+type ReclaimPolicy string
+
+const (
+	// ReclaimRetain keeps the schema, collection and objects (the default: no data loss).
+	ReclaimRetain ReclaimPolicy = "Retain"
+	// ReclaimDelete drops the schema, role, collection and object prefix.
+	ReclaimDelete ReclaimPolicy = "Delete"
+)
+
+// VectorMetric is the similarity measure of the vector index.
+// +kubebuilder:validation:Enum=COSINE;L2;IP
+type VectorMetric string
+
+// EmbedderType selects how text becomes vectors.
+// +kubebuilder:validation:Enum=Hashing;OpenAI
+type EmbedderType string
+
+const (
+	// EmbedderHashing is the built-in deterministic, offline embedder (feature hashing).
+	EmbedderHashing EmbedderType = "Hashing"
+	// EmbedderOpenAI is any OpenAI-compatible /v1/embeddings endpoint
+	// (text-embeddings-inference, Ollama, vLLM, OpenAI).
+	EmbedderOpenAI EmbedderType = "OpenAI"
+)
+
+// StoreBackend says where a store lives: a ClusterMemoryBackend by name, or inline
+// backends whose Secrets are read from the MemoryStore's namespace.
+// +kubebuilder:validation:XValidation:rule="has(self.clusterBackend) != has(self.postgres)",message="set exactly one of clusterBackend or postgres"
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterBackend) || (!has(self.milvus) && !has(self.objectStorage))",message="milvus and objectStorage come from the ClusterMemoryBackend when clusterBackend is set"
+type StoreBackend struct {
+	// ClusterBackend names a ClusterMemoryBackend.
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	ClusterBackend string `json:"clusterBackend,omitempty"`
+
+	// +optional
+	Postgres *PostgresSpec `json:"postgres,omitempty"`
+	// +optional
+	Milvus *MilvusSpec `json:"milvus,omitempty"`
+	// +optional
+	ObjectStorage *ObjectStorageSpec `json:"objectStorage,omitempty"`
+}
+
+// VectorSpec fixes the shape of the store's vectors. Both fields are immutable: vectors
+// of another dimension or metric belong to another store (restore into it instead).
+type VectorSpec struct {
+	// Dimension of every embedding (384 for all-MiniLM-L6-v2).
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=32768
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="vector.dimension is immutable"
+	Dimension int32 `json:"dimension"`
+
+	// +kubebuilder:default=COSINE
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="vector.metric is immutable"
+	// +optional
+	Metric VectorMetric `json:"metric,omitempty"`
+}
+
+// EmbedderSpec declares the model that turns memory text into vectors.
+// +kubebuilder:validation:XValidation:rule="self.type != 'OpenAI' || (has(self.endpoint) && has(self.model))",message="an OpenAI embedder needs endpoint and model"
+type EmbedderSpec struct {
+	// +kubebuilder:default=Hashing
+	// +optional
+	Type EmbedderType `json:"type,omitempty"`
+
+	// Endpoint is the base URL of an OpenAI-compatible server, e.g. http://tei:8080.
+	// +kubebuilder:validation:Pattern=`^https?://`
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// Model name sent to the endpoint and recorded with every exported vector.
+	// +kubebuilder:validation:MaxLength=200
+	// +optional
+	Model string `json:"model,omitempty"`
+
+	// APIKeySecret holds a bearer token for the endpoint, if it needs one.
+	// +optional
+	APIKeySecret *corev1.SecretKeySelector `json:"apiKeySecret,omitempty"`
+}
+
+// MemoryStoreSpec is the desired state of a tenant's memory.
+type MemoryStoreSpec struct {
+	// Tenant names the memory's owner; the schema, role, collection and object prefix
+	// are derived from it. Lowercase letters, digits and '-', at most 40 characters.
+	// +kubebuilder:validation:Pattern=`^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tenant is immutable"
+	Tenant string `json:"tenant"`
+
+	// Backend is where the store's data lives. Immutable: move data between backends
+	// with a snapshot and a restore.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="backend is immutable"
+	Backend StoreBackend `json:"backend"`
+
+	Vector VectorSpec `json:"vector"`
+
+	// +kubebuilder:default={type: Hashing}
+	// +optional
+	Embedder EmbedderSpec `json:"embedder,omitempty"`
+
+	// ReclaimPolicy: Retain (default) keeps the data when the MemoryStore is deleted.
+	// +kubebuilder:default=Retain
+	// +optional
+	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy,omitempty"`
+
+	// ConnectionSecretName is the Secret agents mount; defaults to "<name>-memory".
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`
+	// +optional
+	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
+}
+
+// PostgresStatus records what was provisioned in PostgreSQL.
+type PostgresStatus struct {
+	Database string `json:"database,omitempty"`
+	Schema   string `json:"schema,omitempty"`
+	// Role is the store's own login, limited to its schema.
+	Role string `json:"role,omitempty"`
+	// SchemaVersion is the latest migration applied.
+	SchemaVersion int `json:"schemaVersion,omitempty"`
+}
+
+// VectorStatus records the vector index in use.
+type VectorStatus struct {
+	// Engine is Milvus or Postgres.
+	Engine     string `json:"engine,omitempty"`
+	Collection string `json:"collection,omitempty"`
+	Dimension  int32  `json:"dimension,omitempty"`
+	Metric     string `json:"metric,omitempty"`
+	// EmbeddingModel is the model whose vectors the index holds.
+	EmbeddingModel string `json:"embeddingModel,omitempty"`
+}
+
+// ObjectStorageStatus records the store's reserved prefix.
+type ObjectStorageStatus struct {
+	Endpoint string `json:"endpoint,omitempty"`
+	Bucket   string `json:"bucket,omitempty"`
+	Prefix   string `json:"prefix,omitempty"`
+}
+
+// MemoryStoreStatus is the observed state of a MemoryStore.
+type MemoryStoreStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is derived from the conditions, for humans: Pending, Ready, Degraded, Failed, Deleting.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// +optional
+	Postgres *PostgresStatus `json:"postgres,omitempty"`
+	// +optional
+	Vector *VectorStatus `json:"vector,omitempty"`
+	// +optional
+	ObjectStorage *ObjectStorageStatus `json:"objectStorage,omitempty"`
+
+	// ConnectionSecret is the Secret in this namespace that agents mount.
+	// +optional
+	ConnectionSecret string `json:"connectionSecret,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ms;mstore,categories=memory
+// +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenant`
+// +kubebuilder:printcolumn:name="Vectors",type=string,JSONPath=`.status.vector.engine`
+// +kubebuilder:printcolumn:name="Dim",type=integer,JSONPath=`.spec.vector.dimension`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.status.connectionSecret`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// MemoryStore is a tenant's agent memory: a PostgreSQL schema, a vector collection, an
+// object-storage prefix and a connection Secret, provisioned by the operator.
+type MemoryStore struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   MemoryStoreSpec   `json:"spec"`
+	Status MemoryStoreStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// MemoryStoreList is a list of MemoryStores.
+type MemoryStoreList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MemoryStore `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&MemoryStore{}, &MemoryStoreList{})
+}

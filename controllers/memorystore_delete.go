@@ -1,0 +1,83 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/provision"
+)
+
+// reconcileDelete releases a store. With reclaimPolicy Delete it removes the collection,
+// the object prefix, and the schema and role (in that order: PostgreSQL, the system of
+// record, goes last); with Retain it leaves them. The finalizer is removed only when
+// that is done, so a backend that is down delays deletion instead of leaking data.
+func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memoryv1alpha1.MemoryStore) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(store, memoryv1alpha1.FinalizerName) {
+		return ctrl.Result{}, nil
+	}
+	log := logf.FromContext(ctx)
+
+	if store.ReclaimPolicyOrDefault() == memoryv1alpha1.ReclaimDelete {
+		original := store.DeepCopy()
+		if err := r.deleteBackends(ctx, store); err != nil {
+			reason := memoryv1alpha1.ReasonCleanupFailed
+			var se *stepError
+			if errors.As(err, &se) {
+				reason = se.reason
+			}
+			store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionFalse, reason, "Deleting: "+err.Error())
+			if perr := r.patchStatus(ctx, original, store); perr != nil {
+				log.Error(perr, "Failed to record status")
+			}
+			return ctrl.Result{}, err
+		}
+		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, "Reclaimed", "Delete",
+			"Deleted the schema, role, vectors and object prefix of tenant %s", store.Spec.Tenant)
+		log.Info("Reclaimed store backends", "tenant", store.Spec.Tenant)
+	} else {
+		log.Info("Retaining store backends", "tenant", store.Spec.Tenant)
+	}
+
+	// The Secret would be garbage-collected through its owner reference, but not before a
+	// store of the same name could be created again and find it owned by the old one.
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: store.Namespace, Name: store.ConnectionSecretNameOrDefault()}}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(secret), secret); err == nil && metav1.IsControlledBy(secret, store) {
+		if err := r.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		}
+	} else if client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+
+	patch := client.MergeFrom(store.DeepCopy())
+	controllerutil.RemoveFinalizer(store, memoryv1alpha1.FinalizerName)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Patch(ctx, store, patch))
+}
+
+func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memoryv1alpha1.MemoryStore) error {
+	rb, err := r.resolveBackend(ctx, store)
+	if err != nil {
+		return err
+	}
+	names, err := provision.NamesFor(store.Spec.Tenant, rb.basePrefix())
+	if err != nil {
+		return err
+	}
+	if err := provision.DeleteVectors(ctx, rb.milvus, names); err != nil {
+		return err
+	}
+	if rb.s3 != nil {
+		if err := provision.DeleteObjectStore(ctx, *rb.s3, names, ownerOf(store)); err != nil {
+			return err
+		}
+	}
+	return provision.DeletePostgres(ctx, rb.postgres, names, ownerOf(store))
+}

@@ -1,0 +1,153 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/provision"
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// ownerOf identifies a store in the marks it leaves on backends. Namespace and name (not
+// UID) so that a store deleted with Retain and created again adopts its data.
+func ownerOf(store *memoryv1alpha1.MemoryStore) string { return store.Namespace + "/" + store.Name }
+
+// provision runs the ordered steps and records a condition for each. It stops at the
+// first failure: later steps depend on earlier ones (the role needs the schema, the
+// Secret needs everything).
+func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1alpha1.MemoryStore) (ctrl.Result, error) {
+	store.Status.ObservedGeneration = store.Generation
+	if meta.FindStatusCondition(store.Status.Conditions, memoryv1alpha1.ConditionReady) == nil {
+		store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionFalse, memoryv1alpha1.ReasonProvisioning, "Provisioning backends")
+	}
+
+	rb, err := r.resolveBackend(ctx, store)
+	if err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
+	}
+	names, err := provision.NamesFor(store.Spec.Tenant, rb.basePrefix())
+	if err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
+	}
+	password, err := r.agentPassword(ctx, store)
+	if err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
+	}
+
+	pg, err := provision.EnsurePostgres(ctx, rb.postgres, names, ownerOf(store), password)
+	if err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionPostgresReady, err)
+	}
+	store.Status.Postgres = &memoryv1alpha1.PostgresStatus{
+		Database: rb.postgres.Database, Schema: names.Schema, Role: names.Role, SchemaVersion: pg.SchemaVersion,
+	}
+	store.SetCondition(memoryv1alpha1.ConditionPostgresReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
+		fmt.Sprintf("Schema %s at version %d, role %s", names.Schema, pg.SchemaVersion, names.Role))
+
+	embedder, err := r.embedder(ctx, store)
+	if err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionEmbedderReady, err)
+	}
+	spec := vector.Spec{Dimension: int(store.Spec.Vector.Dimension), Metric: vector.Metric(store.MetricOrDefault())}
+	vec, err := provision.EnsureVectors(ctx, rb.postgres, rb.milvus, names, spec)
+	if err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionVectorReady, err)
+	}
+	store.Status.Vector = &memoryv1alpha1.VectorStatus{
+		Engine: vec.Engine, Collection: vec.Collection, Dimension: store.Spec.Vector.Dimension,
+		Metric: string(spec.Metric), EmbeddingModel: embedder.Model(),
+	}
+	store.SetCondition(memoryv1alpha1.ConditionVectorReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
+		fmt.Sprintf("%s index %s, dimension %d, metric %s", vec.Engine, vec.Collection, spec.Dimension, spec.Metric))
+	if vec.Created {
+		r.Recorder.Eventf(store, nil, "Normal", "CollectionCreated", "Provision", "Created Milvus collection %s", vec.Collection)
+	}
+
+	if rb.s3 != nil {
+		if err := provision.EnsureObjectStore(ctx, *rb.s3, names, ownerOf(store)); err != nil {
+			return r.stepFailed(store, memoryv1alpha1.ConditionObjectStoreReady, err)
+		}
+		store.Status.ObjectStorage = &memoryv1alpha1.ObjectStorageStatus{
+			Endpoint: rb.s3.Endpoint, Bucket: rb.s3.Bucket, Prefix: names.Prefix,
+		}
+		store.SetCondition(memoryv1alpha1.ConditionObjectStoreReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
+			fmt.Sprintf("Prefix %s reserved in bucket %s", names.Prefix, rb.s3.Bucket))
+	} else {
+		store.Status.ObjectStorage = nil
+		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionObjectStoreReady)
+	}
+
+	if err := r.ensureConnectionSecret(ctx, store, connectionInfo{
+		backend: rb, names: names, password: password, engine: vec.Engine, model: embedder.Model(),
+	}); err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
+	}
+	store.Status.ConnectionSecret = store.ConnectionSecretNameOrDefault()
+
+	store.SetCondition(memoryv1alpha1.ConditionDegraded, metav1.ConditionFalse, memoryv1alpha1.ReasonNoConflict, "Backends match the spec")
+	store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
+		fmt.Sprintf("Memory store for tenant %s is ready; agents mount Secret %s", store.Spec.Tenant, store.Status.ConnectionSecret))
+	return ctrl.Result{}, nil
+}
+
+// embedder builds the store's embedder. An OpenAI-compatible endpoint is asked for one
+// embedding to prove it answers with the declared dimension.
+func (r *MemoryStoreReconciler) embedder(ctx context.Context, store *memoryv1alpha1.MemoryStore) (embed.Embedder, error) {
+	dim := int(store.Spec.Vector.Dimension)
+	e := store.Spec.Embedder
+	if e.Type == "" || e.Type == memoryv1alpha1.EmbedderHashing {
+		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionEmbedderReady)
+		return embed.NewHashing(dim), nil
+	}
+	var apiKey string
+	if ref := e.APIKeySecret; ref != nil {
+		v, err := r.readSecret(ctx, store.Namespace, ref.Name, ref.Key)
+		if err != nil {
+			return nil, err
+		}
+		apiKey = v[0]
+	}
+	client, err := embed.NewOpenAI(embed.Config{BaseURL: e.Endpoint, Model: e.Model, Dimension: dim, APIKey: apiKey})
+	if err != nil {
+		return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
+	}
+	if _, err := client.Embed(ctx, []string{"memory-operator readiness check"}); err != nil {
+		return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
+	}
+	store.SetCondition(memoryv1alpha1.ConditionEmbedderReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
+		fmt.Sprintf("Model %s answers with dimension %d", e.Model, dim))
+	return client, nil
+}
+
+// stepFailed records a failed step on its condition and on Ready. Conflicts that only a
+// human can resolve mark the store Degraded and are re-checked slowly; everything else
+// is returned as an error so the work queue retries it with exponential backoff.
+func (r *MemoryStoreReconciler) stepFailed(store *memoryv1alpha1.MemoryStore, condType string, err error) (ctrl.Result, error) {
+	reason, message := memoryv1alpha1.ReasonBackendError, err.Error()
+	var se *stepError
+	var pe *provision.Error
+	switch {
+	case errors.As(err, &se):
+		reason = se.reason
+	case errors.As(err, &pe):
+		reason = string(pe.Reason)
+	}
+	if condType != memoryv1alpha1.ConditionReady {
+		store.SetCondition(condType, metav1.ConditionFalse, reason, message)
+	}
+	store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
+
+	if pe != nil && pe.Permanent() {
+		store.SetCondition(memoryv1alpha1.ConditionDegraded, metav1.ConditionTrue, reason,
+			message+"; nothing was changed or dropped")
+		return ctrl.Result{RequeueAfter: conflictRecheck}, nil
+	}
+	return ctrl.Result{}, err
+}

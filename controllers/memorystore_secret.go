@@ -1,0 +1,135 @@
+package controllers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/provision"
+)
+
+// Keys of the connection Secret that agents mount (documented in docs/connection-secret.md).
+const (
+	keyHost           = "host"
+	keyPort           = "port"
+	keyDatabase       = "database"
+	keySchema         = "schema"
+	keyUsername       = "username"
+	keyPassword       = "password"
+	keySSLMode        = "sslmode"
+	keyURI            = "uri"
+	keyVectorEngine   = "vectorEngine"
+	keyMilvusAddress  = "milvusAddress"
+	keyCollection     = "collection"
+	keyDimension      = "vectorDimension"
+	keyMetric         = "vectorMetric"
+	keyEmbedderType   = "embedderType"
+	keyEmbedderURL    = "embedderEndpoint"
+	keyEmbeddingModel = "embeddingModel"
+	keyS3Endpoint     = "objectStorageEndpoint"
+	keyBucket         = "bucket"
+	keyPrefix         = "prefix"
+)
+
+// agentPassword returns the password in the store's connection Secret, or a new one
+// when there is no Secret yet. Reusing it keeps agents connected across reconciles and
+// operator restarts; EnsurePostgres sets the role to whatever this returns.
+func (r *MemoryStoreReconciler) agentPassword(ctx context.Context, store *memoryv1alpha1.MemoryStore) (string, error) {
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: store.Namespace, Name: store.ConnectionSecretNameOrDefault()}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return newPassword()
+	case err != nil:
+		return "", err
+	case !metav1.IsControlledBy(secret, store):
+		return "", stepErrorf(memoryv1alpha1.ReasonSecretConflict,
+			"Secret %s/%s exists and is not managed by this MemoryStore; choose another connectionSecretName", store.Namespace, secret.Name)
+	}
+	if pw := secret.Data[keyPassword]; len(pw) > 0 {
+		return string(pw), nil
+	}
+	return newPassword()
+}
+
+func newPassword() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// connectionInfo is what goes into the connection Secret.
+type connectionInfo struct {
+	backend  *resolvedBackend
+	names    provision.Names
+	password string
+	engine   string
+	model    string
+}
+
+// ensureConnectionSecret creates or updates the Secret agents mount. It carries the
+// store's own role, never admin credentials, and no object-storage keys.
+func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, store *memoryv1alpha1.MemoryStore, info connectionInfo) error {
+	agent := info.backend.postgres
+	agent.User, agent.Password = info.names.Role, info.password
+	data := map[string]string{
+		keyHost:           agent.Host,
+		keyPort:           strconv.Itoa(agent.Port),
+		keyDatabase:       agent.Database,
+		keySchema:         info.names.Schema,
+		keyUsername:       agent.User,
+		keyPassword:       agent.Password,
+		keySSLMode:        agent.SSLMode,
+		keyURI:            agent.URL(url.Values{"search_path": {info.names.Schema}}),
+		keyVectorEngine:   info.engine,
+		keyDimension:      strconv.Itoa(int(store.Spec.Vector.Dimension)),
+		keyMetric:         string(store.MetricOrDefault()),
+		keyEmbedderType:   orDefault(string(store.Spec.Embedder.Type), string(memoryv1alpha1.EmbedderHashing)),
+		keyEmbedderURL:    store.Spec.Embedder.Endpoint,
+		keyEmbeddingModel: info.model,
+	}
+	if m := info.backend.milvus; m != nil {
+		data[keyMilvusAddress] = m.Address
+		data[keyCollection] = info.names.Collection
+	}
+	if s := info.backend.s3; s != nil {
+		data[keyS3Endpoint] = s.Endpoint
+		data[keyBucket] = s.Bucket
+		data[keyPrefix] = info.names.Prefix
+	}
+
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: store.Namespace, Name: store.ConnectionSecretNameOrDefault()}}
+	op, err := controllerutil.CreateOrPatch(ctx, r.Client, secret, func() error {
+		if secret.Labels == nil {
+			secret.Labels = map[string]string{}
+		}
+		secret.Labels["app.kubernetes.io/managed-by"] = "memory-operator"
+		secret.Labels["memory.amemory.io/store"] = store.Name
+		secret.Type = corev1.SecretTypeOpaque
+		secret.Data = map[string][]byte{}
+		for k, v := range data {
+			if v != "" {
+				secret.Data[k] = []byte(v)
+			}
+		}
+		return controllerutil.SetControllerReference(store, secret, r.Scheme)
+	})
+	if err != nil {
+		return err
+	}
+	if op == controllerutil.OperationResultCreated {
+		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, "SecretCreated", "Provision", "Created connection Secret %s", secret.Name)
+	}
+	return nil
+}

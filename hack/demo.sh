@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The demo: a local stack on loopback — a Kubernetes control plane (etcd and
+# kube-apiserver, no kubelet), PostgreSQL 15, MinIO and Milvus Lite — the operator
+# running against it, and a sample MemoryStore applied and shown Ready. Then an "agent"
+# uses the connection Secret the operator wrote to store and read a memory.
+#
+#   make demo                 # runs it and tears everything down
+#   DEMO_KEEP=1 make demo     # leaves the stack running until Ctrl-C
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+DEMO_DIR="$ROOT/bin/demo"
+export RUN_DIR="$DEMO_DIR/run"
+KUBECONFIG="$DEMO_DIR/kubeconfig"
+export KUBECONFIG
+NS=demo
+mkdir -p "$DEMO_DIR"
+
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+pids=()
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	hack/services.sh stop
+}
+trap cleanup EXIT
+
+[[ -x bin/memory-operator ]] || { echo "bin/memory-operator missing: run 'make demo'" >&2; exit 1; }
+
+say "Starting PostgreSQL, MinIO and Milvus Lite on loopback"
+hack/services.sh start
+# shellcheck disable=SC1091
+source "$RUN_DIR/env.sh"
+
+say "Starting a local control plane (etcd + kube-apiserver) with the CRDs installed"
+rm -f "$KUBECONFIG"
+go build -o "$DEMO_DIR/localcluster" ./hack/localcluster
+"$DEMO_DIR/localcluster" --kubeconfig "$KUBECONFIG" >"$DEMO_DIR/localcluster.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 120); do [[ -s $KUBECONFIG ]] && break; sleep 0.5; done
+[[ -s $KUBECONFIG ]] || { cat "$DEMO_DIR/localcluster.log" >&2; exit 1; }
+kubectl get crds
+
+say "Starting the operator (memory-operator manager)"
+kubectl create namespace memory-operator-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+bin/memory-operator manager --operator-namespace memory-operator-system \
+	--metrics-bind-address 0 --health-probe-bind-address 0 >"$DEMO_DIR/operator.log" 2>&1 &
+pids+=($!)
+
+say "Applying a MemoryStore for tenant acme (PostgreSQL + Milvus + MinIO)"
+kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n "$NS" create secret generic pg-admin --from-literal=username="$MEMORY_TEST_PG_USER" \
+	--from-literal=password="$MEMORY_TEST_PG_PASSWORD" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n "$NS" create secret generic s3-credentials --from-literal=accessKeyID="$MEMORY_TEST_S3_ACCESS_KEY" \
+	--from-literal=secretAccessKey="$MEMORY_TEST_S3_SECRET_KEY" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -f - <<YAML
+apiVersion: memory.amemory.io/v1alpha1
+kind: MemoryStore
+metadata:
+  name: acme
+  namespace: $NS
+spec:
+  tenant: acme
+  backend:
+    postgres:
+      host: 127.0.0.1
+      port: $MEMORY_TEST_PG_PORT
+      sslMode: disable
+      adminSecret: {name: pg-admin}
+    milvus:
+      address: $MEMORY_TEST_MILVUS_ADDR
+    objectStorage:
+      endpoint: $MEMORY_TEST_S3_ENDPOINT
+      bucket: agent-memory
+      insecure: true
+      createBucket: true
+      credentialsSecret: {name: s3-credentials}
+  vector:
+    dimension: 384
+    metric: COSINE
+  embedder:
+    type: Hashing
+  reclaimPolicy: Delete
+YAML
+
+if ! kubectl -n "$NS" wait memorystore/acme --for=condition=Ready --timeout=120s; then
+	kubectl -n "$NS" get memorystore acme -o yaml
+	tail -n 40 "$DEMO_DIR/operator.log"
+	exit 1
+fi
+say "kubectl get memorystores"
+kubectl -n "$NS" get memorystores -o wide
+say "Conditions"
+kubectl -n "$NS" get memorystore acme -o jsonpath='{range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}'
+say "The connection Secret an agent mounts (keys only)"
+kubectl -n "$NS" get secret acme-memory -o go-template='{{range $k, $v := .data}}{{$k}}{{"\n"}}{{end}}'
+
+say "An agent writes and recalls a memory with the store's own role (not the admin)"
+uri=$(kubectl -n "$NS" get secret acme-memory -o jsonpath='{.data.uri}' | base64 -d)
+psql "$uri" -v ON_ERROR_STOP=1 -q <<'SQL'
+INSERT INTO memories (memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at)
+VALUES ('demo-1', 'semantic', 'user:1024', 'preference.coffee', '{"likes": "flat white"}', '\x00', 'demo', 0.9, now(), now());
+SELECT memory_id, scope, key, content FROM memories;
+SQL
+echo "(and the same role is refused outside its schema:)"
+psql "$uri" -q -c 'CREATE TABLE public.escape (x int)' 2>&1 | sed 's/^/  /' || true
+
+if [[ -n ${DEMO_KEEP:-} ]]; then
+	say "The stack keeps running. In another shell: export KUBECONFIG=$KUBECONFIG; press Ctrl-C to stop"
+	wait "${pids[0]}"
+fi
+say "Deleting the store (reclaimPolicy: Delete drops schema, role, collection and prefix)"
+kubectl -n "$NS" delete memorystore acme --timeout=60s
+say "Demo finished"

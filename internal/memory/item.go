@@ -1,0 +1,294 @@
+package memory
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Item is one memory in the neutral format. The JSON field names are the format's
+// field names and must not change.
+type Item struct {
+	// MemoryID is globally unique and stable across snapshot and restore.
+	MemoryID string `json:"memory_id"`
+	// MemoryType decides the half-life of the score.
+	MemoryType Type `json:"memory_type"`
+	// Scope is who the memory belongs to: "user:<id>", "session:<id>", "agent:<type>".
+	Scope string `json:"scope"`
+	// Key optionally names a slot inside the scope ("address", "preference.coffee"):
+	// a later write to the same (scope, key) supersedes the earlier one.
+	Key string `json:"key,omitempty"`
+	// Content is a JSON object, never a string.
+	Content json.RawMessage `json:"content"`
+	// Source is provenance only ("langgraph@0.2"), never ownership.
+	Source string `json:"source"`
+	// BaseScore is the importance before decay.
+	BaseScore float64 `json:"base_score"`
+
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
+
+	// History holds the previous values of a keyed slot, oldest first.
+	History []Revision `json:"history,omitempty"`
+	// Embedding is bound to the model that produced it; it is exported only on request.
+	Embedding []float32 `json:"embedding,omitempty"`
+}
+
+// Revision is a superseded value of a (scope, key) slot.
+type Revision struct {
+	Content      json.RawMessage `json:"content"`
+	Source       string          `json:"source"`
+	BaseScore    float64         `json:"base_score"`
+	UpdatedAt    time.Time       `json:"updated_at"`
+	SupersededAt time.Time       `json:"superseded_at"`
+}
+
+// Tombstone records that a scope was forgotten. Tombstones travel in snapshots and
+// are enforced on restore, so a restore never brings a forgotten scope back.
+type Tombstone struct {
+	Scope       string    `json:"scope"`
+	ForgottenAt time.Time `json:"forgotten_at"`
+	Reason      string    `json:"reason,omitempty"`
+}
+
+// Limits on the free-text fields.
+const (
+	MaxIDLen     = 200
+	MaxKeyLen    = 200
+	MaxSourceLen = 512
+)
+
+// FieldError is a validation error that names the offending field by its JSON name
+// (for history entries "history[2].content").
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// SetDefaults fills what a writer may leave out: a new MemoryID, CreatedAt = now and
+// UpdatedAt = CreatedAt. Fields already set are kept.
+func (it *Item) SetDefaults(now time.Time) {
+	if it.MemoryID == "" {
+		it.MemoryID = NewID()
+	}
+	if it.CreatedAt.IsZero() {
+		it.CreatedAt = now
+	}
+	if it.UpdatedAt.IsZero() {
+		it.UpdatedAt = it.CreatedAt
+	}
+}
+
+// Validate checks every field and returns the first problem as a *FieldError.
+func (it Item) Validate() error {
+	if err := ValidateID(it.MemoryID); err != nil {
+		return fieldErr("memory_id", "%v", err)
+	}
+	if err := it.MemoryType.Validate(); err != nil {
+		return fieldErr("memory_type", "%v", err)
+	}
+	if err := ValidateScope(it.Scope); err != nil {
+		return fieldErr("scope", "%v", err)
+	}
+	if it.Key != "" {
+		if err := validateText(it.Key, MaxKeyLen); err != nil {
+			return fieldErr("key", "%v", err)
+		}
+		if strings.TrimSpace(it.Key) != it.Key {
+			return fieldErr("key", "has leading or trailing whitespace")
+		}
+	}
+	if err := ValidateContent(it.Content); err != nil {
+		return fieldErr("content", "%v", err)
+	}
+	if err := validateText(it.Source, MaxSourceLen); err != nil {
+		return fieldErr("source", "%v", err)
+	}
+	if err := validateScore(it.BaseScore); err != nil {
+		return fieldErr("base_score", "%v", err)
+	}
+	if it.CreatedAt.IsZero() {
+		return fieldErr("created_at", "is not set")
+	}
+	if it.UpdatedAt.IsZero() {
+		return fieldErr("updated_at", "is not set")
+	}
+	if it.UpdatedAt.Before(it.CreatedAt) {
+		return fieldErr("updated_at", "%s is before created_at %s",
+			it.UpdatedAt.UTC().Format(time.RFC3339Nano), it.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if it.ExpiresAt != nil && it.ExpiresAt.IsZero() {
+		return fieldErr("expires_at", "is the zero time (leave it unset for no expiry)")
+	}
+	if it.ArchivedAt != nil && it.ArchivedAt.IsZero() {
+		return fieldErr("archived_at", "is the zero time (leave it unset when not archived)")
+	}
+	for i, r := range it.History {
+		f := fmt.Sprintf("history[%d]", i)
+		if err := ValidateContent(r.Content); err != nil {
+			return fieldErr(f+".content", "%v", err)
+		}
+		if err := validateText(r.Source, MaxSourceLen); err != nil {
+			return fieldErr(f+".source", "%v", err)
+		}
+		if err := validateScore(r.BaseScore); err != nil {
+			return fieldErr(f+".base_score", "%v", err)
+		}
+		if r.UpdatedAt.IsZero() {
+			return fieldErr(f+".updated_at", "is not set")
+		}
+		if r.SupersededAt.IsZero() {
+			return fieldErr(f+".superseded_at", "is not set")
+		}
+	}
+	for i, x := range it.Embedding {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fieldErr("embedding", "element %d is %v (must be finite)", i, x)
+		}
+	}
+	return nil
+}
+
+// ValidateID checks a memory ID: 1..MaxIDLen characters from [A-Za-z0-9-_.@:], the
+// same alphabet as scope IDs, since IDs too end up in filter expressions and keys.
+func ValidateID(id string) error {
+	if id == "" {
+		return errors.New("is empty")
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("is %d characters long (at most %d)", len(id), MaxIDLen)
+	}
+	for i, r := range id {
+		if !scopeIDRune(r) {
+			return fmt.Errorf("has a disallowed character %q at offset %d (allowed: letters, digits and -_.@:)", r, i)
+		}
+	}
+	return nil
+}
+
+// ValidateContent checks that raw is a single JSON object that PostgreSQL's jsonb can
+// store (no NUL characters in strings or keys, numbers within range).
+func ValidateContent(raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return errors.New("is empty (must be a JSON object)")
+	}
+	v, err := decodeJSON(raw)
+	if err != nil {
+		return err
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return fmt.Errorf("must be a JSON object, got %s", jsonKind(v))
+	}
+	return checkStorable(v)
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func checkStorable(v any) error {
+	switch x := v.(type) {
+	case string:
+		if strings.IndexByte(x, 0) >= 0 {
+			return errors.New("contains a NUL character (\\u0000), which PostgreSQL jsonb cannot store")
+		}
+	case json.Number:
+		if _, err := canonicalNumber(string(x)); err != nil {
+			return err
+		}
+	case []any:
+		for _, e := range x {
+			if err := checkStorable(e); err != nil {
+				return err
+			}
+		}
+	case map[string]any:
+		for k, e := range x {
+			if err := checkStorable(k); err != nil {
+				return err
+			}
+			if err := checkStorable(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func validateText(s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("is %d bytes long (at most %d)", len(s), max)
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("is not valid UTF-8")
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("has a control character %q at offset %d", r, i)
+		}
+	}
+	return nil
+}
+
+func validateScore(f float64) error {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return fmt.Errorf("is %v (must be a finite number)", f)
+	}
+	if f < 0 {
+		return fmt.Errorf("is %v (must not be negative)", f)
+	}
+	return nil
+}
+
+// hashVersion is mixed into content hashes, so a change of scheme cannot collide.
+const hashVersion = "memory-content-hash/v1"
+
+// ContentHash returns the SHA-256 of the item's canonical content, type and key. Two
+// writes of the same memory hash the same whatever their key order, whitespace or
+// number spelling, so re-sending a memory is idempotent. Scope, ID, score, source and
+// timestamps are not part of the hash.
+func (it Item) ContentHash() ([]byte, error) {
+	canon, err := CanonicalJSON(it.Content)
+	if err != nil {
+		return nil, fieldErr("content", "%v", err)
+	}
+	h := sha256.New()
+	writeField := func(b []byte) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	writeField([]byte(hashVersion))
+	writeField([]byte(it.MemoryType))
+	writeField([]byte(it.Key))
+	writeField(canon)
+	return h.Sum(nil), nil
+}

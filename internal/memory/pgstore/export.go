@@ -1,0 +1,125 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// ExportFilter selects the memories Export streams. Scopes and ScopePrefixes are
+// alternatives (a memory matching either is exported); with neither, every scope is.
+type ExportFilter struct {
+	// Scopes are exact scope strings.
+	Scopes []string
+	// ScopePrefixes match scopes by prefix, e.g. "user:" for every user.
+	ScopePrefixes []string
+	// Types restricts the memory types; empty means all.
+	Types []memory.Type
+	// Now is the time expiry is judged against; zero means time.Now().
+	Now time.Time
+	// ExcludeExpired leaves out memories with expires_at <= Now.
+	ExcludeExpired bool
+	// IncludeArchived exports archived memories too.
+	IncludeArchived bool
+	// IncludeEmbeddings fills Item.Embedding from the vectors table, where present.
+	IncludeEmbeddings bool
+}
+
+// Export calls fn for every memory matching f, in (scope, memory_id) order, streaming
+// rows from the server: memory use does not grow with the table. It stops at and
+// returns the first error from fn.
+func (s *Store) Export(ctx context.Context, f ExportFilter, fn func(memory.Item) error) error {
+	types, err := typeNames(f.Types)
+	if err != nil {
+		return fmt.Errorf("pgstore: export: %w", err)
+	}
+	var (
+		args  []any
+		where []string
+	)
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var scopeConds []string
+	if len(f.Scopes) > 0 {
+		scopeConds = append(scopeConds, `m.scope = ANY(`+param(f.Scopes)+`::text[])`)
+	}
+	if len(f.ScopePrefixes) > 0 {
+		scopeConds = append(scopeConds, `EXISTS (SELECT 1 FROM unnest(`+param(f.ScopePrefixes)+`::text[]) AS p(prefix) WHERE starts_with(m.scope, p.prefix))`)
+	}
+	if len(scopeConds) > 0 {
+		where = append(where, `(`+strings.Join(scopeConds, ` OR `)+`)`)
+	}
+	if len(types) > 0 {
+		where = append(where, `m.memory_type = ANY(`+param(types)+`::text[])`)
+	}
+	if f.ExcludeExpired {
+		now := f.Now
+		if now.IsZero() {
+			now = time.Now()
+		}
+		where = append(where, `(m.expires_at IS NULL OR m.expires_at > `+param(now)+`::timestamptz)`)
+	}
+	if !f.IncludeArchived {
+		where = append(where, `m.archived_at IS NULL`)
+	}
+
+	cols := prefixed("m.", memoryCols)
+	from := s.t.memories + ` m`
+	if f.IncludeEmbeddings {
+		cols += `, v.embedding`
+		from += ` LEFT JOIN ` + s.t.vectors + ` v ON v.memory_id = m.memory_id`
+	}
+	sql := `SELECT ` + cols + ` FROM ` + from
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	sql += ` ORDER BY m.scope, m.memory_id`
+
+	// Cancelling the query is the only way to stop the server streaming the rest of
+	// the result when fn gives up early.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("pgstore: export: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			it  memory.Item
+			emb []float32
+		)
+		if f.IncludeEmbeddings {
+			it, err = scanItem(rows, &emb)
+			it.Embedding = emb
+		} else {
+			it, err = scanItem(rows)
+		}
+		if err != nil {
+			return fmt.Errorf("pgstore: export: %w", err)
+		}
+		if err := fn(it); err != nil {
+			cancel()
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgstore: export: %w", err)
+	}
+	return nil
+}
+
+// prefixed qualifies every column of a comma-separated list with prefix.
+func prefixed(prefix, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, p := range parts {
+		parts[i] = prefix + strings.TrimSpace(p)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,204 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"text/template"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrations are applied in order; migration i has version i+1. They are templates:
+// {{t "name"}} expands to the schema-qualified, quoted table name and {{i "name"}} to
+// a quoted bare identifier (index names live in their table's schema). Never edit a
+// released migration; append a new one.
+var migrations = []string{
+	// 1: the memory store.
+	`
+CREATE TABLE {{t "memories"}} (
+	memory_id    text PRIMARY KEY,
+	memory_type  text NOT NULL CHECK (memory_type IN ('working', 'episodic', 'semantic', 'procedural')),
+	scope        text NOT NULL,
+	key          text,
+	content      jsonb NOT NULL CHECK (jsonb_typeof(content) = 'object'),
+	content_hash bytea NOT NULL,
+	source       text NOT NULL DEFAULT '',
+	base_score   double precision NOT NULL,
+	created_at   timestamptz NOT NULL,
+	updated_at   timestamptz NOT NULL,
+	expires_at   timestamptz,
+	archived_at  timestamptz,
+	history      jsonb NOT NULL DEFAULT '[]'
+);
+CREATE UNIQUE INDEX {{i "memories_scope_key_uq"}} ON {{t "memories"}} (scope, key) WHERE key IS NOT NULL;
+CREATE UNIQUE INDEX {{i "memories_scope_hash_uq"}} ON {{t "memories"}} (scope, content_hash) WHERE key IS NULL;
+CREATE INDEX {{i "memories_scope_type_idx"}} ON {{t "memories"}} (scope, memory_type);
+-- Export streams in (scope, memory_id) order; this index lets it do so without a sort.
+CREATE INDEX {{i "memories_scope_id_idx"}} ON {{t "memories"}} (scope, memory_id);
+
+CREATE TABLE {{t "tombstones"}} (
+	scope        text PRIMARY KEY,
+	forgotten_at timestamptz NOT NULL,
+	reason       text NOT NULL DEFAULT ''
+);
+
+CREATE TABLE {{t "audit_log"}} (
+	id     bigserial PRIMARY KEY,
+	at     timestamptz NOT NULL DEFAULT now(),
+	action text NOT NULL,
+	scope  text,
+	detail jsonb NOT NULL DEFAULT '{}'
+);
+
+CREATE TABLE {{t "vectors"}} (
+	memory_id   text PRIMARY KEY,
+	scope       text NOT NULL,
+	memory_type text NOT NULL,
+	embedding   real[] NOT NULL
+);
+CREATE INDEX {{i "vectors_scope_type_idx"}} ON {{t "vectors"}} (scope, memory_type);
+
+CREATE TABLE {{t "store_meta"}} (
+	key   text PRIMARY KEY,
+	value text NOT NULL
+);
+`,
+}
+
+// LatestVersion is the schema version Migrate brings a store to: the number of
+// migrations.
+const LatestVersion = 1
+
+// MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
+// identifiers beyond 63 bytes, which could make two stores share one schema.
+const MaxSchemaLen = 63
+
+// ValidateSchema checks a schema name. Any characters are allowed (names are always
+// quoted), but the name must be 1..MaxSchemaLen bytes of valid UTF-8 without NUL.
+func ValidateSchema(schema string) error {
+	switch {
+	case schema == "":
+		return errors.New("pgstore: schema name is empty")
+	case len(schema) > MaxSchemaLen:
+		return fmt.Errorf("pgstore: schema name is %d bytes long (PostgreSQL allows at most %d)", len(schema), MaxSchemaLen)
+	case !utf8.ValidString(schema):
+		return errors.New("pgstore: schema name is not valid UTF-8")
+	case strings.IndexByte(schema, 0) >= 0:
+		return errors.New("pgstore: schema name contains a NUL byte")
+	}
+	return nil
+}
+
+// renderMigration expands a migration template for schema.
+func renderMigration(schema, text string) (string, error) {
+	tmpl, err := template.New("migration").Funcs(template.FuncMap{
+		"t": func(name string) string { return pgx.Identifier{schema, name}.Sanitize() },
+		"i": func(name string) string { return pgx.Identifier{name}.Sanitize() },
+	}).Parse(text)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	if err := tmpl.Execute(&b, nil); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// lockKey is the advisory lock serialising migrations of one schema.
+func lockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("memory-operator/pgstore/migrate\x00"))
+	h.Write([]byte(schema))
+	return int64(h.Sum64())
+}
+
+// Migrate creates schema if it is missing and applies the migrations it has not yet
+// had, each in its own transaction, recording them in <schema>.schema_migrations.
+// Every transaction holds a transaction-scoped advisory lock on the schema name, so
+// concurrent callers and reruns are safe. It returns how many migrations it applied
+// (0 when the schema is up to date).
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) (applied int, err error) {
+	if err := ValidateSchema(schema); err != nil {
+		return 0, err
+	}
+	key := lockKey(schema)
+	versions := pgx.Identifier{schema, "schema_migrations"}.Sanitize()
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, key); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+versions+` (
+			version    int PRIMARY KEY,
+			applied_at timestamptz NOT NULL DEFAULT now()
+		)`)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: preparing schema %q: %w", schema, err)
+	}
+
+	for i, text := range migrations {
+		version := i + 1
+		sql, err := renderMigration(schema, text)
+		if err != nil {
+			return applied, fmt.Errorf("pgstore: rendering migration %d: %w", version, err)
+		}
+		did := false
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, key); err != nil {
+				return err
+			}
+			var done bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+versions+` WHERE version = $1)`, version).Scan(&done); err != nil {
+				return err
+			}
+			if done {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+versions+` (version, applied_at) VALUES ($1, now())`, version); err != nil {
+				return err
+			}
+			did = true
+			return nil
+		})
+		if err != nil {
+			return applied, fmt.Errorf("pgstore: applying migration %d to schema %q: %w", version, schema, err)
+		}
+		if did {
+			applied++
+		}
+	}
+	return applied, nil
+}
+
+// Version returns the highest migration version applied to schema, 0 when the schema
+// or its migrations table does not exist.
+func Version(ctx context.Context, pool *pgxpool.Pool, schema string) (int, error) {
+	if err := ValidateSchema(schema); err != nil {
+		return 0, err
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`,
+		pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&exists); err != nil {
+		return 0, err
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&v)
+	return v, err
+}

@@ -1,0 +1,269 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/testutil"
+)
+
+func TestLatestVersion(t *testing.T) {
+	if LatestVersion != len(migrations) {
+		t.Fatalf("LatestVersion = %d, but there are %d migrations", LatestVersion, len(migrations))
+	}
+}
+
+func TestValidateSchema(t *testing.T) {
+	tests := []struct{ in, wantErr string }{
+		{"t_abc", ""},
+		{`we"ird; drop`, ""},
+		{strings.Repeat("s", 63), ""},
+		{"", "pgstore: schema name is empty"},
+		{strings.Repeat("s", 64), "pgstore: schema name is 64 bytes long (PostgreSQL allows at most 63)"},
+		{"a\x00b", "pgstore: schema name contains a NUL byte"},
+		{"a\xffb", "pgstore: schema name is not valid UTF-8"},
+	}
+	for _, tt := range tests {
+		err := ValidateSchema(tt.in)
+		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr) {
+			t.Errorf("ValidateSchema(%q) = %v, want %q", tt.in, err, tt.wantErr)
+		}
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	pool := testPool(t)
+	ctx := t.Context()
+	schema := testutil.UniqueName("t_")
+	dropSchemaOnCleanup(t, pool, schema)
+
+	if v, err := Version(ctx, pool, schema); err != nil || v != 0 {
+		t.Fatalf("Version before = %d, %v; want 0", v, err)
+	}
+	n, err := Migrate(ctx, pool, schema)
+	if err != nil || n != LatestVersion {
+		t.Fatalf("first Migrate = %d, %v; want %d", n, err, LatestVersion)
+	}
+	n, err = Migrate(ctx, pool, schema)
+	if err != nil || n != 0 {
+		t.Fatalf("second Migrate = %d, %v; want 0", n, err)
+	}
+	if v, err := Version(ctx, pool, schema); err != nil || v != LatestVersion {
+		t.Fatalf("Version = %d, %v; want %d", v, err, LatestVersion)
+	}
+	if got := countRows(t, pool, pgx.Identifier{schema, "schema_migrations"}.Sanitize(), ""); got != LatestVersion {
+		t.Fatalf("schema_migrations rows = %d, want %d", got, LatestVersion)
+	}
+
+	// The exact tables and columns other packages depend on.
+	rows, err := pool.Query(ctx, `SELECT table_name, column_name, data_type, is_nullable, coalesce(column_default, '')
+		FROM information_schema.columns WHERE table_schema = $1 ORDER BY table_name, ordinal_position`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var tbl, col, typ, null, def string
+		if err := rows.Scan(&tbl, &col, &typ, &null, &def); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, strings.Join([]string{tbl, col, typ, null, def}, " | "))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	auditSeq := "nextval('" + schema + ".audit_log_id_seq'::regclass)"
+	want := []string{
+		"audit_log | id | bigint | NO | " + auditSeq,
+		"audit_log | at | timestamp with time zone | NO | now()",
+		"audit_log | action | text | NO | ",
+		"audit_log | scope | text | YES | ",
+		"audit_log | detail | jsonb | NO | '{}'::jsonb",
+		"memories | memory_id | text | NO | ",
+		"memories | memory_type | text | NO | ",
+		"memories | scope | text | NO | ",
+		"memories | key | text | YES | ",
+		"memories | content | jsonb | NO | ",
+		"memories | content_hash | bytea | NO | ",
+		"memories | source | text | NO | ''::text",
+		"memories | base_score | double precision | NO | ",
+		"memories | created_at | timestamp with time zone | NO | ",
+		"memories | updated_at | timestamp with time zone | NO | ",
+		"memories | expires_at | timestamp with time zone | YES | ",
+		"memories | archived_at | timestamp with time zone | YES | ",
+		"memories | history | jsonb | NO | '[]'::jsonb",
+		"schema_migrations | version | integer | NO | ",
+		"schema_migrations | applied_at | timestamp with time zone | NO | now()",
+		"store_meta | key | text | NO | ",
+		"store_meta | value | text | NO | ",
+		"tombstones | scope | text | NO | ",
+		"tombstones | forgotten_at | timestamp with time zone | NO | ",
+		"tombstones | reason | text | NO | ''::text",
+		"vectors | memory_id | text | NO | ",
+		"vectors | scope | text | NO | ",
+		"vectors | memory_type | text | NO | ",
+		"vectors | embedding | ARRAY | NO | ",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("columns:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	idx, err := pool.Query(ctx, `SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname NOT LIKE '%pkey' ORDER BY indexname`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := pgx.CollectRows(idx, func(r pgx.CollectableRow) (string, error) {
+		var name, def string
+		err := r.Scan(&name, &def)
+		return name + ": " + strings.ReplaceAll(def, schema+".", "S."), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIdx := []string{
+		"memories_scope_hash_uq: CREATE UNIQUE INDEX memories_scope_hash_uq ON S.memories USING btree (scope, content_hash) WHERE (key IS NULL)",
+		"memories_scope_id_idx: CREATE INDEX memories_scope_id_idx ON S.memories USING btree (scope, memory_id)",
+		"memories_scope_key_uq: CREATE UNIQUE INDEX memories_scope_key_uq ON S.memories USING btree (scope, key) WHERE (key IS NOT NULL)",
+		"memories_scope_type_idx: CREATE INDEX memories_scope_type_idx ON S.memories USING btree (scope, memory_type)",
+		"vectors_scope_type_idx: CREATE INDEX vectors_scope_type_idx ON S.vectors USING btree (scope, memory_type)",
+	}
+	if strings.Join(defs, "\n") != strings.Join(wantIdx, "\n") {
+		t.Fatalf("indexes:\n%s\nwant:\n%s", strings.Join(defs, "\n"), strings.Join(wantIdx, "\n"))
+	}
+
+	// The type check and the object check hold even for writers that bypass Put.
+	_, err = pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "memories"}.Sanitize()+
+		` (memory_id, memory_type, scope, content, content_hash, base_score, created_at, updated_at)
+		VALUES ('x', 'longterm', 'user:1', '{}', '\x00', 1, now(), now())`)
+	if err == nil || !strings.Contains(err.Error(), "memories_memory_type_check") {
+		t.Fatalf("insert of a bad type: %v, want a check violation", err)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "memories"}.Sanitize()+
+		` (memory_id, memory_type, scope, content, content_hash, base_score, created_at, updated_at)
+		VALUES ('x', 'semantic', 'user:1', '"a string"', '\x00', 1, now(), now())`)
+	if err == nil || !strings.Contains(err.Error(), "memories_content_check") {
+		t.Fatalf("insert of string content: %v, want a check violation", err)
+	}
+}
+
+func TestMigrateConcurrent(t *testing.T) {
+	pool := testPool(t)
+	schema := testutil.UniqueName("t_")
+	dropSchemaOnCleanup(t, pool, schema)
+
+	const workers = 4
+	var wg sync.WaitGroup
+	applied := make([]int, workers)
+	errs := make([]error, workers)
+	start := make(chan struct{})
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			applied[i], errs[i] = Migrate(context.Background(), pool, schema)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	total := 0
+	for i := range workers {
+		if errs[i] != nil {
+			t.Fatalf("worker %d: %v", i, errs[i])
+		}
+		total += applied[i]
+	}
+	if total != LatestVersion {
+		t.Fatalf("migrations applied in total = %d (%v), want %d", total, applied, LatestVersion)
+	}
+	if got := countRows(t, pool, pgx.Identifier{schema, "schema_migrations"}.Sanitize(), ""); got != LatestVersion {
+		t.Fatalf("schema_migrations rows = %d, want %d", got, LatestVersion)
+	}
+}
+
+// TestIdentifierSafety runs the whole store under schema names built to break out of
+// unquoted SQL, and proves that a table they target survives and that the names were
+// used literally.
+func TestIdentifierSafety(t *testing.T) {
+	pool := testPool(t)
+	ctx := t.Context()
+
+	victim := testutil.UniqueName("v_")
+	dropSchemaOnCleanup(t, pool, victim)
+	victimTable := pgx.Identifier{victim, "victim"}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{victim}.Sanitize()+`; CREATE TABLE `+victimTable+` (x int)`); err != nil {
+		t.Fatal(err)
+	}
+
+	names := []string{
+		// Unquoted, this one would run as a second statement.
+		testutil.UniqueName("q_") + `; DROP TABLE ` + victim + `.victim; --`,
+		testutil.UniqueName("q_") + `"; DROP TABLE ` + victim + `.victim; --`,
+		testutil.UniqueName("q_") + `'; DROP TABLE ` + victim + `.victim; --`,
+		testutil.UniqueName("Q_") + `.x\ "y"`,
+	}
+	for _, schema := range names {
+		t.Run(schema, func(t *testing.T) {
+			if len(schema) > MaxSchemaLen {
+				t.Fatalf("test name %q too long", schema)
+			}
+			dropSchemaOnCleanup(t, pool, schema)
+			if n, err := Migrate(ctx, pool, schema); err != nil || n != LatestVersion {
+				t.Fatalf("Migrate(%q) = %d, %v", schema, n, err)
+			}
+			var exists bool
+			if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil || !exists {
+				t.Fatalf("schema named exactly %q exists = %v, %v", schema, exists, err)
+			}
+			s := New(pool, schema)
+			it := item("id-1", "user:1", memory.Semantic, "k", `{"a":1}`, 1, 0)
+			it.Embedding = []float32{1, 2}
+			if res := importSlice(t, s, []memory.Item{it}); res.Inserted != 1 || res.Embeddings != 1 {
+				t.Fatalf("Import = %+v", res)
+			}
+			mustPut(t, s, item("id-2", "user:1", memory.Semantic, "k", `{"a":2}`, 1, 0), Superseded)
+			if got, err := s.Recall(ctx, RecallQuery{Scope: "user:1", Now: now}); err != nil || len(got) != 1 {
+				t.Fatalf("Recall = %v, %v", got, err)
+			}
+			if got := exportAll(t, s, ExportFilter{IncludeEmbeddings: true}); len(got) != 1 || len(got[0].Embedding) != 2 {
+				t.Fatalf("Export = %+v", got)
+			}
+			if res, err := s.Forget(ctx, "user:1", "test", "me"); err != nil || res.Deleted != 1 || res.VectorsDeleted != 1 {
+				t.Fatalf("Forget = %+v, %v", res, err)
+			}
+			if ts, err := s.Tombstones(ctx); err != nil || len(ts) != 1 {
+				t.Fatalf("Tombstones = %v, %v", ts, err)
+			}
+			if _, err := pool.Exec(ctx, `SELECT count(*) FROM `+victimTable); err != nil {
+				t.Fatalf("victim table is gone: %v", err)
+			}
+		})
+	}
+
+	for _, bad := range []string{"", strings.Repeat("x", 64), "a\x00b"} {
+		if _, err := Migrate(ctx, pool, bad); err == nil {
+			t.Errorf("Migrate(%q) succeeded, want an error", bad)
+		}
+	}
+	if _, err := pool.Exec(ctx, `SELECT count(*) FROM `+victimTable); err != nil {
+		t.Fatalf("victim table is gone: %v", err)
+	}
+}
+
+func TestStoreWithoutMigrationFails(t *testing.T) {
+	pool := testPool(t)
+	s := New(pool, testutil.UniqueName("missing_"))
+	_, err := s.Count(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Count on an unmigrated schema = %v, want a 'does not exist' error", err)
+	}
+	if _, err := s.Get(t.Context(), "x"); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get on an unmigrated schema = %v, want a database error, not ErrNotFound", err)
+	}
+}

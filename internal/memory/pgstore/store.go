@@ -1,0 +1,351 @@
+// Package pgstore is the PostgreSQL system of record for memories: one schema per
+// store holding the memories, their tombstones, an audit log, the embedded vector
+// table and a few settings. It uses pgx/v5 directly and knows nothing of Kubernetes.
+//
+// Every identifier built from the caller's schema name is quoted with
+// pgx.Identifier.Sanitize; every value travels as a query parameter or through COPY.
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+var (
+	// ErrNotFound is returned when no memory has the requested ID.
+	ErrNotFound = errors.New("pgstore: memory not found")
+	// ErrConflict is returned by Put when the item's memory_id already names a memory
+	// in a different scope or (scope, key) slot.
+	ErrConflict = errors.New("pgstore: memory_id already used by a different scope or key")
+)
+
+// Store reads and writes the memories of one store (one schema). It is safe for
+// concurrent use. Call Migrate before using it.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+	t      tableNames
+
+	// importBatch is the number of items Import stages per COPY; tests lower it.
+	importBatch int
+}
+
+type tableNames struct {
+	memories, tombstones, auditLog, vectors, storeMeta string
+}
+
+// DefaultImportBatch is how many items Import copies and inserts per transaction.
+const DefaultImportBatch = 10000
+
+// New returns a Store over the tables of schema. It does not touch the database;
+// Migrate validates the schema name and creates the tables.
+func New(pool *pgxpool.Pool, schema string) *Store {
+	q := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
+	return &Store{
+		pool:   pool,
+		schema: schema,
+		t: tableNames{
+			memories:   q("memories"),
+			tombstones: q("tombstones"),
+			auditLog:   q("audit_log"),
+			vectors:    q("vectors"),
+			storeMeta:  q("store_meta"),
+		},
+		importBatch: DefaultImportBatch,
+	}
+}
+
+// Schema returns the store's schema name.
+func (s *Store) Schema() string { return s.schema }
+
+// Outcome says what Put did.
+type Outcome string
+
+// Put outcomes.
+const (
+	// Inserted: a new memory was stored.
+	Inserted Outcome = "inserted"
+	// Unchanged: the same memory was already stored; nothing was written.
+	Unchanged Outcome = "unchanged"
+	// Superseded: the item replaced the value of an existing memory (the same (scope,
+	// key) slot, or the same memory_id), whose previous value went to its history.
+	Superseded Outcome = "superseded"
+)
+
+// PutResult reports the outcome of Put and the ID of the stored memory, which is the
+// existing memory's ID when the outcome is Unchanged or Superseded.
+type PutResult struct {
+	MemoryID string
+	Outcome  Outcome
+}
+
+// memoryCols are the memories columns in the order scanItem reads them.
+const memoryCols = `memory_id, memory_type, scope, key, content, source, base_score, created_at, updated_at, expires_at, archived_at, history`
+
+// Put stores one memory. Missing memory_id and timestamps are filled in (see
+// memory.Item.SetDefaults), then the item is validated. Times are stored with
+// microsecond precision.
+//
+// Writes are idempotent:
+//   - without a key, the same content (see memory.Item.ContentHash) in the same scope
+//     is stored once; re-sending it returns the existing memory's ID as Unchanged;
+//   - with a key, a write to an occupied (scope, key) slot supersedes it in arrival
+//     order: the memory keeps its ID and created_at, takes the new content, type,
+//     source, score, updated_at, expires_at and archived_at, and the old value is
+//     appended to its history (the incoming item's own history is ignored then).
+//     Identical content (and type) leaves the slot Unchanged;
+//   - a key-less write reusing an existing memory_id with new content supersedes that
+//     memory the same way. A memory_id already used in another scope or slot is
+//     ErrConflict.
+//
+// An Unchanged write changes nothing at all: it does not refresh updated_at, nor
+// revive an archived or expired memory.
+//
+// Concurrent writers to one slot are serialised by row locks, so no superseded value
+// is lost. Put never touches the vectors table; re-embedding a superseded memory is
+// the vector index's job.
+func (s *Store) Put(ctx context.Context, item memory.Item) (PutResult, error) {
+	item.SetDefaults(time.Now())
+	normalizeTimes(&item)
+	if err := item.Validate(); err != nil {
+		return PutResult{}, fmt.Errorf("pgstore: put %q: %w", item.MemoryID, err)
+	}
+	hash, err := item.ContentHash()
+	if err != nil {
+		return PutResult{}, fmt.Errorf("pgstore: put %q: %w", item.MemoryID, err)
+	}
+	var res PutResult
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = s.put(ctx, tx, item, hash)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrConflict) {
+			return PutResult{}, fmt.Errorf("%w: %q", err, item.MemoryID)
+		}
+		return PutResult{}, fmt.Errorf("pgstore: put %q: %w", item.MemoryID, err)
+	}
+	return res, nil
+}
+
+// lockedRow is the current value of a memory, read FOR UPDATE.
+type lockedRow struct {
+	id, scope string
+	key       *string
+	content   []byte
+	hash      []byte
+	source    string
+	baseScore float64
+	updatedAt time.Time
+}
+
+func (s *Store) lockRow(ctx context.Context, tx pgx.Tx, where string, args ...any) (*lockedRow, error) {
+	var r lockedRow
+	err := tx.QueryRow(ctx, `SELECT memory_id, scope, key, content, content_hash, source, base_score, updated_at
+		FROM `+s.t.memories+` WHERE `+where+` FOR UPDATE`, args...).
+		Scan(&r.id, &r.scope, &r.key, &r.content, &r.hash, &r.source, &r.baseScore, &r.updatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// putAttempts bounds the retries after losing an insert race; one retry always
+// suffices (the winner's row is visible to the next statement), the rest is margin.
+const putAttempts = 4
+
+func (s *Store) put(ctx context.Context, tx pgx.Tx, it memory.Item, hash []byte) (PutResult, error) {
+	for range putAttempts {
+		var cur *lockedRow
+		var err error
+		if it.Key != "" {
+			cur, err = s.lockRow(ctx, tx, `scope = $1 AND key = $2`, it.Scope, it.Key)
+		} else {
+			cur, err = s.lockRow(ctx, tx, `scope = $1 AND key IS NULL AND content_hash = $2`, it.Scope, hash)
+			if err == nil && cur != nil {
+				return PutResult{MemoryID: cur.id, Outcome: Unchanged}, nil
+			}
+		}
+		if err != nil {
+			return PutResult{}, err
+		}
+		if cur == nil {
+			byID, err := s.lockRow(ctx, tx, `memory_id = $1`, it.MemoryID)
+			if err != nil {
+				return PutResult{}, err
+			}
+			if byID != nil {
+				if byID.scope != it.Scope || deref(byID.key) != it.Key {
+					return PutResult{}, ErrConflict
+				}
+				cur = byID
+			}
+		}
+		if cur != nil {
+			if bytes.Equal(cur.hash, hash) {
+				return PutResult{MemoryID: cur.id, Outcome: Unchanged}, nil
+			}
+			if err := s.supersede(ctx, tx, cur, it, hash); err != nil {
+				return PutResult{}, err
+			}
+			return PutResult{MemoryID: cur.id, Outcome: Superseded}, nil
+		}
+
+		history, err := historyJSON(it.History)
+		if err != nil {
+			return PutResult{}, err
+		}
+		var id string
+		err = tx.QueryRow(ctx, `INSERT INTO `+s.t.memories+` (`+memoryCols+`, content_hash)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+			ON CONFLICT DO NOTHING RETURNING memory_id`,
+			it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key), []byte(it.Content), it.Source,
+			it.BaseScore, it.CreatedAt, it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, history, hash).Scan(&id)
+		if err == nil {
+			return PutResult{MemoryID: id, Outcome: Inserted}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return PutResult{}, err
+		}
+		// A concurrent writer inserted the same slot, content or ID first: look again.
+	}
+	return PutResult{}, errors.New("concurrent writes to the same memory did not settle; retry")
+}
+
+func (s *Store) supersede(ctx context.Context, tx pgx.Tx, cur *lockedRow, it memory.Item, hash []byte) error {
+	rev, err := json.Marshal([]memory.Revision{{
+		Content:      json.RawMessage(cur.content),
+		Source:       cur.source,
+		BaseScore:    cur.baseScore,
+		UpdatedAt:    cur.updatedAt.UTC(),
+		SupersededAt: it.UpdatedAt,
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE `+s.t.memories+` SET
+			memory_type = $2, content = $3, content_hash = $4, source = $5, base_score = $6,
+			updated_at = $7, expires_at = $8, archived_at = $9, history = history || $10::jsonb
+		WHERE memory_id = $1`,
+		cur.id, string(it.MemoryType), []byte(it.Content), hash, it.Source, it.BaseScore,
+		it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, rev)
+	return err
+}
+
+// Get returns the memory with the given ID (without its embedding), or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (memory.Item, error) {
+	row := s.pool.QueryRow(ctx, `SELECT `+memoryCols+` FROM `+s.t.memories+` WHERE memory_id = $1`, id)
+	it, err := scanItem(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return memory.Item{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return memory.Item{}, fmt.Errorf("pgstore: get %q: %w", id, err)
+	}
+	return it, nil
+}
+
+// Count returns the number of memories in the store, archived ones included.
+func (s *Store) Count(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.t.memories).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: count: %w", err)
+	}
+	return n, nil
+}
+
+// scanItem reads memoryCols (and then extra destinations) from row.
+func scanItem(row pgx.Row, extra ...any) (memory.Item, error) {
+	var (
+		it               memory.Item
+		typ              string
+		key              *string
+		content, history []byte
+	)
+	dest := append([]any{&it.MemoryID, &typ, &it.Scope, &key, &content, &it.Source, &it.BaseScore,
+		&it.CreatedAt, &it.UpdatedAt, &it.ExpiresAt, &it.ArchivedAt, &history}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return memory.Item{}, err
+	}
+	it.MemoryType = memory.Type(typ)
+	it.Key = deref(key)
+	it.Content = json.RawMessage(content)
+	if len(history) > 0 && !bytes.Equal(history, []byte("[]")) {
+		if err := json.Unmarshal(history, &it.History); err != nil {
+			return memory.Item{}, fmt.Errorf("decoding history of %q: %w", it.MemoryID, err)
+		}
+		if len(it.History) == 0 {
+			it.History = nil
+		}
+	}
+	it.CreatedAt = it.CreatedAt.UTC()
+	it.UpdatedAt = it.UpdatedAt.UTC()
+	if it.ExpiresAt != nil {
+		t := it.ExpiresAt.UTC()
+		it.ExpiresAt = &t
+	}
+	if it.ArchivedAt != nil {
+		t := it.ArchivedAt.UTC()
+		it.ArchivedAt = &t
+	}
+	return it, nil
+}
+
+// normalizeTimes converts the item's times to UTC with microsecond precision, which
+// is what timestamptz keeps, so what Put stores is what Get returns. Pointers are
+// replaced, never written through.
+func normalizeTimes(it *memory.Item) {
+	n := func(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+	it.CreatedAt = n(it.CreatedAt)
+	it.UpdatedAt = n(it.UpdatedAt)
+	if it.ExpiresAt != nil {
+		t := n(*it.ExpiresAt)
+		it.ExpiresAt = &t
+	}
+	if it.ArchivedAt != nil {
+		t := n(*it.ArchivedAt)
+		it.ArchivedAt = &t
+	}
+	if len(it.History) > 0 {
+		h := make([]memory.Revision, len(it.History))
+		for i, r := range it.History {
+			r.UpdatedAt, r.SupersededAt = n(r.UpdatedAt), n(r.SupersededAt)
+			h[i] = r
+		}
+		it.History = h
+	}
+}
+
+func historyJSON(h []memory.Revision) ([]byte, error) {
+	if len(h) == 0 {
+		return []byte("[]"), nil
+	}
+	return json.Marshal(h)
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}

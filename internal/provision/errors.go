@@ -1,0 +1,112 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/minio/minio-go/v7"
+
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// Reason classifies a failure the way a MemoryStore condition reports it. The values
+// equal the API's condition reasons so the controller can pass them through.
+type Reason string
+
+const (
+	ReasonUnreachable          Reason = "Unreachable"
+	ReasonAuthenticationFailed Reason = "AuthenticationFailed"
+	ReasonPermissionDenied     Reason = "PermissionDenied"
+	ReasonDimensionMismatch    Reason = "DimensionMismatch"
+	ReasonMetricMismatch       Reason = "MetricMismatch"
+	ReasonTenantConflict       Reason = "TenantConflict"
+	ReasonBucketNotFound       Reason = "BucketNotFound"
+	ReasonEmbedderFailed       Reason = "EmbedderFailed"
+	ReasonBackendError         Reason = "BackendError"
+)
+
+// Error is a provisioning failure with its reason. Messages name the backend and the
+// object concerned, never credentials.
+type Error struct {
+	Reason Reason
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Permanent reports whether retrying cannot help until something changes (the spec, a
+// Secret or the backend's content), so the controller can back off instead of hammering.
+func (e *Error) Permanent() bool {
+	switch e.Reason {
+	case ReasonDimensionMismatch, ReasonMetricMismatch, ReasonTenantConflict:
+		return true
+	}
+	return false
+}
+
+// ReasonOf returns the reason of err, BackendError for unclassified errors.
+func ReasonOf(err error) Reason {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Reason
+	}
+	return ReasonBackendError
+}
+
+func fail(reason Reason, format string, args ...any) error {
+	return &Error{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// classify wraps err with the reason that best explains it; what names the backend for
+// the message ("PostgreSQL 10.0.0.5:5432").
+func classify(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	wrap := func(r Reason) error { return &Error{Reason: r, Err: fmt.Errorf("%s: %w", what, err)} }
+
+	if errors.Is(err, vector.ErrDimensionMismatch) {
+		return wrap(ReasonDimensionMismatch)
+	}
+	if errors.Is(err, vector.ErrMetricMismatch) {
+		return wrap(ReasonMetricMismatch)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "28P01" || pgErr.Code == "28000":
+			return wrap(ReasonAuthenticationFailed)
+		case pgErr.Code == "42501":
+			return wrap(ReasonPermissionDenied)
+		}
+		return wrap(ReasonBackendError)
+	}
+	var mErr minio.ErrorResponse
+	if errors.As(err, &mErr) {
+		switch mErr.Code {
+		case "InvalidAccessKeyId", "SignatureDoesNotMatch":
+			return wrap(ReasonAuthenticationFailed)
+		case "AccessDenied":
+			return wrap(ReasonPermissionDenied)
+		case "NoSuchBucket":
+			return wrap(ReasonBucketNotFound)
+		}
+		return wrap(ReasonBackendError)
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &netErr) || errors.As(err, &connectErr) || errors.Is(err, context.DeadlineExceeded) ||
+		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "no such host") {
+		return wrap(ReasonUnreachable)
+	}
+	return wrap(ReasonBackendError)
+}

@@ -1,0 +1,45 @@
+// Package provision creates, checks and removes a MemoryStore's resources in the shared
+// backends: its PostgreSQL schema and role, its vector collection and its object-storage
+// prefix. It knows nothing about Kubernetes; the controller resolves specs and Secrets
+// into the connection settings here and maps errors onto conditions by their Reason.
+package provision
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// tenantPattern mirrors the CRD's validation so direct callers get the same guarantee:
+// every identifier derived from a tenant is safe as a PostgreSQL, Milvus and S3 name.
+var tenantPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$`)
+
+// Names are the identifiers of one store's resources, all derived from its tenant.
+type Names struct {
+	Tenant string
+	// Schema holds the store's tables; Role is the agents' login limited to it.
+	Schema, Role string
+	// Collection is the Milvus collection (unused with PostgreSQL-embedded vectors).
+	Collection string
+	// Prefix is the store's object-storage prefix, ending in '/'.
+	Prefix string
+}
+
+// NamesFor derives a store's identifiers from its tenant and the backend's base prefix.
+func NamesFor(tenant, basePrefix string) (Names, error) {
+	if !tenantPattern.MatchString(tenant) {
+		return Names{}, fmt.Errorf("invalid tenant %q: want lowercase letters, digits and '-', starting with a letter, at most 40 characters", tenant)
+	}
+	ident := "mem_" + strings.ReplaceAll(tenant, "-", "_")
+	prefix := tenant + "/"
+	if p := strings.Trim(basePrefix, "/"); p != "" {
+		prefix = p + "/" + prefix
+	}
+	return Names{
+		Tenant:     tenant,
+		Schema:     ident,
+		Role:       ident + "_agent",
+		Collection: ident,
+		Prefix:     prefix,
+	}, nil
+}

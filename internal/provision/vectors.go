@@ -1,0 +1,93 @@
+package provision
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/milvus-io/milvus-sdk-go/v2/client"
+
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
+)
+
+// Vector engines, as recorded in status and in the connection Secret.
+const (
+	EngineMilvus   = "Milvus"
+	EnginePostgres = "Postgres"
+)
+
+// MilvusConn is how to reach a Milvus server.
+type MilvusConn struct {
+	Address  string
+	Username string
+	Password string
+}
+
+// VectorResult reports the index a store uses.
+type VectorResult struct {
+	Engine string
+	// Collection is the Milvus collection, or the PostgreSQL table holding vectors.
+	Collection string
+	// Created is true when this call made the collection.
+	Created bool
+}
+
+// ConnectMilvus opens a Milvus client, bounded by connectTimeout.
+func ConnectMilvus(ctx context.Context, m MilvusConn) (client.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	c, err := client.NewClient(ctx, client.Config{Address: m.Address, Username: m.Username, Password: m.Password})
+	if err != nil {
+		return nil, classify("Milvus "+m.Address, err)
+	}
+	return c, nil
+}
+
+// EnsureVectors makes sure the store's vector index exists with the declared shape:
+// a Milvus collection when m is set, else the PostgreSQL-embedded table in the store's
+// schema. An existing index of another dimension is reported (DimensionMismatch) and
+// left untouched.
+func EnsureVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Names, spec vector.Spec) (VectorResult, error) {
+	if err := spec.Validate(); err != nil {
+		return VectorResult{}, fail(ReasonBackendError, "vector spec: %v", err)
+	}
+	if m != nil {
+		c, err := ConnectMilvus(ctx, *m)
+		if err != nil {
+			return VectorResult{}, err
+		}
+		defer c.Close()
+		created, err := milvus.EnsureCollection(ctx, c, names.Collection, spec)
+		if err != nil {
+			return VectorResult{}, classify(fmt.Sprintf("Milvus %s: collection %s", m.Address, names.Collection), err)
+		}
+		return VectorResult{Engine: EngineMilvus, Collection: names.Collection, Created: created}, nil
+	}
+	pool, err := OpenPool(ctx, pg)
+	if err != nil {
+		return VectorResult{}, err
+	}
+	defer pool.Close()
+	if err := pgindex.Ensure(ctx, pool, names.Schema, spec); err != nil {
+		return VectorResult{}, classify(fmt.Sprintf("PostgreSQL %s: vectors in schema %s", pg.Endpoint(), names.Schema), err)
+	}
+	return VectorResult{Engine: EnginePostgres, Collection: names.Schema + ".vectors"}, nil
+}
+
+// DeleteVectors drops the store's Milvus collection. PostgreSQL-embedded vectors go
+// with the schema (DeletePostgres).
+func DeleteVectors(ctx context.Context, m *MilvusConn, names Names) error {
+	if m == nil {
+		return nil
+	}
+	c, err := ConnectMilvus(ctx, *m)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := milvus.DropCollection(ctx, c, names.Collection); err != nil {
+		return classify(fmt.Sprintf("Milvus %s: dropping collection %s", m.Address, names.Collection), err)
+	}
+	return nil
+}

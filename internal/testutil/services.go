@@ -1,0 +1,81 @@
+// Package testutil finds the real services that integration tests run against.
+// hack/services.sh starts them (PostgreSQL, MinIO, Milvus Lite) and exports their
+// addresses as MEMORY_TEST_* variables; `make test` does this for you.
+package testutil
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+)
+
+// requireEnv returns the variable's value. When it is unset the test fails under CI
+// (a missing service there is a broken harness, never a pass) and is skipped elsewhere.
+func requireEnv(t testing.TB, name, service string) string {
+	t.Helper()
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	msg := service + " is not available: " + name + " is unset (run tests via `make test`, or `hack/services.sh start` and source bin/run/env.sh)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// PostgresDSN is a superuser DSN for the throwaway PostgreSQL cluster.
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	return requireEnv(t, "MEMORY_TEST_PG_DSN", "PostgreSQL")
+}
+
+// Postgres holds the parts of the superuser connection, for code that takes them apart
+// (the operator reads host, port and credentials from a Secret).
+type Postgres struct {
+	Host, Port, User, Password string
+}
+
+// PostgresParts returns the superuser connection settings.
+func PostgresParts(t testing.TB) Postgres {
+	t.Helper()
+	PostgresDSN(t)
+	return Postgres{
+		Host:     os.Getenv("MEMORY_TEST_PG_HOST"),
+		Port:     os.Getenv("MEMORY_TEST_PG_PORT"),
+		User:     os.Getenv("MEMORY_TEST_PG_USER"),
+		Password: os.Getenv("MEMORY_TEST_PG_PASSWORD"),
+	}
+}
+
+// MilvusAddr is host:port of the Milvus Lite gRPC server.
+func MilvusAddr(t testing.TB) string {
+	t.Helper()
+	return requireEnv(t, "MEMORY_TEST_MILVUS_ADDR", "Milvus Lite")
+}
+
+// S3 holds the MinIO endpoint and its root credentials.
+type S3 struct {
+	Endpoint, AccessKey, SecretKey string
+}
+
+// S3Config returns the MinIO server's endpoint (host:port, plain HTTP) and credentials.
+func S3Config(t testing.TB) S3 {
+	t.Helper()
+	return S3{
+		Endpoint:  requireEnv(t, "MEMORY_TEST_S3_ENDPOINT", "MinIO"),
+		AccessKey: os.Getenv("MEMORY_TEST_S3_ACCESS_KEY"),
+		SecretKey: os.Getenv("MEMORY_TEST_S3_SECRET_KEY"),
+	}
+}
+
+// UniqueName returns prefix followed by random lowercase hex, for schemas, collections
+// and buckets that must not collide between tests sharing one service.
+func UniqueName(prefix string) string {
+	b := make([]byte, 5)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return prefix + hex.EncodeToString(b)
+}

@@ -1,0 +1,380 @@
+// Package milvus implements vector.Index on a Milvus collection (milvus-sdk-go/v2),
+// one collection per memory store.
+//
+// Collection layout (see EnsureCollection):
+//
+//	memory_id   VarChar(128), primary key, not auto-id
+//	scope       VarChar(256)
+//	memory_type VarChar(16)
+//	embedding   FloatVector(dim), HNSW index (M=16, efConstruction=200) with the spec's metric
+//
+// The collection is created with Strong consistency and every search asks for Strong
+// consistency, so a vector written by any process is visible to the next search.
+//
+// Writes use the SDK's Upsert (Milvus Lite 3.x supports it; plain Insert would keep
+// duplicate primary keys on a real Milvus). Search scores follow vector.Hit: Milvus
+// reports squared Euclidean distance for L2, which this package turns into the negated
+// Euclidean distance; COSINE and IP scores are passed through.
+package milvus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/milvus-io/milvus-sdk-go/v2/client"
+	"github.com/milvus-io/milvus-sdk-go/v2/entity"
+
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// Field names of a memory collection.
+const (
+	FieldID        = "memory_id"
+	FieldScope     = "scope"
+	FieldType      = "memory_type"
+	FieldEmbedding = "embedding"
+)
+
+const (
+	hnswM              = 16
+	hnswEfConstruction = 200
+	minSearchEf        = 64
+	// maxRequestBytes bounds the vector payload of one Upsert request, well below
+	// the gRPC message limits of Milvus.
+	maxRequestBytes = 8 << 20
+	// maxExprIDs bounds the number of IDs in one delete expression.
+	maxExprIDs = 1000
+)
+
+// Index is a vector.Index on one Milvus collection. It is safe for concurrent use
+// (the SDK client is).
+type Index struct {
+	c          client.Client
+	collection string
+	spec       vector.Spec
+}
+
+var _ vector.Index = (*Index)(nil)
+
+// New returns an index on an existing collection (see EnsureCollection). It does not
+// talk to Milvus.
+func New(c client.Client, collection string, spec vector.Spec) *Index {
+	return &Index{c: c, collection: collection, spec: spec}
+}
+
+// Connect dials a Milvus server (host:port).
+func Connect(ctx context.Context, addr string) (client.Client, error) {
+	c, err := client.NewClient(ctx, client.Config{Address: addr})
+	if err != nil {
+		return nil, fmt.Errorf("connect to milvus at %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// Spec reports the index's dimension and metric.
+func (ix *Index) Spec() vector.Spec { return ix.spec }
+
+// Collection is the name of the collection the index writes to.
+func (ix *Index) Collection() string { return ix.collection }
+
+// Upsert writes entries by primary key. Entries are validated first (so a bad entry
+// writes nothing), then sent in requests of at most ~8 MiB of vectors; a failure in a
+// later request leaves the earlier ones written (the write is idempotent, retry it).
+func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
+	if err := vector.ValidateEntries(ix.spec, entries); err != nil {
+		return fmt.Errorf("milvus upsert into %s: %w", ix.collection, err)
+	}
+	per := max(1, maxRequestBytes/(4*ix.spec.Dimension))
+	for start := 0; start < len(entries); start += per {
+		chunk := entries[start:min(start+per, len(entries))]
+		ids := make([]string, len(chunk))
+		scopes := make([]string, len(chunk))
+		types := make([]string, len(chunk))
+		vecs := make([][]float32, len(chunk))
+		for i, e := range chunk {
+			ids[i], scopes[i], types[i] = e.ID, e.Scope, e.Type
+			vecs[i] = vector.Prepare(ix.spec.Metric, e.Vector)
+		}
+		_, err := ix.c.Upsert(ctx, ix.collection, "",
+			entity.NewColumnVarChar(FieldID, ids),
+			entity.NewColumnVarChar(FieldScope, scopes),
+			entity.NewColumnVarChar(FieldType, types),
+			entity.NewColumnFloatVector(FieldEmbedding, ix.spec.Dimension, vecs),
+		)
+		if err != nil {
+			return fmt.Errorf("milvus upsert into %s: %w", ix.collection, err)
+		}
+	}
+	return nil
+}
+
+// Delete removes entries by ID; missing IDs are ignored.
+func (ix *Index) Delete(ctx context.Context, ids []string) error {
+	for _, id := range ids {
+		if err := vector.ValidateID(id); err != nil {
+			return fmt.Errorf("milvus delete from %s: %w", ix.collection, err)
+		}
+	}
+	for start := 0; start < len(ids); start += maxExprIDs {
+		expr := FieldID + " in " + stringList(ids[start:min(start+maxExprIDs, len(ids))])
+		if err := ix.c.Delete(ctx, ix.collection, "", expr); err != nil {
+			return fmt.Errorf("milvus delete from %s: %w", ix.collection, err)
+		}
+	}
+	return nil
+}
+
+// DeleteScope removes every entry of the scope.
+func (ix *Index) DeleteScope(ctx context.Context, scope string) error {
+	expr, err := ScopeFilter(scope, nil)
+	if err != nil {
+		return fmt.Errorf("milvus delete scope from %s: %w", ix.collection, err)
+	}
+	if err := ix.c.Delete(ctx, ix.collection, "", expr); err != nil {
+		return fmt.Errorf("milvus delete scope %s from %s: %w", scope, ix.collection, err)
+	}
+	return nil
+}
+
+// Search returns the K entries of q.Scope (and q.Types) nearest to q.Vector, best first.
+func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, error) {
+	if err := vector.ValidateQuery(ix.spec, q); err != nil {
+		return nil, fmt.Errorf("milvus search in %s: %w", ix.collection, err)
+	}
+	expr, err := ScopeFilter(q.Scope, q.Types)
+	if err != nil {
+		return nil, fmt.Errorf("milvus search in %s: %w", ix.collection, err)
+	}
+	sp, err := entity.NewIndexHNSWSearchParam(max(minSearchEf, q.K))
+	if err != nil {
+		return nil, err
+	}
+	res, err := ix.c.Search(ctx, ix.collection, nil, expr, nil,
+		[]entity.Vector{entity.FloatVector(vector.Prepare(ix.spec.Metric, q.Vector))},
+		FieldEmbedding, entity.MetricType(ix.spec.Metric), q.K, sp,
+		client.WithSearchQueryConsistencyLevel(entity.ClStrong))
+	if err != nil {
+		return nil, fmt.Errorf("milvus search in %s: %w", ix.collection, err)
+	}
+	if len(res) == 0 {
+		return []vector.Hit{}, nil
+	}
+	r := res[0]
+	if r.Err != nil {
+		return nil, fmt.Errorf("milvus search in %s: %w", ix.collection, r.Err)
+	}
+	hits := make([]vector.Hit, 0, r.ResultCount)
+	for i := 0; i < r.ResultCount; i++ {
+		id, err := r.IDs.GetAsString(i)
+		if err != nil {
+			return nil, fmt.Errorf("milvus search in %s: read id: %w", ix.collection, err)
+		}
+		hits = append(hits, vector.Hit{ID: id, Score: ix.score(r.Scores[i])})
+	}
+	return hits, nil
+}
+
+// score converts a Milvus score to a vector.Hit score: Milvus reports the squared
+// Euclidean distance for L2.
+func (ix *Index) score(s float32) float32 {
+	if ix.spec.Metric == vector.L2 {
+		if s <= 0 {
+			return 0 // not -0
+		}
+		return float32(-math.Sqrt(float64(s)))
+	}
+	return s
+}
+
+// ScopeFilter builds the boolean expression every search and scope delete is filtered
+// by: scope == "<scope>", and memory_type in [...] when types are given. The scope and
+// types are validated against the restricted character sets of package vector (no
+// quotes, backslashes or spaces), so they cannot break out of the string literals.
+func ScopeFilter(scope string, types []string) (string, error) {
+	if err := vector.ValidateScope(scope); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString(FieldScope + " == ")
+	b.WriteString(strconv.Quote(scope))
+	if len(types) > 0 {
+		for _, t := range types {
+			if err := vector.ValidateType(t); err != nil {
+				return "", err
+			}
+		}
+		b.WriteString(" && " + FieldType + " in ")
+		b.WriteString(stringList(types))
+	}
+	return b.String(), nil
+}
+
+// stringList renders already validated strings as a Milvus list literal.
+func stringList(ss []string) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, s := range ss {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Quote(s))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// ValidCollectionName checks Milvus's collection name rules: 1..255 characters, the
+// first a letter or underscore, the rest letters, digits or underscores.
+func ValidCollectionName(name string) error {
+	if name == "" {
+		return errors.New("milvus collection name is empty")
+	}
+	if len(name) > 255 {
+		return fmt.Errorf("milvus collection name %q is %d characters, longer than 255", name, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_'
+		if i == 0 && !letter {
+			return fmt.Errorf("milvus collection name %q must start with a letter or an underscore", name)
+		}
+		if !letter && !(c >= '0' && c <= '9') {
+			return fmt.Errorf("milvus collection name %q contains %q: only letters, digits and underscores are allowed", name, c)
+		}
+	}
+	return nil
+}
+
+// EnsureCollection creates the collection for spec, with its index, and loads it.
+// When the collection already exists it is checked, never altered or dropped: a
+// vector field of another dimension gives a wrapped vector.ErrDimensionMismatch, an
+// index with another metric a wrapped vector.ErrMetricMismatch, other schema
+// differences a plain error. A missing index (a crash between create and index) is
+// created. created reports whether this call created the collection.
+func EnsureCollection(ctx context.Context, c client.Client, name string, spec vector.Spec) (created bool, err error) {
+	if err := ValidCollectionName(name); err != nil {
+		return false, err
+	}
+	if err := spec.Validate(); err != nil {
+		return false, err
+	}
+	has, err := c.HasCollection(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("milvus: check collection %s: %w", name, err)
+	}
+	if !has {
+		err := c.CreateCollection(ctx, collectionSchema(name, spec), 1, client.WithConsistencyLevel(entity.ClStrong))
+		switch {
+		case err == nil:
+			created = true
+		case strings.Contains(err.Error(), "already exist"):
+			// Created concurrently: check it like any existing collection.
+		default:
+			return false, fmt.Errorf("milvus: create collection %s: %w", name, err)
+		}
+	}
+	if !created {
+		if err := checkSchema(ctx, c, name, spec); err != nil {
+			return false, err
+		}
+	}
+	if err := ensureIndex(ctx, c, name, spec); err != nil {
+		return created, err
+	}
+	if err := c.LoadCollection(ctx, name, false); err != nil {
+		return created, fmt.Errorf("milvus: load collection %s: %w", name, err)
+	}
+	return created, nil
+}
+
+func collectionSchema(name string, spec vector.Spec) *entity.Schema {
+	return entity.NewSchema().WithName(name).WithAutoID(false).
+		WithDescription("memory-operator vectors").
+		WithField(entity.NewField().WithName(FieldID).WithDataType(entity.FieldTypeVarChar).
+			WithIsPrimaryKey(true).WithIsAutoID(false).WithMaxLength(vector.MaxIDLen)).
+		WithField(entity.NewField().WithName(FieldScope).WithDataType(entity.FieldTypeVarChar).WithMaxLength(vector.MaxScopeLen)).
+		WithField(entity.NewField().WithName(FieldType).WithDataType(entity.FieldTypeVarChar).WithMaxLength(vector.MaxTypeLen)).
+		WithField(entity.NewField().WithName(FieldEmbedding).WithDataType(entity.FieldTypeFloatVector).WithDim(int64(spec.Dimension)))
+}
+
+// checkSchema compares an existing collection with the layout this package writes.
+func checkSchema(ctx context.Context, c client.Client, name string, spec vector.Spec) error {
+	coll, err := c.DescribeCollection(ctx, name)
+	if err != nil {
+		return fmt.Errorf("milvus: describe collection %s: %w", name, err)
+	}
+	fields := map[string]*entity.Field{}
+	for _, f := range coll.Schema.Fields {
+		fields[f.Name] = f
+	}
+	emb := fields[FieldEmbedding]
+	if emb == nil || emb.DataType != entity.FieldTypeFloatVector {
+		return fmt.Errorf("milvus: collection %s exists but has no float vector field %q; it was not created by memory-operator", name, FieldEmbedding)
+	}
+	dim, err := strconv.Atoi(emb.TypeParams[entity.TypeParamDim])
+	if err != nil {
+		return fmt.Errorf("milvus: collection %s: cannot read the dimension of %q (%q)", name, FieldEmbedding, emb.TypeParams[entity.TypeParamDim])
+	}
+	if dim != spec.Dimension {
+		return vector.DimensionError("milvus collection "+name, spec.Dimension, dim)
+	}
+	if f := fields[FieldID]; f == nil || !f.PrimaryKey || f.DataType != entity.FieldTypeVarChar || f.AutoID {
+		return fmt.Errorf("milvus: collection %s exists but %q is not a VarChar primary key without auto-id", name, FieldID)
+	}
+	for _, n := range []string{FieldScope, FieldType} {
+		if f := fields[n]; f == nil || f.DataType != entity.FieldTypeVarChar {
+			return fmt.Errorf("milvus: collection %s exists but has no VarChar field %q", name, n)
+		}
+	}
+	return nil
+}
+
+// ensureIndex creates the vector index unless one exists; an existing index must use
+// the spec's metric.
+func ensureIndex(ctx context.Context, c client.Client, name string, spec vector.Spec) error {
+	idxs, descErr := c.DescribeIndex(ctx, name, FieldEmbedding)
+	if descErr == nil && len(idxs) > 0 {
+		for _, idx := range idxs {
+			got := idx.Params()["metric_type"]
+			if got != "" && !strings.EqualFold(got, string(spec.Metric)) {
+				return fmt.Errorf("%w: milvus collection %s is indexed with metric %s, expected %s",
+					vector.ErrMetricMismatch, name, strings.ToUpper(got), spec.Metric)
+			}
+		}
+		return nil
+	}
+	// No index, or an error that (depending on the server) means "no index".
+	idx, err := entity.NewIndexHNSW(entity.MetricType(spec.Metric), hnswM, hnswEfConstruction)
+	if err != nil {
+		return err
+	}
+	if err := c.CreateIndex(ctx, name, FieldEmbedding, idx, false); err != nil {
+		if descErr != nil {
+			return fmt.Errorf("milvus: collection %s: describe index: %v; create index: %w", name, descErr, err)
+		}
+		return fmt.Errorf("milvus: collection %s: create index: %w", name, err)
+	}
+	return nil
+}
+
+// DropCollection drops the collection; a missing collection is not an error.
+func DropCollection(ctx context.Context, c client.Client, name string) error {
+	if err := ValidCollectionName(name); err != nil {
+		return err
+	}
+	has, err := c.HasCollection(ctx, name)
+	if err != nil {
+		return fmt.Errorf("milvus: check collection %s: %w", name, err)
+	}
+	if !has {
+		return nil
+	}
+	if err := c.DropCollection(ctx, name); err != nil {
+		return fmt.Errorf("milvus: drop collection %s: %w", name, err)
+	}
+	return nil
+}

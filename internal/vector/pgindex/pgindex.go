@@ -1,0 +1,274 @@
+// Package pgindex implements vector.Index inside the store's PostgreSQL schema, with
+// plain SQL and no extension: the embedded default for stores without Milvus.
+//
+// It uses two tables the store's migrations create:
+//
+//	vectors(memory_id text primary key, scope text not null, memory_type text not null,
+//	        embedding real[] not null)   -- indexed on (scope, memory_type)
+//	store_meta(key text primary key, value text not null)
+//
+// Search narrows to one scope (and optionally types) through the (scope, memory_type)
+// index and ranks the candidates in SQL, so cost grows with the size of a scope, not
+// of the store. That is the trade-off of the embedded mode: a scope with very many
+// memories wants Milvus.
+package pgindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// Keys in store_meta.
+const (
+	MetaDimension = "vector.dimension"
+	MetaMetric    = "vector.metric"
+)
+
+// insufficientPrivilege is SQLSTATE 42501.
+const insufficientPrivilege = "42501"
+
+const (
+	// rowsPerInsert is the number of rows of one multi-row INSERT (4 parameters each).
+	rowsPerInsert = 500
+	// copyThreshold is the batch size from which Upsert goes through COPY into a
+	// temporary table instead of multi-row INSERTs.
+	copyThreshold = 1000
+)
+
+// Ensure records the index spec in the schema's store_meta on the first call and
+// checks it on later calls: another dimension gives a wrapped
+// vector.ErrDimensionMismatch, another metric a wrapped vector.ErrMetricMismatch, and
+// nothing is changed. On the first call it also refuses a vectors table that already
+// holds vectors of another dimension.
+func Ensure(ctx context.Context, pool *pgxpool.Pool, schema string, spec vector.Spec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	meta := pgx.Identifier{schema, "store_meta"}.Sanitize()
+	vectors := pgx.Identifier{schema, "vectors"}.Sanitize()
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO `+meta+` (key, value) VALUES ($1, $2), ($3, $4) ON CONFLICT (key) DO NOTHING`,
+			MetaDimension, strconv.Itoa(spec.Dimension), MetaMetric, string(spec.Metric))
+		if err != nil {
+			return fmt.Errorf("record vector spec in %s: %w", meta, err)
+		}
+		var dimText, metricText string
+		err = tx.QueryRow(ctx, `SELECT
+			(SELECT value FROM `+meta+` WHERE key = $1),
+			(SELECT value FROM `+meta+` WHERE key = $2)`, MetaDimension, MetaMetric).Scan(&dimText, &metricText)
+		if err != nil {
+			return fmt.Errorf("read vector spec from %s: %w", meta, err)
+		}
+		dim, err := strconv.Atoi(dimText)
+		if err != nil {
+			return fmt.Errorf("%s: %s is %q, not a number", meta, MetaDimension, dimText)
+		}
+		if dim != spec.Dimension {
+			return vector.DimensionError("vector store "+schema, spec.Dimension, dim)
+		}
+		if !strings.EqualFold(metricText, string(spec.Metric)) {
+			return fmt.Errorf("%w: vector store %s uses metric %s, expected %s", vector.ErrMetricMismatch, schema, metricText, spec.Metric)
+		}
+		if tag.RowsAffected() > 0 {
+			// The spec was just recorded: vectors written before must agree with it.
+			var other int
+			err := tx.QueryRow(ctx, `SELECT cardinality(embedding) FROM `+vectors+` WHERE cardinality(embedding) <> $1 LIMIT 1`, spec.Dimension).Scan(&other)
+			switch {
+			case err == nil:
+				return vector.DimensionError("vectors in store "+schema, spec.Dimension, other)
+			case !errors.Is(err, pgx.ErrNoRows):
+				return fmt.Errorf("check existing vectors in %s: %w", vectors, err)
+			}
+		}
+		return nil
+	})
+}
+
+// Index is a vector.Index on the vectors table of one schema. It is safe for
+// concurrent use.
+type Index struct {
+	pool   *pgxpool.Pool
+	schema string
+	table  string // sanitized, schema-qualified
+	spec   vector.Spec
+}
+
+var _ vector.Index = (*Index)(nil)
+
+// New returns an index on schema's vectors table (see Ensure). It does not query.
+func New(pool *pgxpool.Pool, schema string, spec vector.Spec) *Index {
+	return &Index{pool: pool, schema: schema, table: pgx.Identifier{schema, "vectors"}.Sanitize(), spec: spec}
+}
+
+// Spec reports the index's dimension and metric.
+func (ix *Index) Spec() vector.Spec { return ix.spec }
+
+// Schema is the PostgreSQL schema the index lives in.
+func (ix *Index) Schema() string { return ix.schema }
+
+// Upsert writes entries by memory_id in one transaction: all or nothing. Batches of
+// fewer than 1000 entries use multi-row INSERT ... ON CONFLICT DO UPDATE, larger ones
+// COPY into a temporary table first (or INSERTs too when the role may not create
+// temporary tables). Rows that already hold the same values are not rewritten.
+func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
+	if err := vector.ValidateEntries(ix.spec, entries); err != nil {
+		return fmt.Errorf("upsert vectors into %s: %w", ix.table, err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error {
+		if len(entries) >= copyThreshold {
+			done, err := ix.upsertCopy(ctx, tx, entries)
+			if done || err != nil {
+				return err
+			}
+		}
+		return ix.upsertInsert(ctx, tx, entries)
+	})
+	if err != nil {
+		return fmt.Errorf("upsert vectors into %s: %w", ix.table, err)
+	}
+	return nil
+}
+
+const onConflict = ` ON CONFLICT (memory_id) DO UPDATE
+	SET scope = EXCLUDED.scope, memory_type = EXCLUDED.memory_type, embedding = EXCLUDED.embedding
+	WHERE (v.scope, v.memory_type, v.embedding) IS DISTINCT FROM (EXCLUDED.scope, EXCLUDED.memory_type, EXCLUDED.embedding)`
+
+func (ix *Index) upsertInsert(ctx context.Context, tx pgx.Tx, entries []vector.Entry) error {
+	for start := 0; start < len(entries); start += rowsPerInsert {
+		chunk := entries[start:min(start+rowsPerInsert, len(entries))]
+		var sql strings.Builder
+		sql.WriteString(`INSERT INTO ` + ix.table + ` AS v (memory_id, scope, memory_type, embedding) VALUES `)
+		args := make([]any, 0, 4*len(chunk))
+		for i, e := range chunk {
+			if i > 0 {
+				sql.WriteByte(',')
+			}
+			n := 4 * i
+			fmt.Fprintf(&sql, "($%d, $%d, $%d, $%d::real[])", n+1, n+2, n+3, n+4)
+			args = append(args, e.ID, e.Scope, e.Type, vector.Prepare(ix.spec.Metric, e.Vector))
+		}
+		sql.WriteString(onConflict)
+		if _, err := tx.Exec(ctx, sql.String(), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upsertCopy writes entries through COPY into a temporary table. It reports
+// done=false, having changed nothing, when the role may not create temporary tables
+// (a database hardened with REVOKE TEMPORARY), so the caller falls back to INSERTs.
+func (ix *Index) upsertCopy(ctx context.Context, tx pgx.Tx, entries []vector.Entry) (done bool, err error) {
+	const tmp = "memory_operator_vectors_upsert"
+	sp, err := tx.Begin(ctx) // savepoint: a refused CREATE must not abort tx
+	if err != nil {
+		return false, err
+	}
+	_, err = sp.Exec(ctx, `CREATE TEMPORARY TABLE `+tmp+` (memory_id text NOT NULL, scope text NOT NULL, memory_type text NOT NULL, embedding real[] NOT NULL) ON COMMIT DROP`)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == insufficientPrivilege {
+		return false, sp.Rollback(ctx)
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := sp.Commit(ctx); err != nil { // releases the savepoint
+		return false, err
+	}
+	rows := pgx.CopyFromSlice(len(entries), func(i int) ([]any, error) {
+		e := entries[i]
+		return []any{e.ID, e.Scope, e.Type, vector.Prepare(ix.spec.Metric, e.Vector)}, nil
+	})
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{tmp}, []string{"memory_id", "scope", "memory_type", "embedding"}, rows); err != nil {
+		return false, err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO `+ix.table+` AS v (memory_id, scope, memory_type, embedding)
+		SELECT memory_id, scope, memory_type, embedding FROM `+tmp+onConflict)
+	return err == nil, err
+}
+
+// Delete removes entries by memory_id; missing IDs are ignored.
+func (ix *Index) Delete(ctx context.Context, ids []string) error {
+	for _, id := range ids {
+		if err := vector.ValidateID(id); err != nil {
+			return fmt.Errorf("delete vectors from %s: %w", ix.table, err)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := ix.pool.Exec(ctx, `DELETE FROM `+ix.table+` WHERE memory_id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("delete vectors from %s: %w", ix.table, err)
+	}
+	return nil
+}
+
+// DeleteScope removes every entry of the scope.
+func (ix *Index) DeleteScope(ctx context.Context, scope string) error {
+	if err := vector.ValidateScope(scope); err != nil {
+		return fmt.Errorf("delete scope from %s: %w", ix.table, err)
+	}
+	if _, err := ix.pool.Exec(ctx, `DELETE FROM `+ix.table+` WHERE scope = $1`, scope); err != nil {
+		return fmt.Errorf("delete scope %s from %s: %w", scope, ix.table, err)
+	}
+	return nil
+}
+
+// scoreExpr is the per-row score over the pairs u(a, b) of stored and query
+// components, in double precision: the dot product for COSINE (both sides
+// normalised) and IP, the negated Euclidean distance for L2.
+func scoreExpr(m vector.Metric) string {
+	if m == vector.L2 {
+		return `-sqrt(sum((u.a::float8 - u.b::float8) ^ 2))`
+	}
+	return `sum(u.a::float8 * u.b::float8)`
+}
+
+// Search returns the K entries of q.Scope (and q.Types) with the highest score,
+// best first; ties are ordered by memory_id.
+func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, error) {
+	if err := vector.ValidateQuery(ix.spec, q); err != nil {
+		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+	}
+	args := []any{q.Scope, vector.Prepare(ix.spec.Metric, q.Vector), q.K, ix.spec.Dimension}
+	typeFilter := ""
+	if len(q.Types) > 0 {
+		typeFilter = ` AND v.memory_type = ANY($5::text[])`
+		args = append(args, q.Types)
+	}
+	sql := `SELECT memory_id, score FROM (
+		SELECT v.memory_id, (SELECT ` + scoreExpr(ix.spec.Metric) + ` FROM unnest(v.embedding, $2::real[]) AS u(a, b)) AS score
+		FROM ` + ix.table + ` v
+		WHERE v.scope = $1` + typeFilter + ` AND cardinality(v.embedding) = $4
+	) s ORDER BY score DESC, memory_id LIMIT $3`
+	rows, err := ix.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+	}
+	hits, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (vector.Hit, error) {
+		var h vector.Hit
+		var score float64
+		err := r.Scan(&h.ID, &score)
+		if score == 0 {
+			score = 0 // -0 from a negated zero distance
+		}
+		h.Score = float32(score)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+	}
+	return hits, nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"flag"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/controllers"
+)
+
+// newScheme registers the kinds the manager works with.
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(memoryv1alpha1.AddToScheme(scheme))
+	return scheme
+}
+
+// runManager starts the controllers and blocks until the process is signalled.
+func runManager(args []string) int {
+	var metricsAddr, probeAddr, operatorNS string
+	var leaderElect bool
+	fs := flag.CommandLine // carries controller-runtime's --kubeconfig flag
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
+	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
+	fs.StringVar(&operatorNS, "operator-namespace", envOr("POD_NAMESPACE", "memory-operator-system"),
+		"Namespace holding the Secrets of ClusterMemoryBackends (defaults to $POD_NAMESPACE).")
+	opts := zap.Options{}
+	opts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := newScheme()
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       "memory-operator.memory.amemory.io",
+		Client: client.Options{
+			// Secrets are read straight from the API server and never cached, so the
+			// operator holds no credentials in memory beyond a reconcile.
+			Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}},
+		},
+	})
+	if err != nil {
+		log.Error(err, "Unable to create the manager")
+		return 1
+	}
+	if err := (&controllers.MemoryStoreReconciler{
+		Client:            mgr.GetClient(),
+		APIReader:         mgr.GetAPIReader(),
+		Scheme:            mgr.GetScheme(),
+		Recorder:          mgr.GetEventRecorder("memory-operator"),
+		OperatorNamespace: operatorNS,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up the controller", "controller", "MemoryStore")
+		return 1
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "Unable to set up the health check")
+		return 1
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "Unable to set up the ready check")
+		return 1
+	}
+	log.Info("Starting manager", "version", version, "operatorNamespace", operatorNS)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "Manager exited with an error")
+		return 1
+	}
+	return 0
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
