@@ -168,19 +168,26 @@ func pgAdmin(t *testing.T) *pgx.Conn {
 
 func schemaExists(t *testing.T, schema string) bool {
 	t.Helper()
-	var ok bool
-	if err := pgAdmin(t).QueryRow(context.Background(),
-		`SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&ok); err != nil {
-		t.Fatal(err)
-	}
-	return ok
+	return adminBool(t, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema)
 }
 
 func roleExists(t *testing.T, role string) bool {
 	t.Helper()
+	return adminBool(t, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, role)
+}
+
+// adminBool runs a boolean query on a connection of its own, closed at once, so that
+// polling it does not pile up connections.
+func adminBool(t *testing.T, query string, args ...any) bool {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testutil.PostgresDSN(t))
+	if err != nil {
+		t.Fatalf("connecting to PostgreSQL: %v", err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
 	var ok bool
-	if err := pgAdmin(t).QueryRow(context.Background(),
-		`SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, role).Scan(&ok); err != nil {
+	if err := conn.QueryRow(ctx, query, args...).Scan(&ok); err != nil {
 		t.Fatal(err)
 	}
 	return ok

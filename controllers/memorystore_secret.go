@@ -91,7 +91,7 @@ func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, stor
 		keyUsername:       agent.User,
 		keyPassword:       agent.Password,
 		keySSLMode:        agent.SSLMode,
-		keyURI:            agent.URL(url.Values{"search_path": {info.names.Schema}}),
+		keyURI:            agent.URL(url.Values{"options": {"-c search_path=" + info.names.Schema}}),
 		keyVectorEngine:   info.engine,
 		keyDimension:      strconv.Itoa(int(store.Spec.Vector.Dimension)),
 		keyMetric:         string(store.MetricOrDefault()),

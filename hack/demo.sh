@@ -37,7 +37,7 @@ source "$RUN_DIR/env.sh"
 say "Starting a local control plane (etcd + kube-apiserver) with the CRDs installed"
 rm -f "$KUBECONFIG"
 go build -o "$DEMO_DIR/localcluster" ./hack/localcluster
-"$DEMO_DIR/localcluster" --kubeconfig "$KUBECONFIG" >"$DEMO_DIR/localcluster.log" 2>&1 &
+"$DEMO_DIR/localcluster" --write-kubeconfig "$KUBECONFIG" >"$DEMO_DIR/localcluster.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 120); do [[ -s $KUBECONFIG ]] && break; sleep 0.5; done
 [[ -s $KUBECONFIG ]] || { cat "$DEMO_DIR/localcluster.log" >&2; exit 1; }

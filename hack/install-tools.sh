@@ -71,9 +71,23 @@ install_milvus_lite() {
 	stamp milvus-lite "$v"
 }
 
+# PostgreSQL 15's server binaries come from Debian's packages; machines of this kind have
+# them installed, but a bare one gets them here (as root).
+ensure_postgres() {
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		log "installing postgresql-15 from Debian's packages"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+	else
+		log "PostgreSQL server binaries are missing: install postgresql-15"
+		return 1
+	fi
+}
+
 what=${1:-all}
 case "$what" in
 all)
+	ensure_postgres
 	install_milvus_lite
 	build_etcd
 	link_kubectl

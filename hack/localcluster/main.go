@@ -15,7 +15,7 @@ import (
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "bin/demo/kubeconfig", "Where to write the admin kubeconfig.")
+	kubeconfig := flag.String("write-kubeconfig", "bin/demo/kubeconfig", "Where to write the admin kubeconfig.")
 	crds := flag.String("crds", "config/crd/bases", "Directory of CRD manifests to install.")
 	flag.Parse()
 

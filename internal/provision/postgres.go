@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,7 +48,8 @@ func (c PostgresConn) URL(extra url.Values) string {
 		User:     url.UserPassword(c.User, c.Password),
 		Host:     net.JoinHostPort(c.Host, strconv.Itoa(c.Port)),
 		Path:     "/" + c.Database,
-		RawQuery: q.Encode(),
+		// libpq reads '+' literally, so spaces (in "options") must be %20.
+		RawQuery: strings.ReplaceAll(q.Encode(), "+", "%20"),
 	}
 	return u.String()
 }
