@@ -17,7 +17,7 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 )
 
-// Keys of the connection Secret that agents mount (documented in docs/connection-secret.md).
+// Keys of the connection Secret that agents mount (documented in docs/memorystore.md).
 const (
 	keyHost           = "host"
 	keyPort           = "port"
