@@ -450,4 +450,3 @@ func eventReasons(namespace, name string) []string {
 	}
 	return reasons
 }
-

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -96,7 +96,10 @@ func runSuite(m *testing.M) int {
 	code := m.Run()
 	cancel()
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "manager stopped with an error: %v\n", err)
+		}
 	case <-time.After(30 * time.Second):
 	}
 	return code

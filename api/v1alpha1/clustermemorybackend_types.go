@@ -62,7 +62,3 @@ func (b *ClusterMemoryBackend) AllowsNamespace(ns string) bool {
 	}
 	return false
 }
-
-func init() {
-	SchemeBuilder.Register(&ClusterMemoryBackend{}, &ClusterMemoryBackendList{})
-}

@@ -96,6 +96,15 @@ func (it *Item) SetDefaults(now time.Time) {
 
 // Validate checks every field and returns the first problem as a *FieldError.
 func (it Item) Validate() error {
+	for _, check := range []func() error{it.validateIdentity, it.validateValue, it.validateTimes, it.validateHistory, it.validateEmbedding} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (it Item) validateIdentity() error {
 	if err := ValidateID(it.MemoryID); err != nil {
 		return fieldErr("memory_id", "%v", err)
 	}
@@ -113,6 +122,10 @@ func (it Item) Validate() error {
 			return fieldErr("key", "has leading or trailing whitespace")
 		}
 	}
+	return nil
+}
+
+func (it Item) validateValue() error {
 	if err := ValidateContent(it.Content); err != nil {
 		return fieldErr("content", "%v", err)
 	}
@@ -122,6 +135,10 @@ func (it Item) Validate() error {
 	if err := validateScore(it.BaseScore); err != nil {
 		return fieldErr("base_score", "%v", err)
 	}
+	return nil
+}
+
+func (it Item) validateTimes() error {
 	if it.CreatedAt.IsZero() {
 		return fieldErr("created_at", "is not set")
 	}
@@ -138,6 +155,10 @@ func (it Item) Validate() error {
 	if it.ArchivedAt != nil && it.ArchivedAt.IsZero() {
 		return fieldErr("archived_at", "is the zero time (leave it unset when not archived)")
 	}
+	return nil
+}
+
+func (it Item) validateHistory() error {
 	for i, r := range it.History {
 		f := fmt.Sprintf("history[%d]", i)
 		if err := ValidateContent(r.Content); err != nil {
@@ -156,6 +177,10 @@ func (it Item) Validate() error {
 			return fieldErr(f+".superseded_at", "is not set")
 		}
 	}
+	return nil
+}
+
+func (it Item) validateEmbedding() error {
 	for i, x := range it.Embedding {
 		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
 			return fieldErr("embedding", "element %d is %v (must be finite)", i, x)
@@ -242,9 +267,9 @@ func checkStorable(v any) error {
 	return nil
 }
 
-func validateText(s string, max int) error {
-	if len(s) > max {
-		return fmt.Errorf("is %d bytes long (at most %d)", len(s), max)
+func validateText(s string, maxLen int) error {
+	if len(s) > maxLen {
+		return fmt.Errorf("is %d bytes long (at most %d)", len(s), maxLen)
 	}
 	if !utf8.ValidString(s) {
 		return errors.New("is not valid UTF-8")

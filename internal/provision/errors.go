@@ -17,6 +17,7 @@ import (
 // equal the API's condition reasons so the controller can pass them through.
 type Reason string
 
+// Reasons, one per kind of failure a user can act on.
 const (
 	ReasonUnreachable          Reason = "Unreachable"
 	ReasonAuthenticationFailed Reason = "AuthenticationFailed"
@@ -82,10 +83,10 @@ func classify(what string, err error) error {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch {
-		case pgErr.Code == "28P01" || pgErr.Code == "28000":
+		switch pgErr.Code {
+		case "28P01", "28000": // invalid_password, invalid_authorization_specification
 			return wrap(ReasonAuthenticationFailed)
-		case pgErr.Code == "42501":
+		case "42501": // insufficient_privilege
 			return wrap(ReasonPermissionDenied)
 		}
 		return wrap(ReasonBackendError)

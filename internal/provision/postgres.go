@@ -44,10 +44,10 @@ func (c PostgresConn) URL(extra url.Values) string {
 		q[k] = v
 	}
 	u := url.URL{
-		Scheme:   "postgres",
-		User:     url.UserPassword(c.User, c.Password),
-		Host:     net.JoinHostPort(c.Host, strconv.Itoa(c.Port)),
-		Path:     "/" + c.Database,
+		Scheme: "postgres",
+		User:   url.UserPassword(c.User, c.Password),
+		Host:   net.JoinHostPort(c.Host, strconv.Itoa(c.Port)),
+		Path:   "/" + c.Database,
 		// libpq reads '+' literally, so spaces (in "options") must be %20.
 		RawQuery: strings.ReplaceAll(q.Encode(), "+", "%20"),
 	}
@@ -150,7 +150,8 @@ func ensureRole(ctx context.Context, pool *pgxpool.Pool, role, password string) 
 	if !exists {
 		err := execFormatted(ctx, pool, `CREATE ROLE %I LOGIN NOINHERIT PASSWORD %L`, role, password)
 		var pgErr *pgconn.PgError
-		if err == nil || !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // 42710: created concurrently
+		concurrent := errors.As(err, &pgErr) && pgErr.Code == "42710" // duplicate_object: created concurrently
+		if !concurrent {
 			return err
 		}
 	}

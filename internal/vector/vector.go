@@ -165,7 +165,7 @@ func ValidateType(t string) error {
 	}
 	for i := 0; i < len(t); i++ {
 		c := t[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+		if allowed := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_'; !allowed {
 			return fmt.Errorf("memory type %q contains %q: only a-z, 0-9 and _ are allowed", t, c)
 		}
 	}

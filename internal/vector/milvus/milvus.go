@@ -242,7 +242,7 @@ func ValidCollectionName(name string) error {
 		if i == 0 && !letter {
 			return fmt.Errorf("milvus collection name %q must start with a letter or an underscore", name)
 		}
-		if !letter && !(c >= '0' && c <= '9') {
+		if digit := c >= '0' && c <= '9'; !letter && !digit {
 			return fmt.Errorf("milvus collection name %q contains %q: only letters, digits and underscores are allowed", name, c)
 		}
 	}

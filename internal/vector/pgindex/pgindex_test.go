@@ -62,7 +62,7 @@ func TestConformance(t *testing.T) {
 	pool := connect(t)
 	vectortest.Run(t, vectortest.Harness{
 		New: func(t *testing.T, spec vector.Spec) vector.Index { return newIndex(t, pool, spec) },
-		Reopen: func(t *testing.T, idx vector.Index, spec vector.Spec) (vector.Index, error) {
+		Reopen: func(_ *testing.T, idx vector.Index, spec vector.Spec) (vector.Index, error) {
 			schema := idx.(*pgindex.Index).Schema()
 			if err := pgindex.Ensure(context.Background(), pool, schema, spec); err != nil {
 				return nil, err

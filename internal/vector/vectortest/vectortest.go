@@ -87,17 +87,6 @@ func expectHits(t *testing.T, got []vector.Hit, wantIDs []string, wantScores []f
 	}
 }
 
-func expectIDSet(t *testing.T, got []vector.Hit, want ...string) {
-	t.Helper()
-	g := ids(got)
-	sort.Strings(g)
-	w := slices.Clone(want)
-	sort.Strings(w)
-	if !slices.Equal(g, w) {
-		t.Fatalf("hit ids = %v, want (any order) %v", g, w)
-	}
-}
-
 func testRankingCosine(t *testing.T, h Harness) {
 	spec := vector.Spec{Dimension: 4, Metric: vector.Cosine}
 	idx := h.New(t, spec)
