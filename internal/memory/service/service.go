@@ -1,0 +1,447 @@
+// Package service is the memory layer agents use: remember, search, recall and forget,
+// end to end across the system of record (PostgreSQL, package pgstore), a vector index
+// (package vector: Milvus or the embedded pgindex) and an embedding model (package embed).
+//
+// PostgreSQL is always written first and is the truth; the vector index is derived
+// from it. The rules that keep the two in step:
+//
+//   - Remember stores the item, then embeds item.EmbeddingText() and upserts the vector
+//     under the memory_id the store returned, but only when the store actually changed
+//     (Inserted or Superseded). A superseded slot keeps its memory_id, so its vector is
+//     replaced and the old embedding never lingers. An Unchanged write costs no
+//     embedding call. An archived memory is kept out of the index (its vector is
+//     deleted instead).
+//   - After writing vectors, Remember reads the rows back and re-indexes any that a
+//     concurrent writer changed (or a concurrent Forget deleted) in the meantime, so the
+//     last vector written for a memory always matches its stored value, whatever the
+//     interleaving of writers in any number of processes.
+//   - When the vector write fails after the row was stored, Remember returns the
+//     PutResult together with an error wrapping ErrNotIndexed. A plain retry would see
+//     Unchanged and skip the index, so the repair is an explicit retry with
+//     RememberOptions{Reindex: true}, which re-embeds and re-upserts Unchanged memories
+//     too. (The index has no "is this vector present" call to decide that cheaply.)
+//   - Search embeds the query, searches the index confined to one scope, and loads the
+//     hits from PostgreSQL, dropping archived, expired and deleted memories, so a stale
+//     vector can hide a result but never surface a forgotten or archived one.
+//   - Forget deletes the rows, writes the tombstone and the audit record in one
+//     transaction (pgstore.Forget), then deletes the scope from the index. If that
+//     second step fails the error wraps ErrVectorsNotDeleted; calling Forget again
+//     finishes the job (both steps are idempotent).
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+var (
+	// ErrNotIndexed is wrapped by Remember and RememberBatch when the memories were
+	// stored in PostgreSQL but their vectors could not be written. Retry with
+	// RememberOptions{Reindex: true} to repair.
+	ErrNotIndexed = errors.New("stored in PostgreSQL but not written to the vector index")
+	// ErrVectorsNotDeleted is wrapped by Forget when the scope's rows were deleted and
+	// its tombstone written, but its vectors could not be deleted from the index. Call
+	// Forget again to finish.
+	ErrVectorsNotDeleted = errors.New("memories deleted and tombstone written, but the vectors were not deleted from the index")
+)
+
+// Search limits.
+const (
+	// DefaultSearchK is the number of results Search returns when K is not set.
+	DefaultSearchK = 10
+	// MaxSearchK is the largest K Search accepts. Each hit is loaded from PostgreSQL
+	// by its primary key (see Search), so K stays small.
+	MaxSearchK = 100
+)
+
+// maxSyncRounds bounds how often Remember re-indexes memories that concurrent writers
+// keep changing under it before giving up with an error.
+const maxSyncRounds = 4
+
+// Memory is the memory layer of one store. It is safe for concurrent use, also with
+// other Memory values (in this or other processes) over the same store and index.
+type Memory struct {
+	store    *pgstore.Store
+	index    vector.Index
+	embedder embed.Embedder
+}
+
+// New returns the memory layer over a migrated store, its vector index and the
+// embedder that produces the index's vectors. It refuses an embedder whose dimension
+// differs from the index's (wrapping vector.ErrDimensionMismatch). It does not contact
+// any service.
+func New(store *pgstore.Store, index vector.Index, embedder embed.Embedder) (*Memory, error) {
+	switch {
+	case store == nil:
+		return nil, errors.New("memory service: store is nil")
+	case index == nil:
+		return nil, errors.New("memory service: vector index is nil")
+	case embedder == nil:
+		return nil, errors.New("memory service: embedder is nil")
+	}
+	if want, got := index.Spec().Dimension, embedder.Dimension(); want != got {
+		return nil, fmt.Errorf("memory service: %w", vector.DimensionError("embedder "+embedder.Model(), want, got))
+	}
+	return &Memory{store: store, index: index, embedder: embedder}, nil
+}
+
+// RememberOptions adjust Remember.
+type RememberOptions struct {
+	// Reindex re-embeds and re-upserts the vector of memories the store reports as
+	// Unchanged too. Use it to repair after an error wrapping ErrNotIndexed (and after
+	// changing the embedding model); it costs an embedding call per item.
+	Reindex bool
+}
+
+// Remember stores item (see pgstore.Store.Put for defaults, validation and the
+// supersede rules) and brings its vector up to date. See RememberWith.
+func (m *Memory) Remember(ctx context.Context, item memory.Item) (pgstore.PutResult, error) {
+	return m.RememberWith(ctx, item, RememberOptions{})
+}
+
+// RememberWith stores item in PostgreSQL, then, when the outcome is Inserted or
+// Superseded (or always, with opts.Reindex), embeds item.EmbeddingText() and upserts
+// the vector under the returned memory_id. When the vector write fails, the PutResult
+// is returned together with an error wrapping ErrNotIndexed.
+func (m *Memory) RememberWith(ctx context.Context, item memory.Item, opts RememberOptions) (pgstore.PutResult, error) {
+	res, err := m.store.Put(ctx, item)
+	if err != nil {
+		return pgstore.PutResult{}, fmt.Errorf("memory service: remember: %w", err)
+	}
+	if res.Outcome == pgstore.Unchanged && !opts.Reindex {
+		return res, nil
+	}
+	if err := m.sync(ctx, []indexOp{opFor(res.MemoryID, item)}); err != nil {
+		return res, fmt.Errorf("memory service: remember %q: %w: %w; retry with RememberOptions{Reindex: true}", res.MemoryID, ErrNotIndexed, err)
+	}
+	return res, nil
+}
+
+// RememberBatch stores items in order and brings their vectors up to date, with one
+// embedding call and one index write for the whole batch. See RememberBatchWith.
+func (m *Memory) RememberBatch(ctx context.Context, items []memory.Item) ([]pgstore.PutResult, error) {
+	return m.RememberBatchWith(ctx, items, RememberOptions{})
+}
+
+// RememberBatchWith validates every item first (an invalid item stores nothing of the
+// batch), then stores them one by one, in order, as Remember does; results[i] is the
+// outcome of items[i]. Items that end up in the same memory (one slot written twice)
+// are indexed once, with the last value. The memories whose vectors must change are
+// embedded in one Embed call and written in one Upsert.
+//
+// Storing is not one transaction: when a write fails, the items stored before it are
+// still indexed, their results returned, and the error names the failed item.
+func (m *Memory) RememberBatchWith(ctx context.Context, items []memory.Item, opts RememberOptions) ([]pgstore.PutResult, error) {
+	now := time.Now()
+	for i, it := range items {
+		it.SetDefaults(now)
+		if err := it.Validate(); err != nil {
+			return nil, fmt.Errorf("memory service: remember batch: item %d: %w", i, err)
+		}
+	}
+	results := make([]pgstore.PutResult, 0, len(items))
+	var ops []indexOp
+	pos := map[string]int{} // memory_id -> index in ops
+	var putErr error
+	for i, it := range items {
+		res, err := m.store.Put(ctx, it)
+		if err != nil {
+			putErr = fmt.Errorf("memory service: remember batch: item %d (stored %d of %d): %w", i, i, len(items), err)
+			break
+		}
+		results = append(results, res)
+		if res.Outcome == pgstore.Unchanged && !opts.Reindex {
+			continue
+		}
+		op := opFor(res.MemoryID, it)
+		if j, ok := pos[res.MemoryID]; ok {
+			ops[j] = op // a later write to the same memory wins
+			continue
+		}
+		pos[res.MemoryID] = len(ops)
+		ops = append(ops, op)
+	}
+	if err := m.sync(ctx, ops); err != nil {
+		err = fmt.Errorf("memory service: remember batch: %d memories %w: %w; retry with RememberOptions{Reindex: true}", len(ops), ErrNotIndexed, err)
+		return results, errors.Join(putErr, err)
+	}
+	return results, putErr
+}
+
+// indexOp is the state the index must have for one memory: a vector of item, or no
+// vector when item is nil (the memory is gone or archived).
+type indexOp struct {
+	id   string
+	item *memory.Item
+}
+
+// opFor is the index state that matches item once stored under id.
+func opFor(id string, item memory.Item) indexOp {
+	if item.ArchivedAt != nil {
+		return indexOp{id: id}
+	}
+	item.MemoryID = id
+	return indexOp{id: id, item: &item}
+}
+
+// sync writes ops to the index, then reads the memories back and repeats for those
+// that changed meanwhile. The last vector written for a memory is thus always checked
+// against a later read of its row: a concurrent writer's own check comes after its
+// store write, so whichever check runs last sees the final value.
+func (m *Memory) sync(ctx context.Context, ops []indexOp) error {
+	for round := 1; len(ops) > 0; round++ {
+		if err := m.apply(ctx, ops); err != nil {
+			return err
+		}
+		changed, err := m.recheck(ctx, ops)
+		if err != nil {
+			return fmt.Errorf("reading back indexed memories: %w", err)
+		}
+		if len(changed) > 0 && round == maxSyncRounds {
+			ids := make([]string, len(changed))
+			for i, op := range changed {
+				ids[i] = op.id
+			}
+			return fmt.Errorf("memories %s kept changing while being indexed", strings.Join(ids, ", "))
+		}
+		ops = changed
+	}
+	return nil
+}
+
+// apply embeds and upserts the vectors of ops (one Embed call, one Upsert) and
+// deletes the vectors of ops without an item.
+func (m *Memory) apply(ctx context.Context, ops []indexOp) error {
+	var (
+		texts   []string
+		entries []vector.Entry
+		deletes []string
+	)
+	for _, op := range ops {
+		if op.item == nil {
+			deletes = append(deletes, op.id)
+			continue
+		}
+		texts = append(texts, op.item.EmbeddingText())
+		entries = append(entries, vector.Entry{ID: op.id, Scope: op.item.Scope, Type: string(op.item.MemoryType)})
+	}
+	if len(entries) > 0 {
+		vecs, err := m.embed(ctx, texts)
+		if err != nil {
+			return err
+		}
+		for i := range entries {
+			entries[i].Vector = vecs[i]
+		}
+		if err := m.index.Upsert(ctx, entries); err != nil {
+			return err
+		}
+	}
+	if len(deletes) > 0 {
+		if err := m.index.Delete(ctx, deletes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recheck reads the memories of ops and returns the ops that no longer match what is
+// stored, with the stored state.
+func (m *Memory) recheck(ctx context.Context, ops []indexOp) ([]indexOp, error) {
+	var changed []indexOp
+	for _, op := range ops {
+		cur, err := m.store.Get(ctx, op.id)
+		var now indexOp
+		switch {
+		case errors.Is(err, pgstore.ErrNotFound):
+			now = indexOp{id: op.id} // forgotten meanwhile: no vector
+		case err != nil:
+			return nil, err
+		default:
+			now = opFor(op.id, cur)
+		}
+		if !sameIndexState(op, now) {
+			changed = append(changed, now)
+		}
+	}
+	return changed, nil
+}
+
+// sameIndexState reports whether two states give the same index entry.
+func sameIndexState(a, b indexOp) bool {
+	if a.item == nil || b.item == nil {
+		return a.item == nil && b.item == nil
+	}
+	return a.item.Scope == b.item.Scope && a.item.MemoryType == b.item.MemoryType &&
+		a.item.EmbeddingText() == b.item.EmbeddingText()
+}
+
+// embed calls the embedder and checks that it kept its contract.
+func (m *Memory) embed(ctx context.Context, texts []string) ([][]float32, error) {
+	vecs, err := m.embedder.Embed(ctx, texts)
+	if err != nil {
+		return nil, fmt.Errorf("embedding with %s: %w", m.embedder.Model(), err)
+	}
+	if len(vecs) != len(texts) {
+		return nil, fmt.Errorf("embedding with %s: got %d vectors for %d texts", m.embedder.Model(), len(vecs), len(texts))
+	}
+	return vecs, nil
+}
+
+// SearchQuery is a similarity search inside one scope.
+type SearchQuery struct {
+	// Scope is required: a search never crosses scopes.
+	Scope string
+	// Text is what to look for; it is embedded with the store's embedder.
+	Text string
+	// Types restricts the memory types; empty means all.
+	Types []memory.Type
+	// K is the maximum number of results, 1..MaxSearchK; 0 means DefaultSearchK.
+	K int
+	// Now is the time expiry is judged against; zero means time.Now().
+	Now time.Time
+}
+
+// Result is one search result.
+type Result struct {
+	Item memory.Item
+	// Similarity is the index's score, higher is more similar (for COSINE, the cosine
+	// similarity; see vector.Hit).
+	Similarity float32
+}
+
+// Search returns up to K live memories of q.Scope most similar to q.Text, most
+// similar first (the index's order). Memories that are archived, expired at q.Now
+// (expires_at <= Now) or no longer stored are left out; when that leaves fewer than
+// K, the index is asked again for more hits (up to 4K+16 in all), so stale vectors do
+// not crowd out live memories.
+//
+// Each hit is loaded by primary key with pgstore.Store.Get, not with one multi-row
+// query: pgstore has no multi-get and this package does not duplicate its table
+// layout and row decoding. With K at most MaxSearchK those are a few index-only
+// lookups, and a search stops loading as soon as it has K live results.
+func (m *Memory) Search(ctx context.Context, q SearchQuery) ([]Result, error) {
+	if q.Scope == "" {
+		return nil, errors.New("memory service: search: scope is required")
+	}
+	if err := memory.ValidateScope(q.Scope); err != nil {
+		return nil, fmt.Errorf("memory service: search: %w", err)
+	}
+	if strings.TrimSpace(q.Text) == "" {
+		return nil, errors.New("memory service: search: text is required (use Recall to rank without a query)")
+	}
+	k := q.K
+	if k == 0 {
+		k = DefaultSearchK
+	}
+	if k < 0 || k > MaxSearchK {
+		return nil, fmt.Errorf("memory service: search: k must be in [1, %d], got %d", MaxSearchK, q.K)
+	}
+	var types []string
+	wantType := map[memory.Type]bool{}
+	for _, t := range q.Types {
+		if err := t.Validate(); err != nil {
+			return nil, fmt.Errorf("memory service: search: %w", err)
+		}
+		types = append(types, string(t))
+		wantType[t] = true
+	}
+	now := q.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	vecs, err := m.embed(ctx, []string{q.Text})
+	if err != nil {
+		return nil, fmt.Errorf("memory service: search: %w", err)
+	}
+
+	limit := min(4*k+16, vector.MaxK)
+	loaded := map[string]*memory.Item{} // nil: not a live memory of this search
+	fetch := k
+	for {
+		hits, err := m.index.Search(ctx, vector.Query{Scope: q.Scope, Types: types, Vector: vecs[0], K: fetch})
+		if err != nil {
+			return nil, fmt.Errorf("memory service: search: %w", err)
+		}
+		out := make([]Result, 0, k)
+		seen := map[string]bool{}
+		for _, h := range hits {
+			if seen[h.ID] {
+				continue
+			}
+			seen[h.ID] = true
+			it, ok := loaded[h.ID]
+			if !ok {
+				it, err = m.load(ctx, h.ID)
+				if err != nil {
+					return nil, fmt.Errorf("memory service: search: %w", err)
+				}
+				// The scope and type checks repeat the index's filter: a result
+				// never crosses a tenant boundary, whatever the index returns.
+				if it != nil && (it.Scope != q.Scope || len(wantType) > 0 && !wantType[it.MemoryType] ||
+					it.ArchivedAt != nil || it.ExpiresAt != nil && !it.ExpiresAt.After(now)) {
+					it = nil
+				}
+				loaded[h.ID] = it
+			}
+			if it != nil {
+				out = append(out, Result{Item: *it, Similarity: h.Score})
+				if len(out) == k {
+					break
+				}
+			}
+		}
+		if len(out) == k || len(hits) < fetch || fetch >= limit {
+			return out, nil
+		}
+		fetch = min(2*fetch, limit)
+	}
+}
+
+// load returns the stored memory, or nil when it no longer exists.
+func (m *Memory) load(ctx context.Context, id string) (*memory.Item, error) {
+	it, err := m.store.Get(ctx, id)
+	if errors.Is(err, pgstore.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &it, nil
+}
+
+// Recall ranks the live memories of a scope by effective score, without a query
+// text; it is pgstore.Store.Recall.
+func (m *Memory) Recall(ctx context.Context, q pgstore.RecallQuery) ([]pgstore.Scored, error) {
+	res, err := m.store.Recall(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("memory service: %w", err)
+	}
+	return res, nil
+}
+
+// Forget deletes every memory of scope, writes its tombstone and an audit record (one
+// transaction, see pgstore.Store.Forget), then deletes the scope's vectors from the
+// index. When the index delete fails, the result of the first step is returned with
+// an error wrapping ErrVectorsNotDeleted: the scope is forgotten in the system of
+// record and Search no longer returns its memories, but vectors remain; calling Forget
+// again finishes the job (it deletes nothing more, refreshes the tombstone and writes
+// another audit record).
+func (m *Memory) Forget(ctx context.Context, scope, reason, actor string) (pgstore.ForgetResult, error) {
+	res, err := m.store.Forget(ctx, scope, reason, actor)
+	if err != nil {
+		return pgstore.ForgetResult{}, fmt.Errorf("memory service: %w", err)
+	}
+	if err := m.index.DeleteScope(ctx, scope); err != nil {
+		return res, fmt.Errorf("memory service: forget %q: %w: %w; call Forget again to finish", scope, ErrVectorsNotDeleted, err)
+	}
+	return res, nil
+}
