@@ -62,6 +62,10 @@ test: tools vet ## Start PostgreSQL, MinIO and Milvus Lite on loopback and run e
 test-unit: ## Run only the tests that need no services.
 	go test ./... -count=1 -short $(GOTEST_ARGS)
 
+.PHONY: bench
+bench: tools build ## Benchmarks side by side with reference tools (200k memories timed, 1M for peak RSS); prints ratios.
+	RUN_DIR=$(LOCALBIN)/bench-run hack/services.sh run go run ./hack/bench $(BENCH_ARGS)
+
 ##@ Build
 
 .PHONY: build

@@ -11,6 +11,14 @@ const (
 	// contradicts the spec (e.g. a collection of another dimension) and the operator
 	// refuses to touch it.
 	ConditionDegraded = "Degraded"
+
+	// ConditionSnapshotSchedule is True while the store's snapshot schedule is valid.
+	ConditionSnapshotSchedule = "SnapshotSchedule"
+
+	// ConditionProgressing is True while a one-shot run (snapshot, restore) works.
+	ConditionProgressing = "Progressing"
+	// ConditionCompleted is True once a one-shot run ended; its reason says how.
+	ConditionCompleted = "Completed"
 )
 
 // Condition reasons, CamelCase as Kubernetes expects.
@@ -36,6 +44,20 @@ const (
 	ReasonCleanupFailed        = "CleanupFailed"
 	ReasonNoConflict           = "NoConflict"
 	ReasonDependencyNotReady   = "DependencyNotReady"
+
+	ReasonInvalidSchedule      = "InvalidSchedule"
+	ReasonScheduled            = "Scheduled"
+	ReasonSuspended            = "Suspended"
+	ReasonStoreNotFound        = "StoreNotFound"
+	ReasonStoreNotReady        = "StoreNotReady"
+	ReasonObjectStorageMissing = "ObjectStorageMissing"
+	ReasonJobCreated           = "JobCreated"
+	ReasonRunning              = "Running"
+	ReasonSucceeded            = "Succeeded"
+	ReasonFailed               = "Failed"
+	ReasonDeadlineExceeded     = "DeadlineExceeded"
+	ReasonManifestInvalid      = "ManifestInvalid"
+	ReasonExpired              = "Expired"
 )
 
 // Phases derived from conditions, for `kubectl get`.
@@ -45,4 +67,7 @@ const (
 	PhaseDegraded = "Degraded"
 	PhaseFailed   = "Failed"
 	PhaseDeleting = "Deleting"
+
+	PhaseRunning   = "Running"
+	PhaseSucceeded = "Succeeded"
 )

@@ -26,6 +26,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(GroupVersion,
 		&MemoryStore{}, &MemoryStoreList{},
 		&ClusterMemoryBackend{}, &ClusterMemoryBackendList{},
+		&MemorySnapshot{}, &MemorySnapshotList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil

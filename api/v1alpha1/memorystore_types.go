@@ -111,10 +111,52 @@ type MemoryStoreSpec struct {
 	// +optional
 	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy,omitempty"`
 
+	// SnapshotSchedule creates MemorySnapshots of this store on a cron schedule.
+	// +optional
+	SnapshotSchedule *SnapshotSchedule `json:"snapshotSchedule,omitempty"`
+
 	// ConnectionSecretName is the Secret agents mount; defaults to "<name>-memory".
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`
 	// +optional
 	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
+}
+
+// SnapshotSchedule makes the operator create a MemorySnapshot per cron slot, named after
+// the slot, never two for one slot and none while the previous one still runs.
+type SnapshotSchedule struct {
+	// Schedule in cron format: five fields ("0 3 * * *"), or @hourly, @daily, @weekly,
+	// @every <duration>. Times are UTC.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	Schedule string `json:"schedule"`
+
+	// Suspend stops creating new snapshots; existing ones are kept.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// KeepLast keeps the newest N scheduled snapshots and deletes older ones.
+	// +kubebuilder:default=7
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	KeepLast *int32 `json:"keepLast,omitempty"`
+
+	// MaxAge deletes scheduled snapshots older than this (as well as KeepLast).
+	// +optional
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
+
+	// Template is stamped onto every MemorySnapshot the schedule creates.
+	Template SnapshotParameters `json:"template"`
+}
+
+// SnapshotScheduleStatus is the schedule's bookkeeping: the next run is computed from
+// it, so an operator restart neither skips nor repeats a slot.
+type SnapshotScheduleStatus struct {
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// +optional
+	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
+	// +optional
+	LastSnapshot string `json:"lastSnapshot,omitempty"`
 }
 
 // PostgresStatus records what was provisioned in PostgreSQL.
@@ -170,6 +212,10 @@ type MemoryStoreStatus struct {
 	// ConnectionSecret is the Secret in this namespace that agents mount.
 	// +optional
 	ConnectionSecret string `json:"connectionSecret,omitempty"`
+
+	// Snapshots is the snapshot schedule's state.
+	// +optional
+	Snapshots *SnapshotScheduleStatus `json:"snapshots,omitempty"`
 }
 
 // +kubebuilder:object:root=true

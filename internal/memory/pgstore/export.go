@@ -27,6 +27,9 @@ type ExportFilter struct {
 	IncludeArchived bool
 	// IncludeEmbeddings fills Item.Embedding from the vectors table, where present.
 	IncludeEmbeddings bool
+	// ActiveSince, when set, leaves out whole scopes whose newest memory was updated
+	// before it (abandoned sessions): a scope is exported entirely or not at all.
+	ActiveSince time.Time
 }
 
 // Export calls fn for every memory matching f, in (scope, memory_id) order, streaming
@@ -67,6 +70,9 @@ func (s *Store) Export(ctx context.Context, f ExportFilter, fn func(memory.Item)
 	}
 	if !f.IncludeArchived {
 		where = append(where, `m.archived_at IS NULL`)
+	}
+	if !f.ActiveSince.IsZero() {
+		where = append(where, `m.scope IN (SELECT scope FROM `+s.t.memories+` GROUP BY scope HAVING max(updated_at) >= `+param(f.ActiveSince)+`::timestamptz)`)
 	}
 
 	cols := prefixed("m.", memoryCols)

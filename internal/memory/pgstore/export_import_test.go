@@ -82,6 +82,11 @@ func TestExport(t *testing.T) {
 		{"types", ExportFilter{Types: []memory.Type{memory.Semantic, memory.Working}}, pick(bare, "s1", "u1", "u3", "v1")},
 		{"types and scope", ExportFilter{Types: []memory.Type{memory.Semantic}, Scopes: []string{"user:1"}, IncludeArchived: true}, pick(bare, "u1", "u4")},
 		{"embeddings", ExportFilter{IncludeEmbeddings: true, IncludeArchived: true}, items},
+		// user:1's newest memory is a day old, session:x1's an hour: both stay whole
+		// (u3 too, though two hours old); agent:planner (10 days) and user:2 (3 days) go.
+		{"active since", ExportFilter{ActiveSince: now.Add(-2 * day)}, pick(bare, "s1", "u1", "u2", "u3")},
+		// Archived u4 is 100 days old but user:1 is still active: it comes along.
+		{"active since keeps whole scopes", ExportFilter{ActiveSince: now.Add(-2 * day), IncludeArchived: true, Scopes: []string{"user:1"}}, pick(bare, "u1", "u2", "u3", "u4")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

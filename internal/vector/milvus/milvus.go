@@ -128,6 +128,35 @@ func (ix *Index) Delete(ctx context.Context, ids []string) error {
 	return nil
 }
 
+// Fetch returns the stored vectors of the given IDs (missing IDs are absent from the
+// map). With COSINE the vectors come back normalised, as they were stored. Snapshots
+// use it to export embeddings kept in Milvus.
+func (ix *Index) Fetch(ctx context.Context, ids []string) (map[string][]float32, error) {
+	for _, id := range ids {
+		if err := vector.ValidateID(id); err != nil {
+			return nil, fmt.Errorf("milvus fetch from %s: %w", ix.collection, err)
+		}
+	}
+	out := make(map[string][]float32, len(ids))
+	for start := 0; start < len(ids); start += maxExprIDs {
+		expr := FieldID + " in " + stringList(ids[start:min(start+maxExprIDs, len(ids))])
+		rs, err := ix.c.Query(ctx, ix.collection, nil, expr, []string{FieldID, FieldEmbedding})
+		if err != nil {
+			return nil, fmt.Errorf("milvus fetch from %s: %w", ix.collection, err)
+		}
+		idCol, okID := rs.GetColumn(FieldID).(*entity.ColumnVarChar)
+		vecCol, okVec := rs.GetColumn(FieldEmbedding).(*entity.ColumnFloatVector)
+		if !okID || !okVec {
+			return nil, fmt.Errorf("milvus fetch from %s: unexpected result columns", ix.collection)
+		}
+		vecs := vecCol.Data()
+		for i, id := range idCol.Data() {
+			out[id] = vecs[i]
+		}
+	}
+	return out, nil
+}
+
 // DeleteScope removes every entry of the scope.
 func (ix *Index) DeleteScope(ctx context.Context, scope string) error {
 	expr, err := ScopeFilter(scope, nil)

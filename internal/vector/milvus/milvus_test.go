@@ -229,3 +229,26 @@ func TestEnsureCollectionValidatesInput(t *testing.T) {
 		t.Error("metric HAMMING accepted")
 	}
 }
+
+func TestFetchReturnsStoredVectors(t *testing.T) {
+	c := connect(t)
+	spec := vector.Spec{Dimension: 3, Metric: vector.L2}
+	idx := milvus.New(c, newCollection(t, c, spec), spec)
+	ctx := context.Background()
+	if err := idx.Upsert(ctx, []vector.Entry{
+		{ID: "a", Scope: "user:1", Type: "semantic", Vector: []float32{1, 2, 3}},
+		{ID: "b", Scope: "user:2", Type: "episodic", Vector: []float32{-1, 0.5, 0}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := idx.Fetch(ctx, []string{"a", "b", "missing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !slices.Equal(got["a"], []float32{1, 2, 3}) || !slices.Equal(got["b"], []float32{-1, 0.5, 0}) {
+		t.Fatalf("Fetch = %v", got)
+	}
+	if _, err := idx.Fetch(ctx, []string{`x" || true`}); err == nil {
+		t.Fatal("Fetch accepted an ID that would break out of the expression")
+	}
+}

@@ -1,0 +1,203 @@
+// Command bench measures the snapshot worker against reference tools over the same
+// rows, in one run, and prints the ratios (`make bench`). It expects the services of
+// hack/services.sh (MEMORY_TEST_* in the environment) and bin/memory-operator.
+//
+// Measured, side by side:
+//   - snapshot: `memory-operator snapshot` (zstd -1, AES-256-GCM, to MinIO on loopback)
+//   - reference: psql "\copy (select ...) to stdout" | zstd -1 > file
+//   - pg_dump -Fc -Z1 of the same table
+//   - peak RSS of the worker at the larger size
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+)
+
+func main() {
+	items := flag.Int("items", 200_000, "memories in the timed comparison")
+	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
+	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
+	flag.Parse()
+	if err := run(*items, *rssItems, *bin); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type env struct {
+	dsn, s3Endpoint, s3Access, s3Secret string
+	pool                                *pgxpool.Pool
+	s3                                  *minio.Client
+	bin, work                           string
+}
+
+func run(items, rssItems int, bin string) error {
+	ctx := context.Background()
+	e := &env{dsn: os.Getenv("MEMORY_TEST_PG_DSN"), s3Endpoint: os.Getenv("MEMORY_TEST_S3_ENDPOINT"),
+		s3Access: os.Getenv("MEMORY_TEST_S3_ACCESS_KEY"), s3Secret: os.Getenv("MEMORY_TEST_S3_SECRET_KEY"), bin: bin}
+	if e.dsn == "" || e.s3Endpoint == "" {
+		return fmt.Errorf("MEMORY_TEST_PG_DSN / MEMORY_TEST_S3_ENDPOINT unset: run through `make bench`")
+	}
+	var err error
+	if e.pool, err = pgxpool.New(ctx, e.dsn); err != nil {
+		return err
+	}
+	defer e.pool.Close()
+	if e.s3, err = minio.New(e.s3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(e.s3Access, e.s3Secret, "")}); err != nil {
+		return err
+	}
+	if err := e.s3.MakeBucket(ctx, "bench", minio.MakeBucketOptions{}); err != nil && minio.ToErrorResponse(err).Code != "BucketAlreadyOwnedByYou" {
+		return err
+	}
+	if e.work, err = os.MkdirTemp("", "memory-bench-"); err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(e.work) }()
+
+	fmt.Printf("Snapshot benchmark: %d memories (timed), %d (peak RSS)\n\n", items, rssItems)
+	schema := "bench_small"
+	if err := e.generate(ctx, schema, items); err != nil {
+		return err
+	}
+	// Warm the table into the cache once, so every contender reads from memory.
+	if _, err := e.measure("warm-up", "sh", "-c", e.copyCommand(schema)+" > /dev/null"); err != nil {
+		return err
+	}
+	snap, err := e.measure("memory-operator snapshot (zstd -1, AES-256-GCM, to MinIO)", e.bin, e.snapshotArgs(schema, "small")...)
+	if err != nil {
+		return err
+	}
+	ref, err := e.measure(`psql \copy | zstd -1 > file`, "sh", "-c", e.copyCommand(schema)+" | zstd -q -1 > "+filepath.Join(e.work, "copy.zst"))
+	if err != nil {
+		return err
+	}
+	dump, err := e.measure("pg_dump -Fc -Z1", "pg_dump", "-Fc", "-Z1", "-t", schema+".memories", "-f", filepath.Join(e.work, "dump"), e.dsn)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n%-60s %10s %12s\n", "", "wall", "peak RSS")
+	for _, m := range []measurement{snap, ref, dump} {
+		fmt.Printf("%-60s %9.2fs %9.1f MiB\n", m.name, m.wall.Seconds(), m.rssMiB)
+	}
+	fmt.Printf("\nratio snapshot / (psql \\copy | zstd -1): %.2fx   (target <= 1.5x)\n", snap.wall.Seconds()/ref.wall.Seconds())
+	fmt.Printf("ratio snapshot / pg_dump -Fc -Z1:         %.2fx   (target < 1.0x)\n", snap.wall.Seconds()/dump.wall.Seconds())
+
+	if rssItems > 0 {
+		big := "bench_large"
+		if err := e.generate(ctx, big, rssItems); err != nil {
+			return err
+		}
+		m, err := e.measure(fmt.Sprintf("memory-operator snapshot, %d memories", rssItems), e.bin, e.snapshotArgs(big, "large")...)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\nworker peak RSS at %d memories: %.1f MiB (target < 256 MiB), wall %.2fs\n", rssItems, m.rssMiB, m.wall.Seconds())
+	}
+	fmt.Println("\nKubernetes API calls per snapshot do not depend on the number of memories: the controller")
+	fmt.Println("creates one Job and reads one manifest; the worker makes no API calls at all.")
+	return nil
+}
+
+// generate fills schema with n realistic memories (many users, a few keys each).
+func (e *env) generate(ctx context.Context, schema string, n int) error {
+	if _, err := e.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+		return err
+	}
+	if _, err := pgstore.Migrate(ctx, e.pool, schema); err != nil {
+		return err
+	}
+	start := time.Now()
+	rng := mrand.New(mrand.NewPCG(1, uint64(n)))
+	now := time.Now().UTC().Truncate(time.Second)
+	types := []memory.Type{memory.Episodic, memory.Semantic, memory.Semantic, memory.Procedural, memory.Episodic}
+	words := strings.Fields("coffee tea oat milk berlin munich jazz running allergy peanuts invoice refund " +
+		"delivery address birthday vegetarian window seat morning evening premium plan support ticket")
+	i := 0
+	res, err := pgstore.New(e.pool, schema).Import(ctx, func() (memory.Item, bool, error) {
+		if i == n {
+			return memory.Item{}, false, nil
+		}
+		i++
+		user := i / 20 // about 20 memories a user
+		var text strings.Builder
+		for w := 0; w < 6+rng.IntN(10); w++ {
+			text.WriteString(words[rng.IntN(len(words))] + " ")
+		}
+		content, _ := json.Marshal(map[string]any{"text": strings.TrimSpace(text.String()), "confidence": math.Round(rng.Float64()*100) / 100, "turn": rng.IntN(500)})
+		at := now.Add(-time.Duration(rng.IntN(365*24)) * time.Hour)
+		return memory.Item{
+			MemoryID: fmt.Sprintf("m%09d", i), MemoryType: types[i%len(types)], Scope: fmt.Sprintf("user:%07d", user),
+			Content: content, Source: "bench@1", BaseScore: rng.Float64(), CreatedAt: at, UpdatedAt: at,
+		}, true, nil
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := e.pool.Exec(ctx, `ANALYZE `+pgx.Identifier{schema, "memories"}.Sanitize()); err != nil {
+		return err
+	}
+	fmt.Printf("generated %d memories in %s in %.1fs\n", res.Inserted, schema, time.Since(start).Seconds())
+	return nil
+}
+
+// copyCommand is the reference export: the same rows and columns the snapshot reads.
+func (e *env) copyCommand(schema string) string {
+	q := fmt.Sprintf(`\copy (SELECT memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at, expires_at, archived_at, history FROM %s ORDER BY scope, memory_id) TO STDOUT`,
+		pgx.Identifier{schema, "memories"}.Sanitize())
+	return fmt.Sprintf("psql %q -X -q -c %q", e.dsn, q)
+}
+
+func (e *env) snapshotArgs(schema, name string) []string {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	_ = os.Setenv("MEMORY_PG_URI", e.dsn)
+	_ = os.Setenv("MEMORY_S3_ACCESS_KEY", e.s3Access)
+	_ = os.Setenv("MEMORY_S3_SECRET_KEY", e.s3Secret)
+	_ = os.Setenv("MEMORY_SNAPSHOT_KEY", hex.EncodeToString(key))
+	return []string{"snapshot", "--schema=" + schema, "--store-name=bench", "--tenant=bench",
+		"--s3-endpoint=" + e.s3Endpoint, "--s3-insecure", "--bucket=bench",
+		"--prefix=snapshots/" + name + "-" + time.Now().Format("150405") + "/",
+		"--types=working,episodic,semantic,procedural", "--compression-level=1"}
+}
+
+type measurement struct {
+	name   string
+	wall   time.Duration
+	rssMiB float64
+}
+
+// measure runs a command and reports its wall time and peak RSS (of the largest
+// process in its tree, as the kernel reports for waited-for children).
+func (e *env) measure(name string, cmd string, args ...string) (measurement, error) {
+	c := exec.Command(cmd, args...)
+	c.Stderr = os.Stderr
+	start := time.Now()
+	out, err := c.Output()
+	wall := time.Since(start)
+	if err != nil {
+		return measurement{}, fmt.Errorf("%s: %w\n%s", name, err, out)
+	}
+	rss := float64(c.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024
+	return measurement{name: name, wall: wall, rssMiB: rss}, nil
+}
