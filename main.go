@@ -14,6 +14,7 @@ const usage = `memory-operator manages AI-agent memory stores on Kubernetes.
 
 Usage:
   memory-operator manager [flags]   run the controllers
+  memory-operator snapshot [flags]  export a store as a package (what snapshot Jobs run)
   memory-operator version           print the version
 
 Run "memory-operator manager -h" for the manager's flags.
@@ -27,6 +28,8 @@ func main() {
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "manager":
 		os.Exit(runManager(args))
+	case "snapshot":
+		os.Exit(runSnapshotWorker(args))
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":

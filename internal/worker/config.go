@@ -56,6 +56,9 @@ type SnapshotConfig struct {
 
 	CompressionLevel int
 	Unencrypted      bool
+	// ShardTargetBytes is the uncompressed size after which a shard is cut at the next
+	// scope boundary (0: the package writer's default).
+	ShardTargetBytes int64
 }
 
 // Args renders the configuration as the worker's command-line arguments (after the
@@ -100,6 +103,9 @@ func (c SnapshotConfig) Args() []string {
 	if c.Unencrypted {
 		args = append(args, "--unencrypted")
 	}
+	if c.ShardTargetBytes > 0 {
+		args = append(args, fmt.Sprintf("--shard-bytes=%d", c.ShardTargetBytes))
+	}
 	return args
 }
 
@@ -131,6 +137,7 @@ func ParseSnapshotArgs(args []string, stderr io.Writer) (SnapshotConfig, error) 
 	fs.BoolVar(&c.IncludeEmbeddings, "include-embeddings", false, "export vectors too")
 	fs.IntVar(&c.CompressionLevel, "compression-level", 1, "zstd level 1..19")
 	fs.BoolVar(&c.Unencrypted, "unencrypted", false, "write a plaintext package")
+	fs.Int64Var(&c.ShardTargetBytes, "shard-bytes", 0, "cut shards after this many uncompressed bytes (0: default)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -21,9 +21,11 @@ var migrations = []string{
 	// 1: the memory store.
 	`
 CREATE TABLE {{t "memories"}} (
-	memory_id    text PRIMARY KEY,
+	-- Byte-order ("C") collation: exports stream in scope order, snapshot packages need
+	-- that order to be the same on every server whatever its locale.
+	memory_id    text COLLATE "C" PRIMARY KEY,
 	memory_type  text NOT NULL CHECK (memory_type IN ('working', 'episodic', 'semantic', 'procedural')),
-	scope        text NOT NULL,
+	scope        text COLLATE "C" NOT NULL,
 	key          text,
 	content      jsonb NOT NULL CHECK (jsonb_typeof(content) = 'object'),
 	content_hash bytea NOT NULL,

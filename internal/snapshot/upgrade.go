@@ -1,0 +1,69 @@
+package snapshot
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// upgradeStep converts a package of format version From to From+1. Readers accept every
+// older version by running the steps from the package's version up to FormatVersion,
+// in order, on the manifest and on every item line; everything after the chain sees
+// the current format only.
+type upgradeStep struct {
+	From int
+	// Manifest rewrites the manifest JSON; the result must carry formatVersion From+1.
+	Manifest func(raw []byte) ([]byte, error)
+	// Item rewrites one item line; nil when items did not change in this step.
+	Item func(line []byte) ([]byte, error)
+}
+
+// upgrades is the chain: upgrades[i] converts version i+1 to i+2. Version 1 is the
+// first format, so the chain is empty; the step to version 2 goes here when version 2
+// is introduced, and FormatVersion moves to 2 at the same time.
+var upgrades = []upgradeStep{}
+
+// upgradeManifest runs the manifest through chain from version from to version to.
+func upgradeManifest(raw []byte, from int, chain []upgradeStep, to int) ([]byte, error) {
+	if len(chain) != to-1 {
+		return nil, fmt.Errorf("snapshot: the upgrade chain has %d steps for format version %d (want %d)", len(chain), to, to-1)
+	}
+	for v := from; v < to; v++ {
+		step := chain[v-1]
+		if step.From != v {
+			return nil, fmt.Errorf("snapshot: upgrade step %d starts at version %d, want %d", v-1, step.From, v)
+		}
+		out, err := step.Manifest(raw)
+		if err != nil {
+			return nil, corruptf("upgrading %s from format version %d to %d: %v", ManifestName, v, v+1, err)
+		}
+		var probe manifestProbe
+		if err := json.Unmarshal(out, &probe); err != nil || probe.FormatVersion == nil || probe.FormatVersion.String() != fmt.Sprint(v+1) {
+			return nil, fmt.Errorf("snapshot: upgrade step from version %d did not produce a version %d manifest", v, v+1)
+		}
+		raw = out
+	}
+	return raw, nil
+}
+
+// itemUpgrader returns the function that brings one item line of a version-from
+// package to version to, or nil when no step changes items.
+func itemUpgrader(from int, chain []upgradeStep, to int) func([]byte) ([]byte, error) {
+	var steps []upgradeStep
+	for v := from; v < to && v-1 < len(chain); v++ {
+		if chain[v-1].Item != nil {
+			steps = append(steps, chain[v-1])
+		}
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	return func(line []byte) ([]byte, error) {
+		for _, s := range steps {
+			var err error
+			if line, err = s.Item(line); err != nil {
+				return nil, fmt.Errorf("upgrading an item from format version %d to %d: %w", s.From, s.From+1, err)
+			}
+		}
+		return line, nil
+	}
+}

@@ -1,0 +1,56 @@
+package worker
+
+import (
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSnapshotArgsRoundTrip(t *testing.T) {
+	cases := []SnapshotConfig{
+		{
+			StoreNamespace: "team-a", StoreName: "bot", Tenant: "acme", SnapshotName: "nightly",
+			Schema: "mem_acme", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme",
+			EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
+			Destination: Destination{Endpoint: "s3.example:443", Region: "eu-1", Bucket: "mem", Prefix: "a/b/"},
+			Scopes:      []string{"user:1024", "session:*"}, Types: []string{"semantic", "episodic"},
+			ActiveWithin: 720 * time.Hour, IncludeEmbeddings: true, CompressionLevel: 3,
+		},
+		{
+			Schema: "mem_x", VectorEngine: "Postgres", Metric: "L2", Dimension: 8,
+			Destination:      Destination{Endpoint: "127.0.0.1:9000", Insecure: true, Bucket: "b", Prefix: "p/"},
+			CompressionLevel: 1, Unencrypted: true, ShardTargetBytes: 1 << 20,
+		},
+	}
+	for _, want := range cases {
+		got, err := ParseSnapshotArgs(want.Args(), io.Discard)
+		if err != nil {
+			t.Fatalf("ParseSnapshotArgs(%v): %v", want.Args(), err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
+		}
+	}
+}
+
+func TestSnapshotArgsRejectsBadInput(t *testing.T) {
+	base := []string{"--schema=s", "--s3-endpoint=e:1", "--bucket=b", "--prefix=p/"}
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"missing":            {[]string{"--schema=s"}, "missing required flags: --bucket, --prefix, --s3-endpoint"},
+		"prefix without /":   {append(base[:3:3], "--prefix=p"), "--prefix must end in '/'"},
+		"compression":        {append(base, "--compression-level=0"), "outside 1..19"},
+		"milvus needs place": {append(base, "--vector-engine=Milvus", "--include-embeddings"), "needs --milvus-address"},
+		"unknown flag":       {append(base, "--bogus"), "flag provided but not defined"},
+	}
+	for name, tc := range cases {
+		_, err := ParseSnapshotArgs(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,257 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/snapshot"
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
+)
+
+// Secrets holds what a worker reads from its environment (filled from Secrets).
+type Secrets struct {
+	PostgresURI   string
+	S3AccessKey   string
+	S3SecretKey   string
+	EncryptionKey string
+}
+
+// SecretsFromEnv reads the worker's secrets from the process environment.
+func SecretsFromEnv() Secrets {
+	return Secrets{
+		PostgresURI:   os.Getenv(EnvPostgresURI),
+		S3AccessKey:   os.Getenv(EnvS3AccessKey),
+		S3SecretKey:   os.Getenv(EnvS3SecretKey),
+		EncryptionKey: os.Getenv(EnvEncryptionKey),
+	}
+}
+
+// Producer names this program in package manifests.
+const Producer = "memory-operator"
+
+// milvusFetchBatch is how many items wait for their vectors from Milvus at a time.
+const milvusFetchBatch = 1000
+
+// RunOptions are the worker's runtime facts: who it is, what time the export is "as
+// of", and where progress lines go.
+type RunOptions struct {
+	Version string
+	Now     time.Time
+	// Progress receives a line every ProgressEvery items (nil: no progress).
+	Progress io.Writer
+}
+
+// ProgressEvery is how often (in items) a worker reports progress.
+const ProgressEvery = 100_000
+
+// RunSnapshot exports the store's selected memories as a package at the destination.
+// The manifest is written last: on any failure the partial package is removed (best
+// effort) and, whatever happens, never looks complete.
+func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOptions) (*snapshot.Manifest, error) {
+	now := ro.Now
+	var key *snapshot.Key
+	if !cfg.Unencrypted {
+		if sec.EncryptionKey == "" {
+			return nil, fmt.Errorf("no encryption key: set %s (or pass --unencrypted to write plaintext)", EnvEncryptionKey)
+		}
+		k, err := snapshot.ParseKey([]byte(sec.EncryptionKey))
+		if err != nil {
+			return nil, fmt.Errorf("encryption key from %s: %w", EnvEncryptionKey, err)
+		}
+		key = &k
+	}
+	if sec.PostgresURI == "" {
+		return nil, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
+	}
+
+	pool, err := pgxpool.New(ctx, sec.PostgresURI)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	defer pool.Close()
+	store := pgstore.New(pool, cfg.Schema)
+	tombstones, err := store.Tombstones(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading tombstones: %w", err)
+	}
+
+	objects, err := openDestination(ctx, cfg.Destination, sec)
+	if err != nil {
+		return nil, err
+	}
+
+	filter, err := exportFilter(cfg, now)
+	if err != nil {
+		return nil, err
+	}
+	var fetcher *milvus.Index
+	opts := snapshot.WriterOptions{
+		Prefix:      cfg.Destination.Prefix,
+		Key:         key,
+		Unencrypted: cfg.Unencrypted,
+		// A Job retried after a crash finds the first attempt's shards: replace them
+		// (a prefix with a manifest, a complete package, is never touched).
+		ReplaceIncomplete: true,
+		CompressionLevel:  cfg.CompressionLevel,
+		ShardTargetBytes:  cfg.ShardTargetBytes,
+		Producer:          Producer,
+		ProducerVersion:   ro.Version,
+		Source: snapshot.SourceInfo{
+			Namespace: cfg.StoreNamespace, Name: cfg.StoreName, Tenant: cfg.Tenant,
+			Store: cfg.Schema, VectorEngine: cfg.VectorEngine,
+		},
+		Selection: snapshot.Selection{
+			Scopes: filter.Scopes, ScopePrefixes: filter.ScopePrefixes, Types: filter.Types,
+			IncludeEmbeddings: cfg.IncludeEmbeddings, ExcludeExpiredAt: &now,
+		},
+		Now: func() time.Time { return now },
+	}
+	if cfg.ActiveWithin > 0 {
+		since := now.Add(-cfg.ActiveWithin)
+		opts.Selection.ActiveSince = &since
+	}
+	if cfg.IncludeEmbeddings {
+		opts.Embedding = &snapshot.EmbeddingInfo{Model: cfg.EmbeddingModel, Dimension: cfg.Dimension, Metric: strings.ToLower(cfg.Metric)}
+		if cfg.VectorEngine == "Milvus" {
+			c, err := milvus.Connect(ctx, cfg.MilvusAddress)
+			if err != nil {
+				return nil, fmt.Errorf("Milvus %s: %w", cfg.MilvusAddress, err)
+			}
+			defer func() { _ = c.Close() }()
+			fetcher = milvus.New(c, cfg.Collection, vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(cfg.Metric)})
+		}
+	}
+
+	w, err := snapshot.NewWriter(ctx, objects, opts)
+	if err != nil {
+		return nil, err
+	}
+	add := w.Add
+	var flush func(context.Context) error
+	if fetcher != nil {
+		add, flush = withMilvusVectors(fetcher, w.Add)
+	}
+	var n int64
+	err = store.Export(ctx, filter, func(it memory.Item) error {
+		if n++; ro.Progress != nil && n%ProgressEvery == 0 {
+			fmt.Fprintf(ro.Progress, "exported %d memories\n", n)
+		}
+		return add(ctx, it)
+	})
+	if err == nil && flush != nil {
+		err = flush(ctx)
+	}
+	if err != nil {
+		abort(ctx, w)
+		return nil, fmt.Errorf("exporting %s: %w", cfg.Schema, err)
+	}
+	m, err := w.Close(ctx, tombstones)
+	if err != nil {
+		abort(ctx, w)
+		return nil, err
+	}
+	return m, nil
+}
+
+// abort removes what a failed run uploaded. Best effort: without a manifest the
+// leftovers are an incomplete package that no reader accepts, and a retry replaces them.
+func abort(ctx context.Context, w *snapshot.Writer) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	_ = w.Abort(ctx)
+}
+
+// exportFilter turns the selection into a store filter: scopes ending in '*' are
+// prefixes; expired items are left out, archived ones kept (archival never loses data).
+func exportFilter(cfg SnapshotConfig, now time.Time) (pgstore.ExportFilter, error) {
+	f := pgstore.ExportFilter{
+		Now: now, ExcludeExpired: true, IncludeArchived: true,
+		IncludeEmbeddings: cfg.IncludeEmbeddings && cfg.VectorEngine != "Milvus",
+	}
+	for _, s := range cfg.Scopes {
+		if p, ok := strings.CutSuffix(s, "*"); ok {
+			f.ScopePrefixes = append(f.ScopePrefixes, p)
+		} else {
+			f.Scopes = append(f.Scopes, s)
+		}
+	}
+	for _, t := range cfg.Types {
+		mt, err := memory.ParseType(t)
+		if err != nil {
+			return f, err
+		}
+		f.Types = append(f.Types, mt)
+	}
+	if cfg.ActiveWithin > 0 {
+		f.ActiveSince = now.Add(-cfg.ActiveWithin)
+	}
+	return f, nil
+}
+
+// withMilvusVectors wraps add so that items are held in batches whose vectors are
+// fetched from Milvus in one request each; flush sends the last batch.
+func withMilvusVectors(ix *milvus.Index, add func(context.Context, memory.Item) error) (
+	func(context.Context, memory.Item) error, func(context.Context) error) {
+	batch := make([]memory.Item, 0, milvusFetchBatch)
+	flush := func(ctx context.Context) error {
+		if len(batch) == 0 {
+			return nil
+		}
+		ids := make([]string, len(batch))
+		for i, it := range batch {
+			ids[i] = it.MemoryID
+		}
+		vecs, err := ix.Fetch(ctx, ids)
+		if err != nil {
+			return err
+		}
+		for _, it := range batch {
+			it.Embedding = vecs[it.MemoryID]
+			if err := add(ctx, it); err != nil {
+				return err
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
+	return func(ctx context.Context, it memory.Item) error {
+		batch = append(batch, it)
+		if len(batch) == milvusFetchBatch {
+			return flush(ctx)
+		}
+		return nil
+	}, flush
+}
+
+// openDestination connects to the S3 endpoint and checks the bucket is there.
+func openDestination(ctx context.Context, d Destination, sec Secrets) (snapshot.Objects, error) {
+	if sec.S3AccessKey == "" || sec.S3SecretKey == "" {
+		return nil, fmt.Errorf("no object-storage credentials: set %s and %s", EnvS3AccessKey, EnvS3SecretKey)
+	}
+	c, err := minio.New(d.Endpoint, &minio.Options{
+		Creds: credentials.NewStaticV4(sec.S3AccessKey, sec.S3SecretKey, ""), Secure: !d.Insecure, Region: d.Region,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("object storage %s: %w", d.Endpoint, err)
+	}
+	ok, err := c.BucketExists(ctx, d.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("object storage %s: bucket %s: %w", d.Endpoint, d.Bucket, err)
+	}
+	if !ok {
+		return nil, errors.New("object storage " + d.Endpoint + ": bucket " + d.Bucket + " does not exist")
+	}
+	return snapshot.NewMinioObjects(c, d.Bucket), nil
+}

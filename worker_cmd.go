@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/worker"
+)
+
+// terminationLog is where Kubernetes reads a container's last words; the worker's
+// error lands there so the controller can show it in a condition.
+const terminationLog = "/dev/termination-log"
+
+// runSnapshotWorker is `memory-operator snapshot`: the process a snapshot Job runs.
+func runSnapshotWorker(args []string) int {
+	cfg, err := worker.ParseSnapshotArgs(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return fail("snapshot", err, 2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	start := time.Now().UTC()
+	m, err := worker.RunSnapshot(ctx, cfg, worker.SecretsFromEnv(), worker.RunOptions{Version: version, Now: start, Progress: os.Stderr})
+	if err != nil {
+		return fail("snapshot", err, 1)
+	}
+	summary := map[string]any{
+		"prefix":     cfg.Destination.Prefix,
+		"packageId":  m.PackageID,
+		"items":      m.Counts.Items,
+		"scopes":     m.Counts.Scopes,
+		"shards":     len(m.Shards),
+		"bytes":      m.StoredBytes(),
+		"tombstones": len(m.Tombstones),
+		"duration":   time.Since(start).Round(time.Millisecond).String(),
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(summary)
+	return 0
+}
+
+// fail reports a worker error on stderr and in the termination log.
+func fail(cmd string, err error, code int) int {
+	msg := fmt.Sprintf("memory-operator %s: %v", cmd, err)
+	fmt.Fprintln(os.Stderr, msg)
+	if f, ferr := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0); ferr == nil {
+		_, _ = f.WriteString(msg)
+		_ = f.Close()
+	}
+	return code
+}
