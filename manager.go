@@ -4,11 +4,14 @@ import (
 	"flag"
 	"os"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -28,7 +31,7 @@ func newScheme() *runtime.Scheme {
 
 // runManager starts the controllers and blocks until the process is signalled.
 func runManager(args []string) int {
-	var metricsAddr, probeAddr, operatorNS string
+	var metricsAddr, probeAddr, operatorNS, workerImage string
 	var leaderElect bool
 	fs := flag.CommandLine // carries controller-runtime's --kubeconfig flag
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -36,6 +39,8 @@ func runManager(args []string) int {
 	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&operatorNS, "operator-namespace", envOr("POD_NAMESPACE", "memory-operator-system"),
 		"Namespace holding the Secrets of ClusterMemoryBackends (defaults to $POD_NAMESPACE).")
+	fs.StringVar(&workerImage, "worker-image", os.Getenv("WORKER_IMAGE"),
+		"Image of the worker Jobs (snapshots): the operator's own (defaults to $WORKER_IMAGE).")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -51,6 +56,10 @@ func runManager(args []string) int {
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "memory-operator.memory.amemory.io",
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only the operator's own Jobs are watched and cached, not every Job in the cluster.
+			&batchv1.Job{}: {Label: controllers.ManagedJobSelector()},
+		}},
 		Client: client.Options{
 			// Secrets are read straight from the API server and never cached, so the
 			// operator holds no credentials in memory beyond a reconcile.
@@ -71,6 +80,30 @@ func runManager(args []string) int {
 		log.Error(err, "Unable to set up the controller", "controller", "MemoryStore")
 		return 1
 	}
+	if workerImage == "" {
+		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots will wait until the operator is restarted with one")
+	}
+	if err := (&controllers.MemorySnapshotReconciler{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Scheme:      mgr.GetScheme(),
+		Recorder:    mgr.GetEventRecorder("memory-operator"),
+		Clock:       clock.RealClock{},
+		WorkerImage: workerImage,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up the controller", "controller", "MemorySnapshot")
+		return 1
+	}
+	if err := (&controllers.SnapshotScheduleReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    mgr.GetScheme(),
+		Recorder:  mgr.GetEventRecorder("memory-operator"),
+		Clock:     clock.RealClock{},
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up the controller", "controller", "SnapshotSchedule")
+		return 1
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Unable to set up the health check")
 		return 1
@@ -79,7 +112,7 @@ func runManager(args []string) int {
 		log.Error(err, "Unable to set up the ready check")
 		return 1
 	}
-	log.Info("Starting manager", "version", version, "operatorNamespace", operatorNS)
+	log.Info("Starting manager", "version", version, "operatorNamespace", operatorNS, "workerImage", workerImage)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "Manager exited with an error")
 		return 1

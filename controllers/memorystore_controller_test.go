@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -315,6 +316,15 @@ func TestMemoryStoreDeletion(t *testing.T) {
 				VALUES ('m1', 'semantic', 'user:1', '{}', '\x01', 0.5, now(), now())`); err != nil {
 				t.Fatal(err)
 			}
+			// A snapshot package under the store's prefix outlives the store either way.
+			s3, err := provision.NewS3Client(provision.S3Conn{Endpoint: f.s3.Endpoint, AccessKey: f.s3.AccessKey, SecretKey: f.s3.SecretKey})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snapshotObject := "memory-operator/" + tenant + "/snapshots/nightly/manifest.json"
+			if _, err := s3.PutObject(ctx, "memory-test", snapshotObject, strings.NewReader("{}"), 2, minio.PutObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
 			deleteAndWaitGone(t, store)
 
 			keep := policy == memoryv1alpha1.ReclaimRetain
@@ -329,10 +339,10 @@ func TestMemoryStoreDeletion(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(has).To(Equal(keep), "collection")
 
-			s3, err := provision.NewS3Client(provision.S3Conn{Endpoint: f.s3.Endpoint, AccessKey: f.s3.AccessKey, SecretKey: f.s3.SecretKey})
-			g.Expect(err).NotTo(HaveOccurred())
 			_, err = s3.StatObject(ctx, "memory-test", "memory-operator/"+tenant+"/.memory-store.json", minio.StatObjectOptions{})
 			g.Expect(err == nil).To(Equal(keep), "prefix marker: %v", err)
+			_, err = s3.StatObject(ctx, "memory-test", snapshotObject, minio.StatObjectOptions{})
+			g.Expect(err).NotTo(HaveOccurred(), "snapshot packages outlive their store")
 
 			if keep {
 				var n int

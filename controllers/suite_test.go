@@ -10,11 +10,15 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -23,9 +27,10 @@ import (
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
 
-// The controller tests run the real MemoryStore controller in a manager against a real
-// kube-apiserver and etcd (envtest, binaries from bin/k8s) and the real backends that
-// hack/services.sh starts. There is no kubelet, so nothing here needs Pods to run.
+// The controller tests run the real controllers (MemoryStore, MemorySnapshot, snapshot
+// schedules) in a manager against a real kube-apiserver and etcd (envtest, binaries from
+// bin/k8s) and the real backends that hack/services.sh starts. There is no kubelet, so
+// nothing here needs Pods to run: tests check the Jobs and play the kubelet's part.
 
 const operatorNamespace = "memory-operator-system"
 
@@ -72,7 +77,10 @@ func runSuite(m *testing.M) int {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Client:                 client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}: {Label: ManagedJobSelector()},
+		}},
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: manager: %v\n", err)
@@ -81,6 +89,18 @@ func runSuite(m *testing.M) int {
 	testMgr = mgr
 	if err := newReconciler(mgr.GetClient(), mgr.GetAPIReader()).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
+		return 1
+	}
+	if err := newSnapshotReconciler(mgr.GetClient(), mgr.GetAPIReader(), clock.RealClock{}).SetupWithManager(mgr); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: setup MemorySnapshot: %v\n", err)
+		return 1
+	}
+	// The manager's scheduler runs on a clock stopped before any test store existed, so
+	// it never reaches a slot by itself: schedule tests drive their own reconcilers with
+	// fake clocks, and the one in the manager only exercises the wiring (and agrees with
+	// them on everything else, being the same code).
+	if err := newScheduleReconciler(mgr.GetClient(), mgr.GetAPIReader(), clocktesting.NewFakePassiveClock(managerScheduleEpoch)).SetupWithManager(mgr); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: setup SnapshotSchedule: %v\n", err)
 		return 1
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,6 +134,36 @@ func newReconciler(c client.Client, reader client.Reader) *MemoryStoreReconciler
 		Scheme:            c.Scheme(),
 		Recorder:          testMgr.GetEventRecorder("memory-operator"),
 		OperatorNamespace: operatorNamespace,
+	}
+}
+
+// testWorkerImage is the image the snapshot Jobs of the tests name; no kubelet runs it.
+const testWorkerImage = "ghcr.io/amemory/memory-operator:test"
+
+// managerScheduleEpoch is the stopped time of the manager's snapshot scheduler.
+var managerScheduleEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newSnapshotReconciler builds the MemorySnapshot reconciler as main.go does, with the
+// given clock; tests build more to act as a restarted operator or to move time.
+func newSnapshotReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock) *MemorySnapshotReconciler {
+	return &MemorySnapshotReconciler{
+		Client:      c,
+		APIReader:   reader,
+		Scheme:      c.Scheme(),
+		Recorder:    testMgr.GetEventRecorder("memory-operator"),
+		Clock:       clk,
+		WorkerImage: testWorkerImage,
+	}
+}
+
+// newScheduleReconciler builds the snapshot scheduler with the given clock.
+func newScheduleReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock) *SnapshotScheduleReconciler {
+	return &SnapshotScheduleReconciler{
+		Client:    c,
+		APIReader: reader,
+		Scheme:    c.Scheme(),
+		Recorder:  testMgr.GetEventRecorder("memory-operator"),
+		Clock:     clk,
 	}
 }
 

@@ -31,6 +31,7 @@ const (
 	ReasonSecretNotFound       = "SecretNotFound"
 	ReasonSecretKeyMissing     = "SecretKeyMissing"
 	ReasonSecretConflict       = "SecretConflict"
+	ReasonInvalidKey           = "InvalidKey"
 	ReasonUnreachable          = "Unreachable"
 	ReasonAuthenticationFailed = "AuthenticationFailed"
 	ReasonPermissionDenied     = "PermissionDenied"

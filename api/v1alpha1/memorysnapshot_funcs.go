@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -51,4 +53,52 @@ func (sel SnapshotSelection) EffectiveTypes() []MemoryType {
 		return sel.Types
 	}
 	return []MemoryType{"episodic", "semantic", "procedural"}
+}
+
+// AnnotationScheduledAt records, on a snapshot a schedule created, the slot it was
+// created for (RFC 3339, UTC). Retention orders and ages scheduled snapshots by it.
+const AnnotationScheduledAt = "memory.amemory.io/scheduled-at"
+
+// DefaultKeepLast is how many finished scheduled snapshots a schedule keeps when
+// keepLast is unset.
+const DefaultKeepLast = 7
+
+// SetProgress records a snapshot that has not finished: Progressing is True while its
+// Job runs and False while it waits for something, and Completed is False with the
+// same reason, so `kubectl get` shows why a snapshot is not done.
+func (s *MemorySnapshot) SetProgress(progressing metav1.ConditionStatus, reason, message string) {
+	s.SetCondition(ConditionProgressing, progressing, reason, message)
+	s.SetCondition(ConditionCompleted, metav1.ConditionFalse, reason, message)
+}
+
+// SetCompleted records how the snapshot ended: Completed is True with the reason
+// (Succeeded, or why it failed) and Progressing is False. A completed snapshot never
+// runs again.
+func (s *MemorySnapshot) SetCompleted(reason, message string) {
+	s.SetCondition(ConditionCompleted, metav1.ConditionTrue, reason, message)
+	s.SetCondition(ConditionProgressing, metav1.ConditionFalse, reason, message)
+}
+
+// IsScheduled reports whether a snapshot schedule created the snapshot.
+func (s *MemorySnapshot) IsScheduled() bool {
+	return s.Labels[LabelScheduled] == "true"
+}
+
+// ScheduledAt is the slot a schedule created the snapshot for; for other snapshots
+// (or a missing or malformed annotation), its creation time.
+func (s *MemorySnapshot) ScheduledAt() metav1.Time {
+	if v, ok := s.Annotations[AnnotationScheduledAt]; ok {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			return metav1.NewTime(t)
+		}
+	}
+	return s.CreationTimestamp
+}
+
+// KeepLastOrDefault is keepLast with its default applied.
+func (s *SnapshotSchedule) KeepLastOrDefault() int {
+	if s.KeepLast == nil || *s.KeepLast < 1 {
+		return DefaultKeepLast
+	}
+	return int(*s.KeepLast)
 }

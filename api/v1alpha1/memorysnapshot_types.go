@@ -53,7 +53,8 @@ type SnapshotDestination struct {
 	CredentialsSecret *ObjectStorageCredentials `json:"credentialsSecret,omitempty"`
 }
 
-// SnapshotEncryption: packages are encrypted unless the spec explicitly says otherwise.
+// SnapshotEncryption says how a package is encrypted: with the key in keySecret, or
+// not at all when unencrypted is set explicitly.
 // +kubebuilder:validation:XValidation:rule="has(self.keySecret) != (has(self.unencrypted) && self.unencrypted)",message="set encryption.keySecret, or encryption.unencrypted: true to store the package in plaintext"
 type SnapshotEncryption struct {
 	// KeySecret holds a 32-byte AES-256 key (raw, hex or base64).

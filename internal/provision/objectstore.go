@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -109,9 +110,13 @@ func readMarker(ctx context.Context, c *minio.Client, bucket, key string) (*pref
 	return &m, nil
 }
 
-// DeleteObjectStore removes every object under the store's prefix, refusing when the
-// prefix is reserved by another store. The marker goes last, so an interrupted delete
-// is retried with ownership still provable.
+// SnapshotsFolder is where snapshot packages go by default, under the store's prefix.
+// Reclaiming a store leaves it alone: snapshots outlive their store.
+const SnapshotsFolder = "snapshots/"
+
+// DeleteObjectStore removes every object under the store's prefix except its snapshot
+// packages, refusing when the prefix is reserved by another store. The marker goes
+// last, so an interrupted delete is retried with ownership still provable.
 func DeleteObjectStore(ctx context.Context, s S3Conn, names Names, owner string) error {
 	c, err := NewS3Client(s)
 	if err != nil {
@@ -146,7 +151,7 @@ func DeleteObjectStore(ctx context.Context, s S3Conn, names Names, owner string)
 				listErr <- obj.Err
 				return
 			}
-			if obj.Key == key {
+			if obj.Key == key || strings.HasPrefix(obj.Key, names.Prefix+SnapshotsFolder) {
 				continue
 			}
 			select {

@@ -61,16 +61,9 @@ const ProgressEvery = 100_000
 // effort) and, whatever happens, never looks complete.
 func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOptions) (*snapshot.Manifest, error) {
 	now := ro.Now
-	var key *snapshot.Key
-	if !cfg.Unencrypted {
-		if sec.EncryptionKey == "" {
-			return nil, fmt.Errorf("no encryption key: set %s (or pass --unencrypted to write plaintext)", EnvEncryptionKey)
-		}
-		k, err := snapshot.ParseKey([]byte(sec.EncryptionKey))
-		if err != nil {
-			return nil, fmt.Errorf("encryption key from %s: %w", EnvEncryptionKey, err)
-		}
-		key = &k
+	key, err := packageKey(cfg, sec)
+	if err != nil {
+		return nil, err
 	}
 	if sec.PostgresURI == "" {
 		return nil, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
@@ -127,7 +120,7 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 		if cfg.VectorEngine == "Milvus" {
 			c, err := milvus.Connect(ctx, cfg.MilvusAddress)
 			if err != nil {
-				return nil, fmt.Errorf("Milvus %s: %w", cfg.MilvusAddress, err)
+				return nil, fmt.Errorf("connecting to Milvus %s: %w", cfg.MilvusAddress, err)
 			}
 			defer func() { _ = c.Close() }()
 			fetcher = milvus.New(c, cfg.Collection, vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(cfg.Metric)})
@@ -171,6 +164,21 @@ func abort(ctx context.Context, w *snapshot.Writer) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	_ = w.Abort(ctx)
+}
+
+// packageKey parses the encryption key; nil (and no error) only for --unencrypted.
+func packageKey(cfg SnapshotConfig, sec Secrets) (*snapshot.Key, error) {
+	if cfg.Unencrypted {
+		return nil, nil
+	}
+	if sec.EncryptionKey == "" {
+		return nil, fmt.Errorf("no encryption key: set %s (or pass --unencrypted to write plaintext)", EnvEncryptionKey)
+	}
+	k, err := snapshot.ParseKey([]byte(sec.EncryptionKey))
+	if err != nil {
+		return nil, fmt.Errorf("encryption key from %s: %w", EnvEncryptionKey, err)
+	}
+	return &k, nil
 }
 
 // exportFilter turns the selection into a store filter: scopes ending in '*' are

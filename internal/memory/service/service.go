@@ -329,81 +329,114 @@ type Result struct {
 // layout and row decoding. With K at most MaxSearchK those are a few index-only
 // lookups, and a search stops loading as soon as it has K live results.
 func (m *Memory) Search(ctx context.Context, q SearchQuery) ([]Result, error) {
-	if q.Scope == "" {
-		return nil, errors.New("memory service: search: scope is required")
-	}
-	if err := memory.ValidateScope(q.Scope); err != nil {
+	p, err := q.plan()
+	if err != nil {
 		return nil, fmt.Errorf("memory service: search: %w", err)
-	}
-	if strings.TrimSpace(q.Text) == "" {
-		return nil, errors.New("memory service: search: text is required (use Recall to rank without a query)")
-	}
-	k := q.K
-	if k == 0 {
-		k = DefaultSearchK
-	}
-	if k < 0 || k > MaxSearchK {
-		return nil, fmt.Errorf("memory service: search: k must be in [1, %d], got %d", MaxSearchK, q.K)
-	}
-	var types []string
-	wantType := map[memory.Type]bool{}
-	for _, t := range q.Types {
-		if err := t.Validate(); err != nil {
-			return nil, fmt.Errorf("memory service: search: %w", err)
-		}
-		types = append(types, string(t))
-		wantType[t] = true
-	}
-	now := q.Now
-	if now.IsZero() {
-		now = time.Now()
 	}
 	vecs, err := m.embed(ctx, []string{q.Text})
 	if err != nil {
 		return nil, fmt.Errorf("memory service: search: %w", err)
 	}
 
-	limit := min(4*k+16, vector.MaxK)
+	limit := min(4*p.k+16, vector.MaxK)
 	loaded := map[string]*memory.Item{} // nil: not a live memory of this search
-	fetch := k
+	fetch := p.k
 	for {
-		hits, err := m.index.Search(ctx, vector.Query{Scope: q.Scope, Types: types, Vector: vecs[0], K: fetch})
+		hits, err := m.index.Search(ctx, vector.Query{Scope: q.Scope, Types: p.types, Vector: vecs[0], K: fetch})
 		if err != nil {
 			return nil, fmt.Errorf("memory service: search: %w", err)
 		}
-		out := make([]Result, 0, k)
-		seen := map[string]bool{}
-		for _, h := range hits {
-			if seen[h.ID] {
-				continue
-			}
-			seen[h.ID] = true
-			it, ok := loaded[h.ID]
-			if !ok {
-				it, err = m.load(ctx, h.ID)
-				if err != nil {
-					return nil, fmt.Errorf("memory service: search: %w", err)
-				}
-				// The scope and type checks repeat the index's filter: a result
-				// never crosses a tenant boundary, whatever the index returns.
-				if it != nil && (it.Scope != q.Scope || len(wantType) > 0 && !wantType[it.MemoryType] ||
-					it.ArchivedAt != nil || it.ExpiresAt != nil && !it.ExpiresAt.After(now)) {
-					it = nil
-				}
-				loaded[h.ID] = it
-			}
-			if it != nil {
-				out = append(out, Result{Item: *it, Similarity: h.Score})
-				if len(out) == k {
-					break
-				}
-			}
+		out, err := m.liveResults(ctx, p, hits, loaded)
+		if err != nil {
+			return nil, fmt.Errorf("memory service: search: %w", err)
 		}
-		if len(out) == k || len(hits) < fetch || fetch >= limit {
+		if len(out) == p.k || len(hits) < fetch || fetch >= limit {
 			return out, nil
 		}
 		fetch = min(2*fetch, limit)
 	}
+}
+
+// searchPlan is a validated SearchQuery with its defaults applied.
+type searchPlan struct {
+	scope    string
+	k        int
+	types    []string
+	wantType map[memory.Type]bool
+	now      time.Time
+}
+
+func (q SearchQuery) plan() (searchPlan, error) {
+	p := searchPlan{scope: q.Scope, k: q.K, now: q.Now, wantType: map[memory.Type]bool{}}
+	if q.Scope == "" {
+		return p, errors.New("scope is required")
+	}
+	if err := memory.ValidateScope(q.Scope); err != nil {
+		return p, err
+	}
+	if strings.TrimSpace(q.Text) == "" {
+		return p, errors.New("text is required (use Recall to rank without a query)")
+	}
+	if p.k == 0 {
+		p.k = DefaultSearchK
+	}
+	if p.k < 0 || p.k > MaxSearchK {
+		return p, fmt.Errorf("k must be in [1, %d], got %d", MaxSearchK, q.K)
+	}
+	for _, t := range q.Types {
+		if err := t.Validate(); err != nil {
+			return p, err
+		}
+		p.types = append(p.types, string(t))
+		p.wantType[t] = true
+	}
+	if p.now.IsZero() {
+		p.now = time.Now()
+	}
+	return p, nil
+}
+
+// liveResults loads the hits (caching them in loaded) and keeps, in order, up to p.k
+// that are live memories of the search's scope and types.
+func (m *Memory) liveResults(ctx context.Context, p searchPlan, hits []vector.Hit, loaded map[string]*memory.Item) ([]Result, error) {
+	out := make([]Result, 0, p.k)
+	seen := map[string]bool{}
+	for _, h := range hits {
+		if seen[h.ID] {
+			continue
+		}
+		seen[h.ID] = true
+		it, ok := loaded[h.ID]
+		if !ok {
+			var err error
+			if it, err = m.load(ctx, h.ID); err != nil {
+				return nil, err
+			}
+			if it != nil && !p.admits(it) {
+				it = nil
+			}
+			loaded[h.ID] = it
+		}
+		if it != nil {
+			out = append(out, Result{Item: *it, Similarity: h.Score})
+			if len(out) == p.k {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// admits repeats the index's scope and type filter (a result never crosses a tenant
+// boundary, whatever the index returns) and drops archived and expired memories.
+func (p searchPlan) admits(it *memory.Item) bool {
+	switch {
+	case it.Scope != p.scope, len(p.wantType) > 0 && !p.wantType[it.MemoryType]:
+		return false
+	case it.ArchivedAt != nil, it.ExpiresAt != nil && !it.ExpiresAt.After(p.now):
+		return false
+	}
+	return true
 }
 
 // load returns the stored memory, or nil when it no longer exists.

@@ -1,0 +1,73 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+)
+
+// scheduleExpiry sets status.expiresAt on a finished snapshot with a TTL (its completion
+// time plus the TTL) and asks to be woken then.
+func (r *MemorySnapshotReconciler) scheduleExpiry(snap *memoryv1alpha1.MemorySnapshot) ctrl.Result {
+	if snap.Spec.TTL == nil {
+		return ctrl.Result{}
+	}
+	if snap.Status.ExpiresAt == nil {
+		end := snap.Status.CompletionTime
+		if end == nil {
+			end = r.now()
+		}
+		at := metav1.NewTime(end.Add(snap.Spec.TTL.Duration))
+		snap.Status.ExpiresAt = &at
+	}
+	return ctrl.Result{RequeueAfter: max(snap.Status.ExpiresAt.Sub(r.now().Time), time.Second)}
+}
+
+// expired reports whether a finished snapshot's TTL has passed.
+func (r *MemorySnapshotReconciler) expired(snap *memoryv1alpha1.MemorySnapshot) bool {
+	return snap.IsDone() && snap.Spec.TTL != nil && snap.Status.ExpiresAt != nil && !r.now().Before(snap.Status.ExpiresAt)
+}
+
+// expire deletes the package, then the snapshot. A package that cannot be reached keeps
+// the snapshot (retried with backoff): deleting it would lose track of the data.
+func (r *MemorySnapshotReconciler) expire(ctx context.Context, snap *memoryv1alpha1.MemorySnapshot) (ctrl.Result, error) {
+	if err := deleteSnapshotAndPackage(ctx, r.Client, r.resolver(), r.packages(), snap); err != nil {
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, "ExpiryFailed", "Expire",
+			"TTL passed, but deleting the package failed: %v", err)
+		return ctrl.Result{}, err
+	}
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, memoryv1alpha1.ReasonExpired, "Expire",
+		"Deleted the snapshot and its package: TTL %s passed at %s", snap.Spec.TTL.Duration, snap.Status.ExpiresAt.UTC().Format(time.RFC3339))
+	logf.FromContext(ctx).Info("Expired snapshot deleted", "expiresAt", snap.Status.ExpiresAt)
+	return ctrl.Result{}, nil
+}
+
+// deleteSnapshotAndPackage removes a finished snapshot's package objects, then the
+// snapshot (only the object it was given: a snapshot created again under the same name
+// is left alone). A snapshot that never wrote a package has nothing to remove.
+func deleteSnapshotAndPackage(ctx context.Context, c client.Client, resolver packageResolver, packages PackageStore,
+	snap *memoryv1alpha1.MemorySnapshot) error {
+	if loc := snap.Status.Location; loc != nil && loc.Prefix != "" {
+		access, err := resolver.access(ctx, snap, nil, false)
+		if err != nil {
+			return err
+		}
+		if err := packages.Delete(ctx, access); err != nil {
+			return fmt.Errorf("deleting package %s: %w", access, err)
+		}
+	}
+	err := c.Delete(ctx, snap, client.Preconditions{UID: &snap.UID})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
