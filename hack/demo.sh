@@ -45,7 +45,7 @@ kubectl get crds
 
 say "Starting the operator (memory-operator manager)"
 kubectl create namespace memory-operator-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-bin/memory-operator manager --operator-namespace memory-operator-system \
+bin/memory-operator manager --operator-namespace memory-operator-system --worker-image memory-operator:dev \
 	--metrics-bind-address 0 --health-probe-bind-address 0 >"$DEMO_DIR/operator.log" 2>&1 &
 pids+=($!)
 
@@ -100,12 +100,42 @@ kubectl -n "$NS" get secret acme-memory -o go-template='{{range $k, $v := .data}
 say "An agent writes and recalls a memory with the store's own role (not the admin)"
 uri=$(kubectl -n "$NS" get secret acme-memory -o jsonpath='{.data.uri}' | base64 -d)
 psql "$uri" -v ON_ERROR_STOP=1 -q <<'SQL'
-INSERT INTO memories (memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at)
-VALUES ('demo-1', 'semantic', 'user:1024', 'preference.coffee', '{"likes": "flat white"}', '\x00', 'demo', 0.9, now(), now());
-SELECT memory_id, scope, key, content FROM memories;
+INSERT INTO memories (memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at) VALUES
+ ('demo-1', 'semantic',   'user:1024', 'preference.coffee', '{"likes": "flat white"}', '\x01', 'demo', 0.9, now(), now()),
+ ('demo-2', 'episodic',   'user:1024', NULL, '{"event": "asked for a refund"}',        '\x02', 'demo', 0.6, now(), now()),
+ ('demo-3', 'semantic',   'user:2048', 'address.city', '{"city": "Lisbon"}',           '\x03', 'demo', 0.8, now(), now()),
+ ('demo-4', 'procedural', 'agent:support', 'refund', '{"steps": ["verify", "refund"]}', '\x04', 'demo', 0.7, now(), now());
+SELECT memory_id, scope, key, content FROM memories ORDER BY memory_id;
 SQL
 echo "(and the same role is refused outside its schema:)"
 psql "$uri" -q -c 'CREATE TABLE public.escape (x int)' 2>&1 | sed 's/^/  /' || true
+
+say "Snapshotting the store: a MemorySnapshot becomes a Job"
+kubectl -n "$NS" create secret generic snapshot-key \
+	--from-literal=key="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -f - <<YAML
+apiVersion: memory.amemory.io/v1alpha1
+kind: MemorySnapshot
+metadata:
+  name: before-migration
+  namespace: $NS
+spec:
+  storeRef: {name: acme}
+  encryption: {keySecret: {name: snapshot-key, key: key}}
+YAML
+job=""
+for _ in $(seq 1 60); do
+	job=$(kubectl -n "$NS" get jobs -l memory.amemory.io/snapshot=before-migration -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true)
+	[[ -n $job ]] && break
+	sleep 0.5
+done
+[[ -n $job ]] || { kubectl -n "$NS" get memorysnapshot before-migration -o yaml; exit 1; }
+kubectl -n "$NS" get job "$job" -o jsonpath='Job {.metadata.name}: {.spec.template.spec.containers[0].command} {.spec.template.spec.containers[0].args}{"\n"}'
+echo "(no kubelet here: hack/run-job.sh runs the Job's command with the Secrets it references)"
+hack/run-job.sh "$NS" "$job"
+kubectl -n "$NS" wait memorysnapshot/before-migration --for=condition=Completed --timeout=60s >/dev/null
+say "kubectl get memorysnapshots"
+kubectl -n "$NS" get memorysnapshots -o wide
 
 if [[ -n ${DEMO_KEEP:-} ]]; then
 	say "The stack keeps running. In another shell: export KUBECONFIG=$KUBECONFIG; press Ctrl-C to stop"
