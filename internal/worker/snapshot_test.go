@@ -428,3 +428,33 @@ func TestSnapshotProcessKilledMidUploadLeavesNoManifest(t *testing.T) {
 		t.Fatalf("items = %d in %d shards, want %d in several", got, len(r.Manifest().Shards), n)
 	}
 }
+
+func TestSnapshotReportsUnusableDestinations(t *testing.T) {
+	f := newFixture(t)
+	f.seed(t, f.pgIndex(t))
+	ctx := context.Background()
+
+	missing := f.config("x/")
+	missing.Destination.Bucket = "no-such-bucket-4711"
+	if _, err := RunSnapshot(ctx, missing, f.sec, RunOptions{Now: testNow}); err == nil ||
+		!strings.Contains(err.Error(), "bucket no-such-bucket-4711 does not exist") {
+		t.Fatalf("missing bucket: %v", err)
+	}
+
+	unreachable := f.config("x/")
+	unreachable.Destination.Endpoint = "127.0.0.1:1"
+	if _, err := RunSnapshot(ctx, unreachable, f.sec, RunOptions{Now: testNow}); err == nil ||
+		!strings.Contains(err.Error(), "object storage 127.0.0.1:1") {
+		t.Fatalf("unreachable endpoint: %v", err)
+	}
+
+	wrongCreds := f.sec
+	wrongCreds.S3SecretKey = "not-the-secret"
+	if _, err := RunSnapshot(ctx, f.config("x/"), wrongCreds, RunOptions{Now: testNow}); err == nil ||
+		strings.Contains(err.Error(), "not-the-secret") {
+		t.Fatalf("wrong credentials: err = %v (must fail without echoing the secret)", err)
+	}
+	if names, err := snapshot.NewMinioObjects(f.s3, f.bucket).List(ctx, "x/"); err != nil || len(names) != 0 {
+		t.Fatalf("failed runs left objects: %v, %v", names, err)
+	}
+}
