@@ -10,6 +10,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/amemory/memory-operator/internal/snapshot"
 )
 
 // S3Conn is an S3-compatible endpoint, its credentials and the bucket used.
@@ -139,37 +141,9 @@ func DeleteObjectStore(ctx context.Context, s S3Conn, names Names, owner string)
 		return fail(ReasonTenantConflict, "%s: prefix %s is reserved by %s; not deleting", what, names.Prefix, current.Owner)
 	}
 
-	// Cancelling on return stops the lister if removal fails half-way.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	objects := make(chan minio.ObjectInfo)
-	listErr := make(chan error, 1)
-	go func() {
-		defer close(objects)
-		for obj := range c.ListObjects(ctx, s.Bucket, minio.ListObjectsOptions{Prefix: names.Prefix, Recursive: true}) {
-			if obj.Err != nil {
-				listErr <- obj.Err
-				return
-			}
-			if obj.Key == key || strings.HasPrefix(obj.Key, names.Prefix+SnapshotsFolder) {
-				continue
-			}
-			select {
-			case objects <- obj:
-			case <-ctx.Done():
-				listErr <- ctx.Err()
-				return
-			}
-		}
-		listErr <- nil
-	}()
-	for rerr := range c.RemoveObjects(ctx, s.Bucket, objects, minio.RemoveObjectsOptions{}) {
-		if rerr.Err != nil {
-			return classify(what+": removing "+rerr.ObjectName, rerr.Err)
-		}
-	}
-	if err := <-listErr; err != nil {
-		return classify(what+": listing "+names.Prefix, err)
+	keep := func(k string) bool { return k == key || strings.HasPrefix(k, names.Prefix+SnapshotsFolder) }
+	if err := snapshot.RemovePrefix(ctx, c, s.Bucket, names.Prefix, keep); err != nil {
+		return classify(what, err)
 	}
 	if err := c.RemoveObject(ctx, s.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
 		return classify(what+": removing "+key, err)

@@ -118,16 +118,40 @@ func (m *MinioObjects) Delete(ctx context.Context, prefix string) error {
 	if strings.Trim(prefix, "/") == "" {
 		return errors.New("refusing to delete with an empty prefix (the whole bucket)")
 	}
+	if err := RemovePrefix(ctx, m.Client, m.Bucket, prefix, nil); err != nil {
+		if isNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for up := range m.Client.ListIncompleteUploads(ctx, m.Bucket, prefix, true) {
+		if up.Err != nil {
+			return fmt.Errorf("listing unfinished uploads under %s in bucket %s: %w", prefix, m.Bucket, up.Err)
+		}
+		if err := m.Client.RemoveIncompleteUpload(ctx, m.Bucket, up.Key); err != nil {
+			return fmt.Errorf("aborting the unfinished upload of %s in bucket %s: %w", up.Key, m.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// RemovePrefix deletes every object under prefix in bucket except those keep returns
+// true for (nil keep: none are kept), streaming the listing into batched deletes so a
+// prefix of any size needs no memory.
+func RemovePrefix(ctx context.Context, c *minio.Client, bucket, prefix string, keep func(key string) bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // stops the lister if removal fails half-way
 	objects := make(chan minio.ObjectInfo)
 	listErr := make(chan error, 1)
 	go func() {
 		defer close(objects)
-		for obj := range m.Client.ListObjects(ctx, m.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		for obj := range c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 			if obj.Err != nil {
 				listErr <- obj.Err
 				return
+			}
+			if keep != nil && keep(obj.Key) {
+				continue
 			}
 			select {
 			case objects <- obj:
@@ -138,24 +162,13 @@ func (m *MinioObjects) Delete(ctx context.Context, prefix string) error {
 		}
 		listErr <- nil
 	}()
-	for rerr := range m.Client.RemoveObjects(ctx, m.Bucket, objects, minio.RemoveObjectsOptions{}) {
+	for rerr := range c.RemoveObjects(ctx, bucket, objects, minio.RemoveObjectsOptions{}) {
 		if rerr.Err != nil {
-			return fmt.Errorf("removing %s from bucket %s: %w", rerr.ObjectName, m.Bucket, rerr.Err)
+			return fmt.Errorf("removing %s from bucket %s: %w", rerr.ObjectName, bucket, rerr.Err)
 		}
 	}
 	if err := <-listErr; err != nil {
-		if isNotExist(err) {
-			return nil
-		}
-		return fmt.Errorf("listing %s in bucket %s: %w", prefix, m.Bucket, err)
-	}
-	for up := range m.Client.ListIncompleteUploads(ctx, m.Bucket, prefix, true) {
-		if up.Err != nil {
-			return fmt.Errorf("listing unfinished uploads under %s in bucket %s: %w", prefix, m.Bucket, up.Err)
-		}
-		if err := m.Client.RemoveIncompleteUpload(ctx, m.Bucket, up.Key); err != nil {
-			return fmt.Errorf("aborting the unfinished upload of %s in bucket %s: %w", up.Key, m.Bucket, err)
-		}
+		return fmt.Errorf("listing %s in bucket %s: %w", prefix, bucket, err)
 	}
 	return nil
 }
