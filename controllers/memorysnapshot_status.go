@@ -4,10 +4,8 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
@@ -17,10 +15,8 @@ import (
 // the queue) and emits an Event for every transition.
 func (r *MemorySnapshotReconciler) patchStatus(ctx context.Context, original, snap *memoryv1alpha1.MemorySnapshot) error {
 	snap.Status.Phase = snap.DerivePhase()
-	if equality.Semantic.DeepEqual(original.Status, snap.Status) {
-		return nil
-	}
-	if err := r.Status().Patch(ctx, snap, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
+	changed, err := patchStatusIfChanged(ctx, r.Client, original, snap, original.Status, snap.Status)
+	if !changed || err != nil {
 		return err
 	}
 	r.emitTransitions(original, snap)

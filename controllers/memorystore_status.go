@@ -4,10 +4,8 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
@@ -17,10 +15,8 @@ import (
 // and emits an Event for every transition of Ready or Degraded.
 func (r *MemoryStoreReconciler) patchStatus(ctx context.Context, original, store *memoryv1alpha1.MemoryStore) error {
 	store.Status.Phase = store.DerivePhase()
-	if equality.Semantic.DeepEqual(original.Status, store.Status) {
-		return nil
-	}
-	if err := r.Status().Patch(ctx, store, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
+	changed, err := patchStatusIfChanged(ctx, r.Client, original, store, original.Status, store.Status)
+	if !changed || err != nil {
 		return err
 	}
 	r.emitTransitions(original, store)

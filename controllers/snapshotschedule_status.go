@@ -4,7 +4,6 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,10 +27,8 @@ func (r *SnapshotScheduleReconciler) patchScheduleStatus(ctx context.Context, st
 		}
 		original := store.DeepCopy()
 		want.applyTo(store)
-		if equality.Semantic.DeepEqual(original.Status, store.Status) {
-			return nil
-		}
-		return r.Status().Patch(ctx, store, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}))
+		_, err := patchStatusIfChanged(ctx, r.Client, original, store, original.Status, store.Status)
+		return err
 	})
 	if err != nil {
 		return err
