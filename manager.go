@@ -40,7 +40,7 @@ func runManager(args []string) int {
 	fs.StringVar(&operatorNS, "operator-namespace", envOr("POD_NAMESPACE", "memory-operator-system"),
 		"Namespace holding the Secrets of ClusterMemoryBackends (defaults to $POD_NAMESPACE).")
 	fs.StringVar(&workerImage, "worker-image", os.Getenv("WORKER_IMAGE"),
-		"Image of the worker Jobs (snapshots): the operator's own (defaults to $WORKER_IMAGE).")
+		"Image of the worker Jobs (snapshots, restores): the operator's own (defaults to $WORKER_IMAGE).")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -81,7 +81,7 @@ func runManager(args []string) int {
 		return 1
 	}
 	if workerImage == "" {
-		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots will wait until the operator is restarted with one")
+		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots and MemoryRestores will wait until the operator is restarted with one")
 	}
 	if err := (&controllers.MemorySnapshotReconciler{
 		Client:      mgr.GetClient(),
@@ -92,6 +92,17 @@ func runManager(args []string) int {
 		WorkerImage: workerImage,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "Unable to set up the controller", "controller", "MemorySnapshot")
+		return 1
+	}
+	if err := (&controllers.MemoryRestoreReconciler{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Scheme:      mgr.GetScheme(),
+		Recorder:    mgr.GetEventRecorder("memory-operator"),
+		Clock:       clock.RealClock{},
+		WorkerImage: workerImage,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Unable to set up the controller", "controller", "MemoryRestore")
 		return 1
 	}
 	if err := (&controllers.SnapshotScheduleReconciler{

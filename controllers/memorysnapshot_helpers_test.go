@@ -111,7 +111,7 @@ func snapshotCondition(s *memoryv1alpha1.MemorySnapshot, condType string) metav1
 func waitForJob(t *testing.T, snap *memoryv1alpha1.MemorySnapshot) *batchv1.Job {
 	t.Helper()
 	job := &batchv1.Job{}
-	key := client.ObjectKey{Namespace: snap.Namespace, Name: snapshotJobName(snap)}
+	key := client.ObjectKey{Namespace: snap.Namespace, Name: workerJobName(snap)}
 	NewWithT(t).Eventually(func() error {
 		return k8sClient.Get(context.Background(), key, job)
 	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed(), "no Job %s", key.Name)
@@ -219,9 +219,16 @@ func failJob(t *testing.T, job *batchv1.Job, reason, message string) {
 	})
 }
 
-// failedPod creates a pod of the Job whose snapshot container ended with message in its
+// failedPod creates a pod of the Job whose worker container ended with message in its
 // termination log, as the kubelet reports it.
 func failedPod(t *testing.T, job *batchv1.Job, message string) {
+	t.Helper()
+	finishedPod(t, job, 1, message)
+}
+
+// finishedPod creates a pod of the Job whose worker container exited with exitCode and
+// left message in its termination log, as the kubelet reports it.
+func finishedPod(t *testing.T, job *batchv1.Job, exitCode int32, message string) {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-x1y2z",
@@ -230,11 +237,15 @@ func failedPod(t *testing.T, job *batchv1.Job, message string) {
 	}
 	create(t, pod)
 	finished := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
-	pod.Status.Phase = corev1.PodFailed
+	phase, reason := corev1.PodFailed, "Error"
+	if exitCode == 0 {
+		phase, reason = corev1.PodSucceeded, "Completed"
+	}
+	pod.Status.Phase = phase
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
-		Name: snapshotContainer, Image: pod.Spec.Containers[0].Image,
+		Name: pod.Spec.Containers[0].Name, Image: pod.Spec.Containers[0].Image,
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: 1, Reason: "Error", Message: message, StartedAt: finished, FinishedAt: finished}},
+			ExitCode: exitCode, Reason: reason, Message: message, StartedAt: finished, FinishedAt: finished}},
 	}}
 	if err := k8sClient.Status().Update(context.Background(), pod); err != nil {
 		t.Fatalf("updating the status of pod %s: %v", pod.Name, err)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -17,17 +18,19 @@ import (
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
-// The snapshot worker Job. Everything here is pure: a snapshot, its store and the
-// resolved destination in, a Job out. The arguments come from worker.SnapshotConfig,
-// the contract the worker parses, and every secret reaches the pod by reference.
+// The snapshot worker Job, and what every worker Job (snapshot, restore) shares.
+// Everything here is pure: a snapshot, its store and the resolved destination in, a Job
+// out. The arguments come from worker.SnapshotConfig, the contract the worker parses,
+// and every secret reaches the pod by reference.
 const (
 	snapshotContainer = "snapshot"
-	// workerCommand is the operator's binary in its image; the Job runs its "snapshot"
-	// subcommand.
+	// workerCommand is the operator's binary in its image; a Job runs its "snapshot" or
+	// "restore" subcommand.
 	workerCommand = "/memory-operator"
-	// snapshotBackoffLimit allows one retry of a pod that failed; the worker removes a
-	// partial package when it fails, so a retry starts clean.
-	snapshotBackoffLimit int32 = 1
+	// workerBackoffLimit allows one retry of a pod that failed: the snapshot worker
+	// removes a partial package when it fails, so a retry starts clean, and a restore is
+	// idempotent, so a retry only does what the first try did not.
+	workerBackoffLimit int32 = 1
 	// defaultActiveDeadline mirrors the CRD default of spec.job.activeDeadlineSeconds.
 	defaultActiveDeadline int64 = 3600
 	// workerUID is the non-root user of the operator's image (distroless "nonroot").
@@ -49,27 +52,33 @@ func ManagedJobSelector() labels.Selector {
 	return labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy})
 }
 
-// uidPrefix is the first 8 characters of the snapshot's UID: it tells apart snapshots
-// that had the same name at different times.
-func uidPrefix(snap *memoryv1alpha1.MemorySnapshot) string {
-	uid := string(snap.UID)
+// uidPrefix is the first 8 characters of the object's UID: it tells apart snapshots (or
+// restores) that had the same name at different times.
+func uidPrefix(obj metav1.Object) string {
+	uid := string(obj.GetUID())
 	if len(uid) > 8 {
 		uid = uid[:8]
 	}
 	return uid
 }
 
-// packageFolder is the snapshot's own folder under the destination prefix.
-func packageFolder(snap *memoryv1alpha1.MemorySnapshot) string {
-	return snap.Name + "-" + uidPrefix(snap) + "/"
+// runFolder is "<name>-<uid prefix>/": the folder of one snapshot's package, or of one
+// restore's detail.
+func runFolder(obj metav1.Object) string {
+	return obj.GetName() + "-" + uidPrefix(obj) + "/"
 }
 
-// snapshotJobName is "<snapshot>-<uid prefix>", the snapshot's name shortened when the
-// whole would exceed 63 characters. The UID part means a snapshot deleted and created
-// again under the same name never finds the old one's Job.
-func snapshotJobName(snap *memoryv1alpha1.MemorySnapshot) string {
-	suffix := "-" + uidPrefix(snap)
-	name := snap.Name
+// packageFolder is the snapshot's own folder under the destination prefix.
+func packageFolder(snap *memoryv1alpha1.MemorySnapshot) string {
+	return runFolder(snap)
+}
+
+// workerJobName is "<name>-<uid prefix>" for the Job of a snapshot or restore, the name
+// shortened when the whole would exceed 63 characters. The UID part means an object
+// deleted and created again under the same name never finds the old one's Job.
+func workerJobName(obj metav1.Object) string {
+	suffix := "-" + uidPrefix(obj)
+	name := obj.GetName()
 	if len(name)+len(suffix) > maxJobName {
 		name = strings.TrimRight(name[:maxJobName-len(suffix)], ".-")
 	}
@@ -199,8 +208,7 @@ func snapshotConfig(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1.M
 }
 
 // buildSnapshotJob is the Job that runs `memory-operator snapshot` for the snapshot:
-// owned by it, least privilege (no service-account token, the restricted pod security
-// profile, a read-only root filesystem) and secrets only as SecretKeyRefs.
+// owned by it, least privilege (see buildWorkerJob) and secrets only as SecretKeyRefs.
 func buildSnapshotJob(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1.MemoryStore, in snapshotJobInputs) *batchv1.Job {
 	cfg := snapshotConfig(snap, store, in)
 	creds := in.Plan.Credentials
@@ -212,8 +220,43 @@ func buildSnapshotJob(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1
 	if enc := snap.Spec.Encryption; !enc.Unencrypted && enc.KeySecret != nil {
 		env = append(env, secretEnv(worker.EnvEncryptionKey, enc.KeySecret.Name, enc.KeySecret.Key))
 	}
+	labels := map[string]string{}
+	setLabelIfValid(labels, memoryv1alpha1.LabelSnapshot, snap.Name)
+	setLabelIfValid(labels, memoryv1alpha1.LabelStore, store.Name)
+	return buildWorkerJob(workerJobSpec{
+		Owner: snap, Kind: "MemorySnapshot", Command: snapshotContainer, Image: in.Image,
+		Args: cfg.Args(), Env: env, Labels: labels, Options: snap.Spec.Job,
+	})
+}
 
-	opts := snap.Spec.Job
+// workerJobSpec is what tells the operator's worker Jobs apart.
+type workerJobSpec struct {
+	// Owner is the snapshot or restore the Job runs for, of kind Kind.
+	Owner metav1.Object
+	Kind  string
+	// Command is the worker subcommand ("snapshot", "restore"), which also names the
+	// container and the Job's component label.
+	Command string
+	Image   string
+	// Args follow the subcommand.
+	Args []string
+	// Env holds only SecretKeyRefs.
+	Env []corev1.EnvVar
+	// Labels are added to the common ones.
+	Labels  map[string]string
+	Options memoryv1alpha1.JobOptions
+	// Volumes and VolumeMounts are added to the writable /tmp every worker has.
+	Volumes      []corev1.Volume
+	VolumeMounts []corev1.VolumeMount
+}
+
+// buildWorkerJob is a Job running `memory-operator <command>` for its owner: owned by it
+// (and named after it), one try more after a failure (the workers are idempotent or
+// clean up after themselves), least privilege (no service-account token, the restricted
+// pod security profile, a read-only root filesystem) and the worker's last error, or
+// its result, as the termination message.
+func buildWorkerJob(spec workerJobSpec) *batchv1.Job {
+	opts := spec.Options
 	deadline := defaultActiveDeadline
 	if opts.ActiveDeadlineSeconds != nil {
 		deadline = *opts.ActiveDeadlineSeconds
@@ -224,24 +267,23 @@ func buildSnapshotJob(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1
 	}
 	jobLabels := map[string]string{
 		"app.kubernetes.io/name":      "memory-operator",
-		"app.kubernetes.io/component": "snapshot",
+		"app.kubernetes.io/component": spec.Command,
 		labelManagedBy:                managedBy,
 	}
-	setLabelIfValid(jobLabels, memoryv1alpha1.LabelSnapshot, snap.Name)
-	setLabelIfValid(jobLabels, memoryv1alpha1.LabelStore, store.Name)
+	maps.Copy(jobLabels, spec.Labels)
 
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:       snap.Namespace,
-			Name:            snapshotJobName(snap),
+			Namespace:       spec.Owner.GetNamespace(),
+			Name:            workerJobName(spec.Owner),
 			Labels:          jobLabels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(snap, memoryv1alpha1.GroupVersion.WithKind("MemorySnapshot"))},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(spec.Owner, memoryv1alpha1.GroupVersion.WithKind(spec.Kind))},
 		},
 		Spec: batchv1.JobSpec{
-			BackoffLimit:          ptr.To(snapshotBackoffLimit),
+			BackoffLimit:          ptr.To(workerBackoffLimit),
 			ActiveDeadlineSeconds: ptr.To(deadline),
-			// A replacement pod starts only once the failed one is gone: two writers never
-			// share the package prefix.
+			// A replacement pod starts only once the failed one is gone: two workers never
+			// run at the same time.
 			PodReplacementPolicy: ptr.To(batchv1.Failed),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: jobLabels},
@@ -256,12 +298,13 @@ func buildSnapshotJob(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					Containers: []corev1.Container{{
-						Name:    snapshotContainer,
-						Image:   in.Image,
+						Name:    spec.Command,
+						Image:   spec.Image,
 						Command: []string{workerCommand},
-						Args:    append([]string{"snapshot"}, cfg.Args()...),
-						Env:     env,
-						// The worker's last error becomes the pod's termination message.
+						Args:    append([]string{spec.Command}, spec.Args...),
+						Env:     spec.Env,
+						// The worker's last error (or a restore's summary) becomes the pod's
+						// termination message.
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						Resources:                resources,
 						SecurityContext: &corev1.SecurityContext{
@@ -271,9 +314,10 @@ func buildSnapshotJob(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1
 							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 							SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 						},
-						VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}},
+						VolumeMounts: append([]corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}, spec.VolumeMounts...),
 					}},
-					Volumes:      []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+					Volumes: append([]corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+						spec.Volumes...),
 					NodeSelector: opts.NodeSelector,
 					Tolerations:  opts.Tolerations,
 				},
@@ -309,19 +353,29 @@ func jobLocation(job *batchv1.Job) (*memoryv1alpha1.SnapshotLocation, error) {
 
 // jobSnapshotConfig parses the worker configuration back out of a snapshot Job.
 func jobSnapshotConfig(job *batchv1.Job) (worker.SnapshotConfig, error) {
-	for _, c := range job.Spec.Template.Spec.Containers {
-		if c.Name == snapshotContainer && len(c.Args) > 0 && c.Args[0] == "snapshot" {
-			return worker.ParseSnapshotArgs(c.Args[1:], io.Discard)
-		}
+	args, err := jobWorkerArgs(job, snapshotContainer)
+	if err != nil {
+		return worker.SnapshotConfig{}, err
 	}
-	return worker.SnapshotConfig{}, fmt.Errorf("job %s has no %s container", job.Name, snapshotContainer)
+	return worker.ParseSnapshotArgs(args, io.Discard)
 }
 
-// jobSecretRef returns the Secret and key an environment variable of the snapshot
-// container is filled from.
-func jobSecretRef(job *batchv1.Job, env string) (name, key string, ok bool) {
+// jobWorkerArgs returns the arguments (after the subcommand) of a worker Job's container
+// for the command.
+func jobWorkerArgs(job *batchv1.Job, command string) ([]string, error) {
 	for _, c := range job.Spec.Template.Spec.Containers {
-		if c.Name != snapshotContainer {
+		if c.Name == command && len(c.Args) > 0 && c.Args[0] == command {
+			return c.Args[1:], nil
+		}
+	}
+	return nil, fmt.Errorf("job %s has no %s container", job.Name, command)
+}
+
+// jobSecretRef returns the Secret and key an environment variable of a worker Job's
+// container (snapshotContainer, restoreContainer) is filled from.
+func jobSecretRef(job *batchv1.Job, container, env string) (name, key string, ok bool) {
+	for _, c := range job.Spec.Template.Spec.Containers {
+		if c.Name != container {
 			continue
 		}
 		for _, e := range c.Env {

@@ -262,7 +262,7 @@ func TestSnapshotJobNameFitsALabel(t *testing.T) {
 	long := builderSnapshot(func(s *memoryv1alpha1.MemorySnapshot) {
 		s.Name = strings.Repeat("a", 50) + ".b-" + strings.Repeat("c", 60)
 	})
-	name := snapshotJobName(long)
+	name := workerJobName(long)
 	g.Expect(name).To(Equal(strings.Repeat("a", 50) + ".b-c-1f0e4c9a"))
 	g.Expect(name).To(HaveLen(63))
 	g.Expect(validation.IsDNS1123Subdomain(name)).To(BeEmpty())
@@ -270,7 +270,7 @@ func TestSnapshotJobNameFitsALabel(t *testing.T) {
 
 	// A name cut right after a '.' or '-' does not end in one.
 	cut := builderSnapshot(func(s *memoryv1alpha1.MemorySnapshot) { s.Name = strings.Repeat("x", 53) + "-.yyyyyyyyyy" })
-	g.Expect(snapshotJobName(cut)).To(Equal(strings.Repeat("x", 53) + "-1f0e4c9a"))
+	g.Expect(workerJobName(cut)).To(Equal(strings.Repeat("x", 53) + "-1f0e4c9a"))
 
 	job := buildSnapshotJob(long, builderStore("Postgres", inlineObjects()), snapshotJobInputs{Image: "img"})
 	g.Expect(job.Labels).NotTo(HaveKey(memoryv1alpha1.LabelSnapshot), "a name too long for a label is left out")

@@ -74,37 +74,14 @@ type packageResolver struct {
 // it had them (exactly what the worker used) or, once the Job is gone, as the spec and
 // the store say. job may be nil.
 func (p packageResolver) access(ctx context.Context, snap *memoryv1alpha1.MemorySnapshot, job *batchv1.Job, withKey bool) (PackageAccess, error) {
-	loc := snap.Status.Location
-	if loc == nil || loc.Bucket == "" || loc.Endpoint == "" {
-		return PackageAccess{}, fmt.Errorf("snapshot %s has no package location", snap.Name)
-	}
-	// The prefix comes from status, which others can write: touch nothing but the
-	// snapshot's own folder.
-	if !strings.HasSuffix(loc.Prefix, packageFolder(snap)) {
-		return PackageAccess{}, fmt.Errorf("status.location.prefix %q is not the folder of snapshot %s; not touching it", loc.Prefix, snap.Name)
+	loc, err := packageLocation(snap)
+	if err != nil {
+		return PackageAccess{}, err
 	}
 	a := PackageAccess{Endpoint: loc.Endpoint, Bucket: loc.Bucket, Prefix: loc.Prefix}
-
-	if job == nil && snap.Status.JobName != "" {
-		j := &batchv1.Job{}
-		err := p.client.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: snap.Status.JobName}, j)
-		switch {
-		case err == nil && j.DeletionTimestamp.IsZero():
-			job = j
-		case err != nil && !apierrors.IsNotFound(err):
-			return PackageAccess{}, err
-		}
-	}
-	refs, ok := jobAccessRefs(job)
-	if !ok {
-		plan, err := p.planFromSpec(ctx, snap, loc)
-		if err != nil {
-			return PackageAccess{}, err
-		}
-		refs = accessRefs{region: plan.Destination.Region, insecure: plan.Destination.Insecure, creds: plan.Credentials}
-		if enc := snap.Spec.Encryption; !enc.Unencrypted {
-			refs.key = enc.KeySecret
-		}
+	refs, err := p.refs(ctx, snap, job)
+	if err != nil {
+		return PackageAccess{}, err
 	}
 	a.Region, a.Insecure = refs.region, refs.insecure
 
@@ -119,6 +96,52 @@ func (p packageResolver) access(ctx context.Context, snap *memoryv1alpha1.Memory
 		}
 	}
 	return a, nil
+}
+
+// packageLocation is where the snapshot's package is, as status records it. The prefix
+// comes from status, which others can write: nothing but the snapshot's own folder is
+// accepted.
+func packageLocation(snap *memoryv1alpha1.MemorySnapshot) (*memoryv1alpha1.SnapshotLocation, error) {
+	loc := snap.Status.Location
+	if loc == nil || loc.Bucket == "" || loc.Endpoint == "" {
+		return nil, fmt.Errorf("snapshot %s has no package location", snap.Name)
+	}
+	if !strings.HasSuffix(loc.Prefix, packageFolder(snap)) {
+		return nil, fmt.Errorf("status.location.prefix %q is not the folder of snapshot %s; not touching it", loc.Prefix, snap.Name)
+	}
+	return loc, nil
+}
+
+// refs resolves how the snapshot's package is reached, Secrets by reference: as the Job
+// that wrote it had it (job, or the one status names), or once the Job is gone as the
+// spec and the store say. job may be nil.
+func (p packageResolver) refs(ctx context.Context, snap *memoryv1alpha1.MemorySnapshot, job *batchv1.Job) (accessRefs, error) {
+	if job == nil && snap.Status.JobName != "" {
+		j := &batchv1.Job{}
+		err := p.client.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: snap.Status.JobName}, j)
+		switch {
+		case err == nil && j.DeletionTimestamp.IsZero():
+			job = j
+		case err != nil && !apierrors.IsNotFound(err):
+			return accessRefs{}, err
+		}
+	}
+	if refs, ok := jobAccessRefs(job); ok {
+		return refs, nil
+	}
+	loc, err := packageLocation(snap)
+	if err != nil {
+		return accessRefs{}, err
+	}
+	plan, err := p.planFromSpec(ctx, snap, loc)
+	if err != nil {
+		return accessRefs{}, err
+	}
+	refs := accessRefs{region: plan.Destination.Region, insecure: plan.Destination.Insecure, creds: plan.Credentials}
+	if enc := snap.Spec.Encryption; !enc.Unencrypted {
+		refs.key = enc.KeySecret
+	}
+	return refs, nil
 }
 
 // accessRefs is how a package is reached, with Secrets by reference.
@@ -140,9 +163,9 @@ func jobAccessRefs(job *batchv1.Job) (accessRefs, bool) {
 		return accessRefs{}, false
 	}
 	refs := accessRefs{region: cfg.Destination.Region, insecure: cfg.Destination.Insecure}
-	refs.creds.Name, refs.creds.AccessKeyIDKey, _ = jobSecretRef(job, worker.EnvS3AccessKey)
-	_, refs.creds.SecretAccessKeyKey, _ = jobSecretRef(job, worker.EnvS3SecretKey)
-	if name, key, ok := jobSecretRef(job, worker.EnvEncryptionKey); ok {
+	refs.creds.Name, refs.creds.AccessKeyIDKey, _ = jobSecretRef(job, snapshotContainer, worker.EnvS3AccessKey)
+	_, refs.creds.SecretAccessKeyKey, _ = jobSecretRef(job, snapshotContainer, worker.EnvS3SecretKey)
+	if name, key, ok := jobSecretRef(job, snapshotContainer, worker.EnvEncryptionKey); ok {
 		refs.key = &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}
 	}
 	return refs, true

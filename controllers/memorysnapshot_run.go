@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -23,7 +24,7 @@ import (
 // run starts the snapshot's Job or follows the one it has. A Job that disappears before
 // it finished fails the snapshot: it is never started a second time.
 func (r *MemorySnapshotReconciler) run(ctx context.Context, snap *memoryv1alpha1.MemorySnapshot) (ctrl.Result, error) {
-	job, err := r.findJob(ctx, snap)
+	job, err := findJob(ctx, r.Client, r.APIReader, snap.Namespace, orDefault(snap.Status.JobName, workerJobName(snap)))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -44,14 +45,15 @@ func (r *MemorySnapshotReconciler) run(ctx context.Context, snap *memoryv1alpha1
 	return r.observeJob(ctx, snap, job)
 }
 
-// findJob returns the snapshot's Job, or nil when there is none. The cache may not have
-// seen a Job created a moment ago, so a miss is confirmed with the API server.
-func (r *MemorySnapshotReconciler) findJob(ctx context.Context, snap *memoryv1alpha1.MemorySnapshot) (*batchv1.Job, error) {
-	key := types.NamespacedName{Namespace: snap.Namespace, Name: orDefault(snap.Status.JobName, snapshotJobName(snap))}
+// findJob returns a snapshot's or restore's Job, or nil when there is none. The cache
+// may not have seen a Job created a moment ago, so a miss is confirmed with the API
+// server (apiReader).
+func findJob(ctx context.Context, cached, apiReader client.Reader, namespace, name string) (*batchv1.Job, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
 	job := &batchv1.Job{}
-	err := r.Get(ctx, key, job)
+	err := cached.Get(ctx, key, job)
 	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, job)
+		err = apiReader.Get(ctx, key, job)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
@@ -71,7 +73,7 @@ func (r *MemorySnapshotReconciler) startJob(ctx context.Context, snap *memoryv1a
 			"The operator has no worker image: start it with --worker-image or $WORKER_IMAGE")
 		return ctrl.Result{}, nil
 	}
-	store, backend, err := r.readyStore(ctx, snap)
+	store, backend, err := readyStore(ctx, r.Client, snap.Namespace, snap.Spec.StoreRef.Name)
 	if err != nil {
 		return r.waitOn(snap, err)
 	}
@@ -125,14 +127,14 @@ func (r *MemorySnapshotReconciler) waitOn(snap *memoryv1alpha1.MemorySnapshot, e
 	return ctrl.Result{RequeueAfter: waitRecheck}, nil
 }
 
-// readyStore returns the snapshot's store once it is Ready, and its backends.
-func (r *MemorySnapshotReconciler) readyStore(ctx context.Context, snap *memoryv1alpha1.MemorySnapshot) (*memoryv1alpha1.MemoryStore, effectiveBackend, error) {
-	name := snap.Spec.StoreRef.Name
+// readyStore returns a snapshot's (or restore's target) store once it is Ready, and its
+// backends; a store that is missing or not Ready is a stepError to wait on.
+func readyStore(ctx context.Context, c client.Reader, namespace, name string) (*memoryv1alpha1.MemoryStore, effectiveBackend, error) {
 	store := &memoryv1alpha1.MemoryStore{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: name}, store); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, store); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, effectiveBackend{}, stepErrorf(memoryv1alpha1.ReasonStoreNotFound,
-				"MemoryStore %s not found in namespace %s; waiting for it", name, snap.Namespace)
+				"MemoryStore %s not found in namespace %s; waiting for it", name, namespace)
 		}
 		return nil, effectiveBackend{}, err
 	}
@@ -142,7 +144,7 @@ func (r *MemorySnapshotReconciler) readyStore(ctx context.Context, snap *memoryv
 	if !store.IsReady() || store.Status.Postgres == nil || store.Status.Vector == nil || store.Status.ConnectionSecret == "" {
 		return nil, effectiveBackend{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "MemoryStore %s is not Ready; waiting for it", name)
 	}
-	backend, err := storeBackend(ctx, r.Client, store)
+	backend, err := storeBackend(ctx, c, store)
 	if err != nil {
 		return nil, effectiveBackend{}, err
 	}
@@ -195,7 +197,7 @@ func (r *MemorySnapshotReconciler) observeJob(ctx context.Context, snap *memoryv
 		snap.SetProgress(metav1.ConditionTrue, memoryv1alpha1.ReasonJobCreated, startingMessage(snap))
 		return ctrl.Result{}, nil
 	case finished.Type == batchv1.JobFailed:
-		r.recordFailure(snap, job, finished, r.workerError(ctx, job))
+		r.recordFailure(snap, job, finished, workerError(ctx, r.APIReader, job, snapshotContainer))
 		return ctrl.Result{}, nil
 	}
 	return r.recordPackage(ctx, snap, job)
@@ -215,29 +217,13 @@ func jobFinished(job *batchv1.Job) *batchv1.JobCondition {
 // maxWorkerError bounds how much of a worker's last words go into a condition.
 const maxWorkerError = 1024
 
-// workerError is the last error a snapshot pod of the Job reported (its termination
-// message, which the worker writes), or "" when there is none to be found. Pods are
-// listed straight from the API server, only when a Job failed: the operator does not
-// cache Pods.
-func (r *MemorySnapshotReconciler) workerError(ctx context.Context, job *batchv1.Job) string {
-	var pods corev1.PodList
-	if err := r.APIReader.List(ctx, &pods, client.InNamespace(job.Namespace),
-		client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
+// workerError is the last error a pod of a worker Job reported in its container (its
+// termination message, which the worker writes), or "" when there is none to be found.
+func workerError(ctx context.Context, apiReader client.Reader, job *batchv1.Job, container string) string {
+	last, err := lastTermination(ctx, apiReader, job, container, false)
+	if err != nil {
 		logf.FromContext(ctx).Error(err, "Listing the pods of a failed Job", "job", job.Name)
 		return ""
-	}
-	var last *corev1.ContainerStateTerminated
-	for _, p := range pods.Items {
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name != snapshotContainer {
-				continue
-			}
-			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
-				if t != nil && t.ExitCode != 0 && t.Message != "" && (last == nil || last.FinishedAt.Before(&t.FinishedAt)) {
-					last = t
-				}
-			}
-		}
 	}
 	if last == nil {
 		return ""
@@ -249,16 +235,58 @@ func (r *MemorySnapshotReconciler) workerError(ctx context.Context, job *batchv1
 	return msg
 }
 
+// lastTermination is the latest termination with a message of the container in the
+// Job's pods: a successful one (exit code 0) or a failed one. Pods are listed straight
+// from the API server, only when a Job finished: the operator does not cache Pods.
+func lastTermination(ctx context.Context, apiReader client.Reader, job *batchv1.Job, container string, succeeded bool) (*corev1.ContainerStateTerminated, error) {
+	var pods corev1.PodList
+	if err := apiReader.List(ctx, &pods, client.InNamespace(job.Namespace),
+		client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
+		return nil, err
+	}
+	var last *corev1.ContainerStateTerminated
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name != container {
+				continue
+			}
+			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+				if t != nil && (t.ExitCode == 0) == succeeded && t.Message != "" && (last == nil || last.FinishedAt.Before(&t.FinishedAt)) {
+					last = t
+				}
+			}
+		}
+	}
+	return last, nil
+}
+
 // recordFailure fails the snapshot with the Job's reason and the worker's last error.
 // Nothing is read from the package: a failed run never looks complete.
 func (r *MemorySnapshotReconciler) recordFailure(snap *memoryv1alpha1.MemorySnapshot, job *batchv1.Job, failed *batchv1.JobCondition, workerErr string) {
+	f := describeJobFailure(job, failed, workerErr, r.now())
+	snap.Status.CompletionTime = &f.end
+	snap.Status.Duration = runDuration(snap.Status.StartTime, job.Status.StartTime, f.end)
+	snap.SetCompleted(memoryv1alpha1.ReasonFailed, f.message)
+	if f.deadline {
+		snap.SetCondition(memoryv1alpha1.ConditionProgressing, metav1.ConditionFalse, memoryv1alpha1.ReasonDeadlineExceeded, f.message)
+	}
+}
+
+// jobFailure is how a failed worker Job is reported.
+type jobFailure struct {
+	end      metav1.Time
+	message  string
+	deadline bool // it ran out of time
+}
+
+// describeJobFailure says why the Job failed: its reason and message and the worker's
+// last error. The run ended when the Job failed, or now when the Job does not say.
+func describeJobFailure(job *batchv1.Job, failed *batchv1.JobCondition, workerErr string, now *metav1.Time) jobFailure {
 	reason := orDefault(failed.Reason, "Failed")
 	end := failed.LastTransitionTime
 	if end.IsZero() {
-		end = *r.now()
+		end = *now
 	}
-	snap.Status.CompletionTime = &end
-	snap.Status.Duration = runDuration(snap.Status.StartTime, job.Status.StartTime, end)
 	msg := fmt.Sprintf("Job %s failed (%s)", job.Name, reason)
 	if failed.Message != "" {
 		msg += ": " + failed.Message
@@ -266,10 +294,7 @@ func (r *MemorySnapshotReconciler) recordFailure(snap *memoryv1alpha1.MemorySnap
 	if workerErr != "" {
 		msg += "; last error: " + workerErr
 	}
-	snap.SetCompleted(memoryv1alpha1.ReasonFailed, msg)
-	if reason == batchv1.JobReasonDeadlineExceeded {
-		snap.SetCondition(memoryv1alpha1.ConditionProgressing, metav1.ConditionFalse, memoryv1alpha1.ReasonDeadlineExceeded, msg)
-	}
+	return jobFailure{end: end, message: msg, deadline: reason == batchv1.JobReasonDeadlineExceeded}
 }
 
 // recordPackage reads the manifest of a Job that completed and records what the package
@@ -342,13 +367,18 @@ func runDuration(snapStart, jobStart *metav1.Time, end metav1.Time) string {
 }
 
 func (r *MemorySnapshotReconciler) now() *metav1.Time {
+	return nowFrom(r.Clock)
+}
+
+// nowFrom is the clock's time (the real one when nil) to the second: status keeps
+// seconds, and so does everything computed from it.
+func nowFrom(clk clock.PassiveClock) *metav1.Time {
 	var now time.Time
-	if r.Clock == nil {
+	if clk == nil {
 		now = time.Now()
 	} else {
-		now = r.Clock.Now()
+		now = clk.Now()
 	}
-	// Status keeps seconds; so does everything computed from it.
 	t := metav1.NewTime(now).Rfc3339Copy()
 	return &t
 }

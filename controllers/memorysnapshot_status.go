@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
@@ -26,23 +28,31 @@ func (r *MemorySnapshotReconciler) patchStatus(ctx context.Context, original, sn
 // emitTransitions announces the end of a run, or else a change of what the run is
 // doing (JobCreated, Running, or what it waits for).
 func (r *MemorySnapshotReconciler) emitTransitions(original, snap *memoryv1alpha1.MemorySnapshot) {
-	if !original.IsDone() && snap.IsDone() {
-		c := meta.FindStatusCondition(snap.Status.Conditions, memoryv1alpha1.ConditionCompleted)
+	emitRunTransitions(r.Recorder, snap, "Snapshot", original.Status.Conditions, snap.Status.Conditions)
+}
+
+// emitRunTransitions emits the Event of a one-shot run (snapshot, restore) whose
+// conditions went from before to after: its end (Normal when it succeeded, Warning
+// otherwise), or else a change of its Progressing condition (Normal while it works,
+// Warning while it waits).
+func emitRunTransitions(recorder events.EventRecorder, obj runtime.Object, action string, before, after []metav1.Condition) {
+	if !meta.IsStatusConditionTrue(before, memoryv1alpha1.ConditionCompleted) && meta.IsStatusConditionTrue(after, memoryv1alpha1.ConditionCompleted) {
+		c := meta.FindStatusCondition(after, memoryv1alpha1.ConditionCompleted)
 		eventType := corev1.EventTypeWarning
 		if c.Reason == memoryv1alpha1.ReasonSucceeded {
 			eventType = corev1.EventTypeNormal
 		}
-		r.Recorder.Eventf(snap, nil, eventType, c.Reason, "Snapshot", "%s", c.Message)
+		recorder.Eventf(obj, nil, eventType, c.Reason, action, "%s", c.Message)
 		return
 	}
-	before := meta.FindStatusCondition(original.Status.Conditions, memoryv1alpha1.ConditionProgressing)
-	after := meta.FindStatusCondition(snap.Status.Conditions, memoryv1alpha1.ConditionProgressing)
-	if after == nil || (before != nil && before.Status == after.Status && before.Reason == after.Reason) {
+	was := meta.FindStatusCondition(before, memoryv1alpha1.ConditionProgressing)
+	now := meta.FindStatusCondition(after, memoryv1alpha1.ConditionProgressing)
+	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
 		return
 	}
 	eventType := corev1.EventTypeWarning
-	if after.Status == metav1.ConditionTrue {
+	if now.Status == metav1.ConditionTrue {
 		eventType = corev1.EventTypeNormal
 	}
-	r.Recorder.Eventf(snap, nil, eventType, after.Reason, "Snapshot", "%s", after.Message)
+	recorder.Eventf(obj, nil, eventType, now.Reason, action, "%s", now.Message)
 }

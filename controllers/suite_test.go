@@ -27,10 +27,11 @@ import (
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
 
-// The controller tests run the real controllers (MemoryStore, MemorySnapshot, snapshot
-// schedules) in a manager against a real kube-apiserver and etcd (envtest, binaries from
-// bin/k8s) and the real backends that hack/services.sh starts. There is no kubelet, so
-// nothing here needs Pods to run: tests check the Jobs and play the kubelet's part.
+// The controller tests run the real controllers (MemoryStore, MemorySnapshot,
+// MemoryRestore, snapshot schedules) in a manager against a real kube-apiserver and etcd
+// (envtest, binaries from bin/k8s) and the real backends that hack/services.sh starts.
+// There is no kubelet, so nothing here needs Pods to run: tests check the Jobs and play
+// the kubelet's part.
 
 const operatorNamespace = "memory-operator-system"
 
@@ -95,6 +96,10 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: setup MemorySnapshot: %v\n", err)
 		return 1
 	}
+	if err := newRestoreReconciler(mgr.GetClient(), mgr.GetAPIReader(), clock.RealClock{}).SetupWithManager(mgr); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: setup MemoryRestore: %v\n", err)
+		return 1
+	}
 	// The manager's scheduler runs on a clock stopped before any test store existed, so
 	// it never reaches a slot by itself: schedule tests drive their own reconcilers with
 	// fake clocks, and the one in the manager only exercises the wiring (and agrees with
@@ -147,6 +152,19 @@ var managerScheduleEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // given clock; tests build more to act as a restarted operator or to move time.
 func newSnapshotReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock) *MemorySnapshotReconciler {
 	return &MemorySnapshotReconciler{
+		Client:      c,
+		APIReader:   reader,
+		Scheme:      c.Scheme(),
+		Recorder:    testMgr.GetEventRecorder("memory-operator"),
+		Clock:       clk,
+		WorkerImage: testWorkerImage,
+	}
+}
+
+// newRestoreReconciler builds the MemoryRestore reconciler as main.go does, with the
+// given clock; tests build more to act as a restarted operator.
+func newRestoreReconciler(c client.Client, reader client.Reader, clk clock.PassiveClock) *MemoryRestoreReconciler {
+	return &MemoryRestoreReconciler{
 		Client:      c,
 		APIReader:   reader,
 		Scheme:      c.Scheme(),

@@ -59,6 +59,17 @@ const (
 	ReasonDeadlineExceeded     = "DeadlineExceeded"
 	ReasonManifestInvalid      = "ManifestInvalid"
 	ReasonExpired              = "Expired"
+
+	// A restore waits while its snapshot does not exist or has not finished, and fails
+	// when the snapshot failed.
+	ReasonSnapshotNotFound = "SnapshotNotFound"
+	ReasonSnapshotNotReady = "SnapshotNotReady"
+	ReasonSnapshotFailed   = "SnapshotFailed"
+	// ReasonConfigMapNotFound and ReasonConfigMapKeyMissing: a restore's scope map.
+	ReasonConfigMapNotFound   = "ConfigMapNotFound"
+	ReasonConfigMapKeyMissing = "ConfigMapKeyMissing"
+	// ReasonEncryptionMismatch: a restore's key (or unencrypted) contradicts its snapshot.
+	ReasonEncryptionMismatch = "EncryptionMismatch"
 )
 
 // Phases derived from conditions, for `kubectl get`.

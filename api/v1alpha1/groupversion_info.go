@@ -1,5 +1,5 @@
-// Package v1alpha1 contains the memory.amemory.io/v1alpha1 API: MemoryStore and
-// ClusterMemoryBackend (and, in later slices, MemorySnapshot and MemoryRestore).
+// Package v1alpha1 contains the memory.amemory.io/v1alpha1 API: MemoryStore,
+// ClusterMemoryBackend, MemorySnapshot and MemoryRestore.
 // It depends only on apimachinery and core API types, so anything may import it.
 // +kubebuilder:object:generate=true
 // +groupName=memory.amemory.io
@@ -27,6 +27,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&MemoryStore{}, &MemoryStoreList{},
 		&ClusterMemoryBackend{}, &ClusterMemoryBackendList{},
 		&MemorySnapshot{}, &MemorySnapshotList{},
+		&MemoryRestore{}, &MemoryRestoreList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil

@@ -35,13 +35,18 @@ func (s *MemorySnapshot) Succeeded() bool {
 
 // DerivePhase computes the phase from the conditions.
 func (s *MemorySnapshot) DerivePhase() string {
-	if c := meta.FindStatusCondition(s.Status.Conditions, ConditionCompleted); c != nil && c.Status == metav1.ConditionTrue {
+	return oneShotPhase(s.Status.Conditions)
+}
+
+// oneShotPhase is the phase of a one-shot run (snapshot, restore) from its conditions.
+func oneShotPhase(conditions []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conditions, ConditionCompleted); c != nil && c.Status == metav1.ConditionTrue {
 		if c.Reason == ReasonSucceeded {
 			return PhaseSucceeded
 		}
 		return PhaseFailed
 	}
-	if meta.IsStatusConditionTrue(s.Status.Conditions, ConditionProgressing) {
+	if meta.IsStatusConditionTrue(conditions, ConditionProgressing) {
 		return PhaseRunning
 	}
 	return PhasePending
@@ -49,8 +54,13 @@ func (s *MemorySnapshot) DerivePhase() string {
 
 // EffectiveTypes is the selection's memory types, with the default applied.
 func (sel SnapshotSelection) EffectiveTypes() []MemoryType {
-	if len(sel.Types) > 0 {
-		return sel.Types
+	return typesOrDefault(sel.Types)
+}
+
+// typesOrDefault is types, or when empty every type but working memory.
+func typesOrDefault(types []MemoryType) []MemoryType {
+	if len(types) > 0 {
+		return types
 	}
 	return []MemoryType{"episodic", "semantic", "procedural"}
 }

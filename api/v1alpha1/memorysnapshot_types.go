@@ -93,7 +93,7 @@ type SnapshotParameters struct {
 
 // JobOptions are scheduling knobs for worker Jobs.
 type JobOptions struct {
-	// ActiveDeadlineSeconds bounds the run; past it the snapshot fails.
+	// ActiveDeadlineSeconds bounds the run; past it the run fails.
 	// +kubebuilder:default=3600
 	// +kubebuilder:validation:Minimum=1
 	// +optional

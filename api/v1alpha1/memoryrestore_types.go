@@ -1,0 +1,358 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RestoreSource is the package a restore reads: a MemorySnapshot of this namespace, or a
+// package anywhere in S3-compatible storage (another cluster's, a GitOps migration's).
+// The decryption key is always named explicitly, or unencrypted set, as for snapshots.
+// +kubebuilder:validation:XValidation:rule="has(self.snapshotRef) != has(self.location)",message="set exactly one of source.snapshotRef or source.location"
+// +kubebuilder:validation:XValidation:rule="has(self.keySecret) != (has(self.unencrypted) && self.unencrypted)",message="set source.keySecret, or source.unencrypted: true to read a plaintext package"
+type RestoreSource struct {
+	// SnapshotRef names a MemorySnapshot in this namespace. A restore created before its
+	// snapshot, or while the snapshot runs, waits for it; it fails if the snapshot fails.
+	// +optional
+	SnapshotRef *corev1.LocalObjectReference `json:"snapshotRef,omitempty"`
+	// Location is a package in any S3-compatible store, reached with its own credentials;
+	// no MemorySnapshot object is needed.
+	// +optional
+	Location *PackageLocation `json:"location,omitempty"`
+	// KeySecret holds the package's 32-byte AES-256 key (raw, hex or base64).
+	// +optional
+	KeySecret *corev1.SecretKeySelector `json:"keySecret,omitempty"`
+	// Unencrypted reads a plaintext package (its checksums are still verified).
+	// +optional
+	Unencrypted bool `json:"unencrypted,omitempty"`
+}
+
+// PackageLocation is where a package lives and how to read it.
+type PackageLocation struct {
+	// Endpoint as host[:port], without scheme.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+(:[0-9]{1,5})?$`
+	Endpoint string `json:"endpoint"`
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`
+	Bucket string `json:"bucket"`
+	// Prefix of the package: the folder that holds its manifest.json.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*/?$`
+	// +kubebuilder:validation:MaxLength=1024
+	Prefix string `json:"prefix"`
+	// +optional
+	Region string `json:"region,omitempty"`
+	// Insecure uses plain HTTP instead of HTTPS.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+	// CredentialsSecret in the restore's namespace, with the access key and secret key.
+	// The restore also writes its per-scope detail next to the package with them.
+	CredentialsSecret ObjectStorageCredentials `json:"credentialsSecret"`
+}
+
+// ScopeRename maps one scope of the package to a scope of the target store.
+type ScopeRename struct {
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):[A-Za-z0-9._@:-]{1,200}$`
+	From string `json:"from"`
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):[A-Za-z0-9._@:-]{1,200}$`
+	To string `json:"to"`
+}
+
+// PrefixRename rewrites the start of every package scope that begins with From.
+type PrefixRename struct {
+	// From is a scope prefix: a kind and a colon, then possibly the start of an ID
+	// ("user:", "user:legacy-").
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):[A-Za-z0-9._@:-]{0,199}$`
+	From string `json:"from"`
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):[A-Za-z0-9._@:-]{0,199}$`
+	To string `json:"to"`
+}
+
+// MappingFormat is how a large scope map is written.
+// +kubebuilder:validation:Enum=CSV;JSONLines
+type MappingFormat string
+
+const (
+	// MappingCSV is one "from,to" record per line, with an optional "from,to" header;
+	// blank lines and lines starting with '#' are ignored.
+	MappingCSV MappingFormat = "CSV"
+	// MappingJSONLines is one {"from": "...", "to": "..."} object per line.
+	MappingJSONLines MappingFormat = "JSONLines"
+)
+
+// MappingObject is a map stored as an object next to the package: same endpoint and
+// credentials as the source.
+type MappingObject struct {
+	// Bucket, when not the package's.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`
+	// +optional
+	Bucket string `json:"bucket,omitempty"`
+	// Key of the object (its full name in the bucket).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Key string `json:"key"`
+}
+
+// MappingSource is a scope map too large for the spec. The worker streams it; it never
+// passes through the operator or etcd beyond the ConfigMap or Secret that holds it.
+// +kubebuilder:validation:XValidation:rule="[has(self.configMapKeyRef), has(self.secretKeyRef), has(self.object)].filter(x, x).size() == 1",message="set exactly one of mapping.from.configMapKeyRef, secretKeyRef or object"
+// +kubebuilder:validation:XValidation:rule="has(self.format) || [has(self.configMapKeyRef) ? self.configMapKeyRef.key : '-', has(self.secretKeyRef) ? self.secretKeyRef.key : '-', has(self.object) ? self.object.key : '-'].exists(k, k.endsWith('.csv') || k.endsWith('.jsonl') || k.endsWith('.ndjson'))",message="set mapping.from.format, or name the key with a .csv, .jsonl or .ndjson extension"
+type MappingSource struct {
+	// ConfigMapKeyRef is a key of a ConfigMap in this namespace, mounted into the Job.
+	// +optional
+	ConfigMapKeyRef *corev1.ConfigMapKeySelector `json:"configMapKeyRef,omitempty"`
+	// SecretKeyRef is a key of a Secret in this namespace, mounted into the Job (for maps
+	// that are themselves sensitive: real user IDs).
+	// +optional
+	SecretKeyRef *corev1.SecretKeySelector `json:"secretKeyRef,omitempty"`
+	// Object is an object in the source's S3-compatible store.
+	// +optional
+	Object *MappingObject `json:"object,omitempty"`
+	// Format of the map; by default taken from the key's extension (.csv is CSV,
+	// .jsonl and .ndjson are JSONLines).
+	// +optional
+	Format MappingFormat `json:"format,omitempty"`
+}
+
+// UnmappedPolicy says what happens to a package scope that no mapping rule matches,
+// when mapping rules are given.
+// +kubebuilder:validation:Enum=Keep;Skip;Fail
+type UnmappedPolicy string
+
+const (
+	// UnmappedKeep restores the scope under its own name.
+	UnmappedKeep UnmappedPolicy = "Keep"
+	// UnmappedSkip leaves the scope out (counted as skipped, unmapped).
+	UnmappedSkip UnmappedPolicy = "Skip"
+	// UnmappedFail fails the restore.
+	UnmappedFail UnmappedPolicy = "Fail"
+)
+
+// RestoreMapping renames scopes on the way in (like Velero's namespaceMapping): an exact
+// rule (from scopes or the large map; a scope may be mapped to one target only), else
+// the longest matching prefix rule, else the unmapped policy.
+type RestoreMapping struct {
+	// Scopes are exact renames ("user:1024" to "user:dbc0a3").
+	// +optional
+	// +listType=map
+	// +listMapKey=from
+	// +kubebuilder:validation:MaxItems=1000
+	Scopes []ScopeRename `json:"scopes,omitempty"`
+	// Prefixes rewrite the start of scopes ("user:legacy-" to "user:").
+	// +optional
+	// +listType=map
+	// +listMapKey=from
+	// +kubebuilder:validation:MaxItems=100
+	Prefixes []PrefixRename `json:"prefixes,omitempty"`
+	// From is a large map (CSV or JSON lines of from/to pairs).
+	// +optional
+	From *MappingSource `json:"from,omitempty"`
+	// Unmapped is what happens to scopes no rule maps: Keep (default) restores them
+	// under their own name, Skip leaves them out, Fail fails the restore before anything
+	// is written.
+	// +kubebuilder:default=Keep
+	// +optional
+	Unmapped UnmappedPolicy `json:"unmapped,omitempty"`
+}
+
+// ConflictPolicy says what happens when a memory being restored already exists in the
+// target (the same memory_id, or the same scope and key).
+// +kubebuilder:validation:Enum=KeepNewer;Overwrite;Skip
+type ConflictPolicy string
+
+const (
+	// ConflictKeepNewer keeps whichever was updated last; the other's value goes to history.
+	ConflictKeepNewer ConflictPolicy = "KeepNewer"
+	// ConflictOverwrite lets the package win.
+	ConflictOverwrite ConflictPolicy = "Overwrite"
+	// ConflictSkip lets the target win (counted as skipped, conflict).
+	ConflictSkip ConflictPolicy = "Skip"
+)
+
+// EmbeddingsPolicy says where the restored memories' vectors come from.
+// +kubebuilder:validation:Enum=Reuse;Reembed;Defer
+type EmbeddingsPolicy string
+
+const (
+	// EmbeddingsReuse writes the package's vectors, or re-embeds when the package has
+	// none or they were made by another model or dimension than the target's.
+	EmbeddingsReuse EmbeddingsPolicy = "Reuse"
+	// EmbeddingsReembed computes every vector with the target's embedder.
+	EmbeddingsReembed EmbeddingsPolicy = "Reembed"
+	// EmbeddingsDefer writes no vectors; the memories are found by recall (not by
+	// similarity search) until something embeds them.
+	EmbeddingsDefer EmbeddingsPolicy = "Defer"
+)
+
+// MemoryRestoreSpec is immutable: a restore runs once; a retry is a new object.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a MemoryRestore is immutable; create a new one instead"
+type MemoryRestoreSpec struct {
+	Source RestoreSource `json:"source"`
+
+	// TargetRef names the MemoryStore (in this namespace) to restore into. Its vector
+	// engine, dimension and model may differ from the package's source store.
+	TargetRef corev1.LocalObjectReference `json:"targetRef"`
+
+	// Mapping renames scopes.
+	// +optional
+	Mapping *RestoreMapping `json:"mapping,omitempty"`
+
+	// Denylist names package scopes (before mapping) never to restore: exact
+	// ("user:1024") or prefix ("user:test-*").
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=1000
+	// +kubebuilder:validation:items:Pattern=`^(user|session|agent):([A-Za-z0-9._@:-]{1,200}|[A-Za-z0-9._@:-]{0,199}\*)$`
+	Denylist []string `json:"denylist,omitempty"`
+
+	// Types to restore. Default: episodic, semantic and procedural (working memory is
+	// short-lived and left out unless listed).
+	// +optional
+	// +listType=set
+	Types []MemoryType `json:"types,omitempty"`
+
+	// ConflictPolicy: KeepNewer (default, the older value is kept in history), Overwrite or Skip.
+	// +kubebuilder:default=KeepNewer
+	// +optional
+	ConflictPolicy ConflictPolicy `json:"conflictPolicy,omitempty"`
+
+	// Embeddings: Reuse (default), Reembed or Defer.
+	// +kubebuilder:default=Reuse
+	// +optional
+	Embeddings EmbeddingsPolicy `json:"embeddings,omitempty"`
+
+	// DryRun reads and verifies the package and reports what would be restored, skipped
+	// and mapped, writing nothing to the target.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
+
+	// Job shapes the worker Job.
+	// +optional
+	Job JobOptions `json:"job,omitempty"`
+}
+
+// ObjectLocation points at one object in S3-compatible storage.
+type ObjectLocation struct {
+	Endpoint string `json:"endpoint,omitempty"`
+	Bucket   string `json:"bucket,omitempty"`
+	Key      string `json:"key,omitempty"`
+}
+
+// RestoreVerification is what the worker verified of the package.
+type RestoreVerification struct {
+	// ManifestSHA256 is the hex SHA-256 of the manifest as stored.
+	ManifestSHA256 string `json:"manifestSHA256,omitempty"`
+	// FormatVersion is the package's format version as stored (older ones are upgraded).
+	FormatVersion int    `json:"formatVersion,omitempty"`
+	PackageID     string `json:"packageID,omitempty"`
+	// Shards is how many shards were read with their checksums verified.
+	Shards int32 `json:"shards,omitempty"`
+}
+
+// RestoreSkipped counts the package's memories that were not restored, by reason.
+type RestoreSkipped struct {
+	// Denylisted: the scope is on spec.denylist.
+	// +optional
+	Denylisted int64 `json:"denylisted,omitempty"`
+	// Tombstoned: the scope was forgotten (in the package's store or the target).
+	// +optional
+	Tombstoned int64 `json:"tombstoned,omitempty"`
+	// Unmapped: no mapping rule matched and mapping.unmapped is Skip.
+	// +optional
+	Unmapped int64 `json:"unmapped,omitempty"`
+	// Expired: past their expiresAt.
+	// +optional
+	Expired int64 `json:"expired,omitempty"`
+	// Type: a memory type not asked for.
+	// +optional
+	Type int64 `json:"type,omitempty"`
+	// Conflict: the target's memory was kept (conflictPolicy Skip, or KeepNewer and the
+	// target's was newer or the same).
+	// +optional
+	Conflict int64 `json:"conflict,omitempty"`
+}
+
+// MemoryRestoreStatus is what the run did. Per-scope detail is in the object that
+// status.detail points at, never here.
+type MemoryRestoreStatus struct {
+	// Phase is derived from the conditions: Pending, Running, Succeeded, Failed.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Source describes the package, for `kubectl get`: "snapshot/<name>" or "s3://<bucket>/<prefix>".
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Package is where the package was read from, once the Job was created.
+	// +optional
+	Package *SnapshotLocation `json:"package,omitempty"`
+	// +optional
+	JobName string `json:"jobName,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// +optional
+	Duration string `json:"duration,omitempty"`
+	// +optional
+	Verification *RestoreVerification `json:"verification,omitempty"`
+	// Embeddings is the policy that applied: Reuse falls back to Reembed when the
+	// package's vectors do not fit the target.
+	// +optional
+	Embeddings EmbeddingsPolicy `json:"embeddings,omitempty"`
+	// Restored is how many memories were written (or, in a dry run, would be).
+	// +optional
+	Restored int64 `json:"restored,omitempty"`
+	// +optional
+	RestoredByType map[string]int64 `json:"restoredByType,omitempty"`
+	// Scopes is how many scopes received memories.
+	// +optional
+	Scopes int64 `json:"scopes,omitempty"`
+	// MappedScopes is how many package scopes were restored under another name.
+	// +optional
+	MappedScopes int64 `json:"mappedScopes,omitempty"`
+	// Vectors is how many vectors were written (reused or computed).
+	// +optional
+	Vectors int64 `json:"vectors,omitempty"`
+	// Skipped is the total of skippedBy.
+	// +optional
+	Skipped int64 `json:"skipped,omitempty"`
+	// +optional
+	SkippedBy *RestoreSkipped `json:"skippedBy,omitempty"`
+	// Detail is the object with per-scope results (zstd-compressed JSON lines), next to
+	// the package.
+	// +optional
+	Detail *ObjectLocation `json:"detail,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mrestore,categories=memory
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.source`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Restored",type=integer,JSONPath=`.status.restored`
+// +kubebuilder:printcolumn:name="Skipped",type=integer,JSONPath=`.status.skipped`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Completed")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Mapped",type=integer,JSONPath=`.status.mappedScopes`,priority=1
+// +kubebuilder:printcolumn:name="Dry-Run",type=boolean,JSONPath=`.spec.dryRun`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// MemoryRestore writes a snapshot package into a MemoryStore, mapping scopes, enforcing
+// tombstones and a denylist, and resolving conflicts by policy. It runs once, as a Job.
+type MemoryRestore struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   MemoryRestoreSpec   `json:"spec"`
+	Status MemoryRestoreStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// MemoryRestoreList is a list of MemoryRestores.
+type MemoryRestoreList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MemoryRestore `json:"items"`
+}

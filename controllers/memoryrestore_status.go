@@ -1,0 +1,127 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/worker"
+)
+
+// patchStatus writes the restore's status in one place: derives the phase, skips the
+// call when nothing changed, patches with an optimistic lock (a conflict is retried by
+// the queue) and emits an Event for every transition.
+func (r *MemoryRestoreReconciler) patchStatus(ctx context.Context, original, restore *memoryv1alpha1.MemoryRestore) error {
+	restore.Status.Phase = restore.DerivePhase()
+	changed, err := patchStatusIfChanged(ctx, r.Client, original, restore, original.Status, restore.Status)
+	if !changed || err != nil {
+		return err
+	}
+	emitRunTransitions(r.Recorder, restore, "Restore", original.Status.Conditions, restore.Status.Conditions)
+	return nil
+}
+
+// recordResult records a Job that completed: the summary its worker left as the pod's
+// termination message. The worker did its work, so the restore succeeded even when no
+// summary can be found (its pods were deleted); the message then says the counts are
+// unknown. Listing the pods failing is retried.
+func (r *MemoryRestoreReconciler) recordResult(ctx context.Context, restore *memoryv1alpha1.MemoryRestore, job *batchv1.Job) error {
+	term, err := lastTermination(ctx, r.APIReader, job, restoreContainer, true)
+	if err != nil {
+		return err
+	}
+	end := metav1.NewTime(r.now().Time)
+	if job.Status.CompletionTime != nil {
+		end = *job.Status.CompletionTime
+	}
+	restore.Status.CompletionTime = &end
+	restore.Status.Duration = runDuration(restore.Status.StartTime, job.Status.StartTime, end)
+	if term == nil {
+		restore.SetCompleted(memoryv1alpha1.ReasonSucceeded, fmt.Sprintf(
+			"Job %s completed, but none of its pods reported a result summary; the counts are unknown", job.Name))
+		return nil
+	}
+	sum, err := worker.ParseRestoreSummary(term.Message)
+	if err != nil {
+		restore.SetCompleted(memoryv1alpha1.ReasonSucceeded, fmt.Sprintf(
+			"Job %s completed, but its result summary is unreadable (%v); the counts are unknown", job.Name, err))
+		return nil
+	}
+	recordRestoreSummary(restore, sum)
+	restore.SetCompleted(memoryv1alpha1.ReasonSucceeded, restoreResultMessage(restore))
+	return nil
+}
+
+// recordRestoreSummary copies the worker's counts and verification into status, and
+// points at the detail object next to the package.
+func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.RestoreSummary) {
+	s := &restore.Status
+	s.Verification = &memoryv1alpha1.RestoreVerification{
+		ManifestSHA256: sum.ManifestSHA256, FormatVersion: sum.FormatVersion, PackageID: sum.PackageID, Shards: int32(sum.Shards),
+	}
+	s.Embeddings = memoryv1alpha1.EmbeddingsPolicy(sum.Embeddings)
+	s.Restored, s.Scopes, s.MappedScopes, s.Vectors = sum.Restored, sum.Scopes, sum.MappedScopes, sum.Vectors
+	s.RestoredByType = nil
+	for t, n := range sum.RestoredByType {
+		if n == 0 {
+			continue
+		}
+		if s.RestoredByType == nil {
+			s.RestoredByType = map[string]int64{}
+		}
+		s.RestoredByType[t] = n
+	}
+	skipped := memoryv1alpha1.RestoreSkipped{
+		Denylisted: sum.Skipped.Denylisted, Tombstoned: sum.Skipped.Tombstoned, Unmapped: sum.Skipped.Unmapped,
+		Expired: sum.Skipped.Expired, Type: sum.Skipped.Type, Conflict: sum.Skipped.Conflict,
+	}
+	s.Skipped, s.SkippedBy = skipped.Total(), nil
+	if s.Skipped > 0 {
+		s.SkippedBy = &skipped
+	}
+	if sum.DetailKey != "" && s.Package != nil {
+		s.Detail = &memoryv1alpha1.ObjectLocation{Endpoint: s.Package.Endpoint, Bucket: s.Package.Bucket, Key: sum.DetailKey}
+	}
+}
+
+// restoreResultMessage tells what a restore did, from its recorded counts.
+func restoreResultMessage(restore *memoryv1alpha1.MemoryRestore) string {
+	s := restore.Status
+	verb := "Restored"
+	if restore.Spec.DryRun {
+		verb = "Dry run: would restore"
+	}
+	msg := fmt.Sprintf("%s %d memories in %d scopes into MemoryStore %s from %s", verb, s.Restored, s.Scopes,
+		restore.Spec.TargetRef.Name, s.Source)
+	if s.MappedScopes > 0 {
+		msg += fmt.Sprintf("; %d scopes mapped", s.MappedScopes)
+	}
+	if s.SkippedBy != nil {
+		msg += fmt.Sprintf("; skipped %d (%s)", s.Skipped, skippedDetail(*s.SkippedBy))
+	}
+	msg += fmt.Sprintf("; %d vectors (%s)", s.Vectors, s.Embeddings)
+	if s.Detail != nil {
+		msg += "; per-scope detail in s3://" + s.Detail.Bucket + "/" + s.Detail.Key
+	}
+	return msg
+}
+
+func skippedDetail(s memoryv1alpha1.RestoreSkipped) string {
+	var parts []string
+	for _, c := range []struct {
+		name string
+		n    int64
+	}{
+		{"denylisted", s.Denylisted}, {"tombstoned", s.Tombstoned}, {"unmapped", s.Unmapped},
+		{"expired", s.Expired}, {"type", s.Type}, {"conflict", s.Conflict},
+	} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", c.name, c.n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,425 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// Environment variables of the restore worker besides EnvPostgresURI (which holds the
+// TARGET store's connection URI: its own role, allowed to write memories, vectors and
+// tombstones). The Job fills them from Secrets by reference.
+const (
+	// EnvSourceS3AccessKey and EnvSourceS3SecretKey reach the package's object storage;
+	// the worker also writes the restore's detail object with them.
+	EnvSourceS3AccessKey = "MEMORY_SOURCE_S3_ACCESS_KEY"
+	EnvSourceS3SecretKey = "MEMORY_SOURCE_S3_SECRET_KEY"
+	// EnvSourceKey is the package's 32-byte key (raw, hex or base64); unset for an
+	// unencrypted package.
+	EnvSourceKey = "MEMORY_SOURCE_KEY"
+	// EnvEmbedderAPIKey is the bearer token of the target's OpenAI-compatible embedder,
+	// when it has one.
+	EnvEmbedderAPIKey = "MEMORY_EMBEDDER_API_KEY"
+)
+
+// MappingDir is where a restore Job mounts a scope map kept in a ConfigMap or Secret;
+// RestoreConfig.MapFile is a file in it.
+const MappingDir = "/etc/memory-operator/mapping"
+
+// Scope map formats (RestoreConfig.MapFormat).
+const (
+	MapFormatCSV        = "csv"
+	MapFormatJSONLines  = "jsonl"
+	restoreDetailSuffix = "detail.jsonl.zst"
+)
+
+// The restore policies, spelled as the MemoryRestore API spells them.
+var (
+	unmappedPolicies   = []string{"Keep", "Skip", "Fail"}
+	conflictPolicies   = []string{"KeepNewer", "Overwrite", "Skip"}
+	embeddingsPolicies = []string{"Reuse", "Reembed", "Defer"}
+	embedderTypes      = []string{"Hashing", "OpenAI"}
+	vectorEngines      = []string{"Postgres", "Milvus"}
+	mapFormats         = []string{MapFormatCSV, MapFormatJSONLines}
+)
+
+// ScopeRule renames From to To: a whole scope (exact rules) or its start (prefix rules).
+type ScopeRule struct {
+	From, To string
+}
+
+// RestoreConfig is everything `memory-operator restore` needs besides its secrets.
+//
+// Mapping order: an exact rule (ScopeMap, or an entry of the large map in MapFile or
+// MapObject), else the longest matching prefix rule (PrefixMap); a scope none of them
+// maps follows Unmapped. Denylist is matched against the package's scopes, before
+// mapping.
+type RestoreConfig struct {
+	// RestoreNamespace and RestoreName name the MemoryRestore (for the audit log).
+	RestoreNamespace, RestoreName string
+
+	// Source is the package; its Prefix (the folder holding manifest.json) ends in '/'.
+	Source Destination
+	// Unencrypted reads a plaintext package; otherwise the key is in EnvSourceKey.
+	Unencrypted bool
+	// ExpectManifestSHA256, when set, is the hex SHA-256 the stored manifest must have
+	// (the MemorySnapshot recorded it): a package replaced since is refused.
+	ExpectManifestSHA256 string
+
+	// Target store, as its status describes it.
+	TargetNamespace, TargetName, Tenant string
+	// Schema is the target's PostgreSQL schema.
+	Schema string
+	// VectorEngine is Milvus or Postgres; with Milvus, vectors go to MilvusAddress/Collection.
+	VectorEngine, MilvusAddress, Collection string
+	// EmbeddingModel and Dimension are the target's: package vectors are reused only
+	// when they match.
+	EmbeddingModel string
+	Dimension      int
+	Metric         string
+	// Embedder is Hashing or OpenAI (at EmbedderEndpoint, model EmbeddingModel, token in
+	// EnvEmbedderAPIKey): what re-embedding uses.
+	Embedder, EmbedderEndpoint string
+
+	ScopeMap  []ScopeRule
+	PrefixMap []ScopeRule
+	// MapFile is a local file (MappingDir/<key>); MapObject an object key, in MapBucket
+	// (default Source.Bucket) at the source endpoint. At most one of them is set, and
+	// MapFormat (csv or jsonl) with it.
+	MapFile, MapObject, MapBucket string
+	MapFormat                     string
+	// Unmapped is Keep, Skip or Fail.
+	Unmapped string
+
+	// Denylist holds exact scopes and prefixes ending in '*'.
+	Denylist []string
+	Types    []string
+	// ConflictPolicy is KeepNewer, Overwrite or Skip; Embeddings is Reuse, Reembed or Defer.
+	ConflictPolicy, Embeddings string
+	// DryRun writes nothing to the target; the detail object and summary are written.
+	DryRun bool
+
+	// DetailKey is the object, in Source.Bucket, that receives the per-scope detail
+	// (zstd-compressed JSON lines).
+	DetailKey string
+}
+
+// RestoreDetailKey is where a restore's per-scope detail goes: next to the package, in
+// a folder of the restore's own ("<name>-<uid prefix>").
+func RestoreDetailKey(packagePrefix, restoreFolder string) string {
+	return packagePrefix + "restores/" + strings.TrimSuffix(restoreFolder, "/") + "/" + restoreDetailSuffix
+}
+
+// Args renders the configuration as the worker's command-line arguments (after the
+// subcommand). ParseRestoreArgs(c.Args()) gives c back.
+func (c RestoreConfig) Args() []string {
+	args := []string{
+		"--restore-namespace=" + c.RestoreNamespace,
+		"--restore-name=" + c.RestoreName,
+		"--source-endpoint=" + c.Source.Endpoint,
+		"--source-bucket=" + c.Source.Bucket,
+		"--source-prefix=" + c.Source.Prefix,
+		"--target-namespace=" + c.TargetNamespace,
+		"--target-name=" + c.TargetName,
+		"--tenant=" + c.Tenant,
+		"--schema=" + c.Schema,
+		"--vector-engine=" + c.VectorEngine,
+		"--embedding-model=" + c.EmbeddingModel,
+		fmt.Sprintf("--dimension=%d", c.Dimension),
+		"--metric=" + c.Metric,
+		"--embedder=" + c.Embedder,
+		"--unmapped=" + c.Unmapped,
+		"--conflict-policy=" + c.ConflictPolicy,
+		"--embeddings=" + c.Embeddings,
+		"--detail-key=" + c.DetailKey,
+	}
+	opt := func(flag, v string) {
+		if v != "" {
+			args = append(args, flag+"="+v)
+		}
+	}
+	opt("--source-region", c.Source.Region)
+	if c.Source.Insecure {
+		args = append(args, "--source-insecure")
+	}
+	if c.Unencrypted {
+		args = append(args, "--unencrypted")
+	}
+	opt("--expect-manifest-sha256", c.ExpectManifestSHA256)
+	opt("--milvus-address", c.MilvusAddress)
+	opt("--collection", c.Collection)
+	opt("--embedder-endpoint", c.EmbedderEndpoint)
+	opt("--map-scopes", joinRules(c.ScopeMap))
+	opt("--map-prefixes", joinRules(c.PrefixMap))
+	opt("--map-file", c.MapFile)
+	opt("--map-object", c.MapObject)
+	opt("--map-bucket", c.MapBucket)
+	opt("--map-format", c.MapFormat)
+	opt("--denylist", strings.Join(c.Denylist, ","))
+	opt("--types", strings.Join(c.Types, ","))
+	if c.DryRun {
+		args = append(args, "--dry-run")
+	}
+	return args
+}
+
+// ParseRestoreArgs parses the worker's arguments and checks them.
+func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
+	var c RestoreConfig
+	var scopeMap, prefixMap, denylist, types string
+	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.RestoreNamespace, "restore-namespace", "", "namespace of the MemoryRestore")
+	fs.StringVar(&c.RestoreName, "restore-name", "", "name of the MemoryRestore")
+	fs.StringVar(&c.Source.Endpoint, "source-endpoint", "", "S3 endpoint host:port of the package")
+	fs.StringVar(&c.Source.Region, "source-region", "", "S3 region of the package")
+	fs.BoolVar(&c.Source.Insecure, "source-insecure", false, "use plain HTTP")
+	fs.StringVar(&c.Source.Bucket, "source-bucket", "", "bucket of the package")
+	fs.StringVar(&c.Source.Prefix, "source-prefix", "", "package prefix, ending in '/'")
+	fs.BoolVar(&c.Unencrypted, "unencrypted", false, "read a plaintext package")
+	fs.StringVar(&c.ExpectManifestSHA256, "expect-manifest-sha256", "", "refuse a package whose manifest has another SHA-256")
+	fs.StringVar(&c.TargetNamespace, "target-namespace", "", "namespace of the target MemoryStore")
+	fs.StringVar(&c.TargetName, "target-name", "", "name of the target MemoryStore")
+	fs.StringVar(&c.Tenant, "tenant", "", "tenant of the target store")
+	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the target store")
+	fs.StringVar(&c.VectorEngine, "vector-engine", "Postgres", "Milvus or Postgres")
+	fs.StringVar(&c.MilvusAddress, "milvus-address", "", "Milvus host:port (Milvus engine)")
+	fs.StringVar(&c.Collection, "collection", "", "Milvus collection (Milvus engine)")
+	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "the target's embedding model")
+	fs.IntVar(&c.Dimension, "dimension", 0, "the target's vector dimension")
+	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
+	fs.StringVar(&c.Embedder, "embedder", "Hashing", "Hashing or OpenAI")
+	fs.StringVar(&c.EmbedderEndpoint, "embedder-endpoint", "", "base URL of an OpenAI-compatible embedder")
+	fs.StringVar(&scopeMap, "map-scopes", "", "comma-separated from=to scope renames")
+	fs.StringVar(&prefixMap, "map-prefixes", "", "comma-separated from=to scope prefix renames")
+	fs.StringVar(&c.MapFile, "map-file", "", "scope map file (CSV or JSON lines)")
+	fs.StringVar(&c.MapObject, "map-object", "", "scope map object key at the source endpoint")
+	fs.StringVar(&c.MapBucket, "map-bucket", "", "bucket of --map-object (default: the package's)")
+	fs.StringVar(&c.MapFormat, "map-format", "", "csv or jsonl")
+	fs.StringVar(&c.Unmapped, "unmapped", "Keep", "Keep, Skip or Fail scopes no rule maps")
+	fs.StringVar(&denylist, "denylist", "", "comma-separated scopes never restored; 'user:*' is a prefix")
+	fs.StringVar(&types, "types", "", "comma-separated memory types")
+	fs.StringVar(&c.ConflictPolicy, "conflict-policy", "KeepNewer", "KeepNewer, Overwrite or Skip")
+	fs.StringVar(&c.Embeddings, "embeddings", "Reuse", "Reuse, Reembed or Defer")
+	fs.BoolVar(&c.DryRun, "dry-run", false, "write nothing to the target")
+	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.Denylist = splitList(denylist)
+	c.Types = splitList(types)
+	var err error
+	if c.ScopeMap, err = parseRules("--map-scopes", scopeMap); err != nil {
+		return c, err
+	}
+	if c.PrefixMap, err = parseRules("--map-prefixes", prefixMap); err != nil {
+		return c, err
+	}
+	return c, c.check()
+}
+
+func (c RestoreConfig) check() error {
+	var missing []string
+	for name, v := range map[string]string{"schema": c.Schema, "source-endpoint": c.Source.Endpoint,
+		"source-bucket": c.Source.Bucket, "source-prefix": c.Source.Prefix, "detail-key": c.DetailKey} {
+		if v == "" {
+			missing = append(missing, "--"+name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing required flags: %s", strings.Join(slices.Sorted(slices.Values(missing)), ", "))
+	}
+	if !strings.HasSuffix(c.Source.Prefix, "/") {
+		return errors.New("--source-prefix must end in '/'")
+	}
+	for _, e := range []struct {
+		flag, value string
+		allowed     []string
+	}{
+		{"--unmapped", c.Unmapped, unmappedPolicies},
+		{"--conflict-policy", c.ConflictPolicy, conflictPolicies},
+		{"--embeddings", c.Embeddings, embeddingsPolicies},
+		{"--embedder", c.Embedder, embedderTypes},
+		{"--vector-engine", c.VectorEngine, vectorEngines},
+	} {
+		if !slices.Contains(e.allowed, e.value) {
+			return fmt.Errorf("%s %q is not one of %s", e.flag, e.value, strings.Join(e.allowed, ", "))
+		}
+	}
+	for _, t := range c.Types {
+		if err := memory.Type(t).Validate(); err != nil {
+			return fmt.Errorf("--types: %w", err)
+		}
+	}
+	if c.Dimension < 1 {
+		return fmt.Errorf("--dimension %d: the target's vector dimension is required", c.Dimension)
+	}
+	if c.ExpectManifestSHA256 != "" {
+		if b, err := hex.DecodeString(c.ExpectManifestSHA256); err != nil || len(b) != 32 {
+			return errors.New("--expect-manifest-sha256 is not a hex SHA-256")
+		}
+	}
+	if c.VectorEngine == "Milvus" && (c.MilvusAddress == "" || c.Collection == "") {
+		return errors.New("the Milvus engine needs --milvus-address and --collection")
+	}
+	if c.Embedder == "OpenAI" && (c.EmbedderEndpoint == "" || c.EmbeddingModel == "") {
+		return errors.New("the OpenAI embedder needs --embedder-endpoint and --embedding-model")
+	}
+	return c.checkMap()
+}
+
+func (c RestoreConfig) checkMap() error {
+	switch {
+	case c.MapFile != "" && c.MapObject != "":
+		return errors.New("set at most one of --map-file and --map-object")
+	case c.MapBucket != "" && c.MapObject == "":
+		return errors.New("--map-bucket needs --map-object")
+	case (c.MapFile != "" || c.MapObject != "") && !slices.Contains(mapFormats, c.MapFormat):
+		return fmt.Errorf("--map-format %q is not one of %s", c.MapFormat, strings.Join(mapFormats, ", "))
+	case c.MapFile == "" && c.MapObject == "" && c.MapFormat != "":
+		return errors.New("--map-format needs --map-file or --map-object")
+	}
+	return nil
+}
+
+func joinRules(rules []ScopeRule) string {
+	parts := make([]string, len(rules))
+	for i, r := range rules {
+		parts[i] = r.From + "=" + r.To
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseRules reads "from=to,from=to". Scopes never hold ',' or '='.
+func parseRules(flag, s string) ([]ScopeRule, error) {
+	var rules []ScopeRule
+	for _, p := range splitList(s) {
+		from, to, ok := strings.Cut(p, "=")
+		if !ok || from == "" || to == "" || strings.Contains(to, "=") {
+			return nil, fmt.Errorf("%s: %q is not from=to", flag, p)
+		}
+		rules = append(rules, ScopeRule{From: from, To: to})
+	}
+	return rules, nil
+}
+
+// RestoreSecrets is what the restore worker reads from its environment.
+type RestoreSecrets struct {
+	// PostgresURI is the target store's connection URI.
+	PostgresURI                          string
+	SourceS3AccessKey, SourceS3SecretKey string
+	// SourceKey is the package key; empty for an unencrypted package.
+	SourceKey      string
+	EmbedderAPIKey string
+}
+
+// RestoreSecretsFromEnv reads the restore worker's secrets from the process environment.
+func RestoreSecretsFromEnv() RestoreSecrets {
+	return RestoreSecrets{
+		PostgresURI:       os.Getenv(EnvPostgresURI),
+		SourceS3AccessKey: os.Getenv(EnvSourceS3AccessKey),
+		SourceS3SecretKey: os.Getenv(EnvSourceS3SecretKey),
+		SourceKey:         os.Getenv(EnvSourceKey),
+		EmbedderAPIKey:    os.Getenv(EnvEmbedderAPIKey),
+	}
+}
+
+// MaxTerminationMessage is the most Kubernetes keeps of a container's termination
+// message: a RestoreSummary must fit in it.
+const MaxTerminationMessage = 4096
+
+// RestoreSummary is what a restore worker that succeeded writes to its termination log
+// and the controller copies into status: counts only; per-scope results go to the
+// detail object.
+type RestoreSummary struct {
+	// Verification of the package.
+	ManifestSHA256 string `json:"manifestSHA256"`
+	FormatVersion  int    `json:"formatVersion"`
+	PackageID      string `json:"packageId"`
+	// Shards read, every one verified against its checksum.
+	Shards int `json:"shards"`
+
+	DryRun bool `json:"dryRun,omitempty"`
+	// Embeddings is the policy that applied (Reuse falls back to Reembed).
+	Embeddings string `json:"embeddings"`
+
+	// Restored memories (in a dry run: would be), in total and by type.
+	Restored       int64            `json:"restored"`
+	RestoredByType map[string]int64 `json:"restoredByType,omitempty"`
+	// Scopes that received memories; MappedScopes of them under another name.
+	Scopes       int64 `json:"scopes"`
+	MappedScopes int64 `json:"mappedScopes"`
+	// Vectors written, reused or computed.
+	Vectors int64        `json:"vectors"`
+	Skipped SkippedCount `json:"skipped"`
+
+	// DetailKey is the detail object as written (in the package's bucket); empty when
+	// it could not be written.
+	DetailKey string `json:"detailKey,omitempty"`
+}
+
+// SkippedCount counts memories of the package that were not restored, by reason.
+type SkippedCount struct {
+	Denylisted int64 `json:"denylisted,omitempty"`
+	Tombstoned int64 `json:"tombstoned,omitempty"`
+	Unmapped   int64 `json:"unmapped,omitempty"`
+	Expired    int64 `json:"expired,omitempty"`
+	Type       int64 `json:"type,omitempty"`
+	Conflict   int64 `json:"conflict,omitempty"`
+}
+
+// TerminationMessage encodes the summary for the termination log, refusing one that
+// would not fit.
+func (s RestoreSummary) TerminationMessage() ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxTerminationMessage {
+		return nil, fmt.Errorf("restore summary is %d bytes; a termination message holds %d", len(b), MaxTerminationMessage)
+	}
+	return b, nil
+}
+
+// ParseRestoreSummary reads a termination message written by TerminationMessage and
+// checks that it is one.
+func ParseRestoreSummary(msg string) (RestoreSummary, error) {
+	var s RestoreSummary
+	dec := json.NewDecoder(bytes.NewReader([]byte(strings.TrimSpace(msg))))
+	if err := dec.Decode(&s); err != nil {
+		return RestoreSummary{}, fmt.Errorf("restore summary: %w", err)
+	}
+	if dec.More() {
+		return RestoreSummary{}, errors.New("restore summary: trailing data after the JSON object")
+	}
+	if b, err := hex.DecodeString(s.ManifestSHA256); err != nil || len(b) != 32 {
+		return RestoreSummary{}, errors.New("restore summary: manifestSHA256 is not a hex SHA-256")
+	}
+	if s.FormatVersion < 1 {
+		return RestoreSummary{}, fmt.Errorf("restore summary: formatVersion %d", s.FormatVersion)
+	}
+	if !slices.Contains(embeddingsPolicies, s.Embeddings) {
+		return RestoreSummary{}, fmt.Errorf("restore summary: embeddings %q is not one of %s", s.Embeddings, strings.Join(embeddingsPolicies, ", "))
+	}
+	counts := []int64{s.Restored, s.Scopes, s.MappedScopes, s.Vectors, int64(s.Shards), s.Skipped.Denylisted,
+		s.Skipped.Tombstoned, s.Skipped.Unmapped, s.Skipped.Expired, s.Skipped.Type, s.Skipped.Conflict}
+	for t, n := range s.RestoredByType {
+		if !memory.Type(t).Valid() {
+			return RestoreSummary{}, fmt.Errorf("restore summary: unknown memory type %q", t)
+		}
+		counts = append(counts, n)
+	}
+	if slices.Min(counts) < 0 {
+		return RestoreSummary{}, errors.New("restore summary: a negative count")
+	}
+	return s, nil
+}
