@@ -15,6 +15,7 @@ const usage = `memory-operator manages AI-agent memory stores on Kubernetes.
 Usage:
   memory-operator manager [flags]   run the controllers
   memory-operator snapshot [flags]  export a store as a package (what snapshot Jobs run)
+  memory-operator restore [flags]   import a package into a store (what restore Jobs run)
   memory-operator version           print the version
 
 Run "memory-operator manager -h" for the manager's flags.
@@ -30,6 +31,8 @@ func main() {
 		os.Exit(runManager(args))
 	case "snapshot":
 		os.Exit(runSnapshotWorker(args))
+	case "restore":
+		os.Exit(runRestoreWorker(args))
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":

@@ -49,13 +49,46 @@ func runSnapshotWorker(args []string) int {
 	return 0
 }
 
+// runRestoreWorker is `memory-operator restore`: the process a restore Job runs. On
+// success its summary (counts) goes to stdout and the termination log, where the
+// controller reads it.
+func runRestoreWorker(args []string) int {
+	cfg, err := worker.ParseRestoreArgs(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return fail("restore", err, 2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	sum, err := worker.RunRestore(ctx, cfg, worker.RestoreSecretsFromEnv(), worker.RunOptions{Version: version, Now: time.Now().UTC(), Progress: os.Stderr})
+	if err != nil {
+		return fail("restore", err, 1)
+	}
+	msg, err := sum.TerminationMessage()
+	if err != nil {
+		return fail("restore", err, 1)
+	}
+	fmt.Println(string(msg))
+	writeTerminationLog(string(msg))
+	return 0
+}
+
 // fail reports a worker error on stderr and in the termination log.
 func fail(cmd string, err error, code int) int {
 	msg := fmt.Sprintf("memory-operator %s: %v", cmd, err)
 	fmt.Fprintln(os.Stderr, msg)
-	if f, ferr := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0); ferr == nil {
+	writeTerminationLog(msg)
+	return code
+}
+
+// writeTerminationLog replaces the termination log's content when the file exists (in
+// a pod); elsewhere it does nothing.
+func writeTerminationLog(msg string) {
+	if f, err := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0); err == nil {
 		_, _ = f.WriteString(msg)
 		_ = f.Close()
 	}
-	return code
 }

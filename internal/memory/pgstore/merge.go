@@ -1,0 +1,544 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// ConflictPolicy decides what Merge does when an item meets a memory that is already
+// stored: the same memory_id, the same (scope, key) slot, or, for an item without a
+// key, the same content in the scope.
+type ConflictPolicy string
+
+// The conflict policies.
+const (
+	// KeepNewer keeps whichever value was updated last (ties: the greater content
+	// hash, so the outcome never depends on the order of writes). The other value is
+	// recorded in the winner's history, like Put's supersede does. Identical values
+	// (the same content hash) are left as stored.
+	KeepNewer ConflictPolicy = "KeepNewer"
+	// Overwrite lets the item win: the stored memory takes every field of the item
+	// (content, type, source, score, times, expiry, archival). A replaced value that
+	// differs is recorded in history, so nothing is lost.
+	Overwrite ConflictPolicy = "Overwrite"
+	// SkipExisting leaves a stored memory untouched.
+	SkipExisting ConflictPolicy = "Skip"
+)
+
+// Valid reports whether p is one of the three policies.
+func (p ConflictPolicy) Valid() bool {
+	return p == KeepNewer || p == Overwrite || p == SkipExisting
+}
+
+// MergeOutcome says what Merge did with one item.
+type MergeOutcome uint8
+
+// Merge outcomes.
+const (
+	// MergeInserted: the item was stored as a new memory.
+	MergeInserted MergeOutcome = iota + 1
+	// MergeReplaced: the item's value replaced the stored memory's (KeepNewer: the
+	// item was newer; Overwrite: the stored memory differed in any field).
+	MergeReplaced
+	// MergeKept: the stored memory was newer and kept its value; the item's value
+	// was added to its history (KeepNewer).
+	MergeKept
+	// MergeUnchanged: the stored memory already holds the item's value (the same
+	// content hash; with Overwrite, every field equal). Nothing was written.
+	MergeUnchanged
+	// MergeSkipped: the stored memory differs and was kept, and nothing was written
+	// (SkipExisting; or KeepNewer when the item's value was already in its history).
+	MergeSkipped
+	// MergeIDInUse: the item's memory_id belongs to a memory of another scope or
+	// slot. Memory IDs are stable, so the memory is never moved: nothing was written.
+	MergeIDInUse
+	// MergeTombstoned: the item's scope has a tombstone. Nothing was written.
+	MergeTombstoned
+	// MergeInvalid: the item failed validation (MergeResult.Errs says why). Nothing
+	// was written.
+	MergeInvalid
+)
+
+var outcomeNames = [...]string{"", "inserted", "replaced", "kept", "unchanged", "skipped", "id-in-use", "tombstoned", "invalid"}
+
+func (o MergeOutcome) String() string {
+	if int(o) < len(outcomeNames) && o != 0 {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("MergeOutcome(%d)", uint8(o))
+}
+
+// Written reports whether the outcome wrote the item's value as the memory's current
+// value (its vector must then be brought up to date).
+func (o MergeOutcome) Written() bool { return o == MergeInserted || o == MergeReplaced }
+
+// MergeOptions configure Merge.
+type MergeOptions struct {
+	// Policy resolves conflicts with stored memories; empty means KeepNewer.
+	Policy ConflictPolicy
+	// DryRun runs the merge in a transaction that is rolled back: the outcomes are
+	// exactly those of a real merge, and nothing is written.
+	DryRun bool
+	// BeforeCommit, when set, is called with the outcomes while the transaction is
+	// still open (in a dry run too, before the rollback). An error rolls the batch
+	// back and is returned. Writing the vectors of the merged memories here means a
+	// committed memory always has its vector: a crash between the two leaves at most
+	// a vector without a committed row, which a rerun overwrites. It may be called
+	// more than once when the batch is retried (see Merge).
+	BeforeCommit func(ctx context.Context, res *MergeResult) error
+}
+
+// MergeResult reports Merge's outcome for each item, by position.
+type MergeResult struct {
+	// Outcomes[i] is what happened to items[i].
+	Outcomes []MergeOutcome
+	// IDs[i] is the memory_id of the stored memory items[i] was merged into: the
+	// item's own ID, or that of the memory already holding its (scope, key) slot or
+	// its content. Empty for MergeIDInUse, MergeTombstoned and MergeInvalid.
+	IDs []string
+	// Errs[i] is set for MergeInvalid items.
+	Errs []error
+}
+
+// mergeAttempts bounds the retries of a batch that lost a race with concurrent
+// writers (a unique violation, a deadlock, a tombstone written meanwhile).
+const mergeAttempts = 5
+
+// errMergeRace makes Merge retry the batch.
+var errMergeRace = errors.New("concurrent writes changed the memories being merged")
+
+// mergeRow is one validated item on its way to the staging table.
+type mergeRow struct {
+	pos     int // index in items
+	it      *memory.Item
+	hash    []byte
+	history []byte
+}
+
+// Merge stores items set-based, in one transaction: the items are copied into a
+// temporary staging table and merged into the memories with one INSERT ... ON
+// CONFLICT statement, which resolves every conflict per opts.Policy. Use batches of a
+// few thousand items; memory use is proportional to the batch.
+//
+// An item meets a stored memory through its (scope, key) slot (items with a key),
+// its content in the scope (items without a key: the same content hash), or else its
+// memory_id. A slot or content match merges into the stored memory, which keeps its
+// memory_id; a memory_id match in another scope or slot is MergeIDInUse. Items are
+// never written into a scope with a tombstone (checked again, under a lock, just
+// before the commit, so a Forget that commits meanwhile is honoured).
+//
+// Merge is idempotent: merging the same items again changes nothing (outcomes
+// MergeUnchanged, or MergeSkipped for values kept out by the policy). Histories are
+// merged as sets: every revision is kept once (identified by its content and
+// updated_at), ordered oldest first, so records are never duplicated.
+//
+// Several items of the batch that meet the same memory are merged one after the
+// other, in batch order, within the transaction. Items are validated (with
+// memory.Item.Validate; no defaults are filled in) and times truncated to
+// microseconds; an invalid item is reported as MergeInvalid and the others are
+// merged. When the batch loses a race with concurrent writers it is retried from the
+// start (BeforeCommit then runs again).
+func (s *Store) Merge(ctx context.Context, items []memory.Item, opts MergeOptions) (*MergeResult, error) {
+	policy := opts.Policy
+	if policy == "" {
+		policy = KeepNewer
+	}
+	if !policy.Valid() {
+		return nil, fmt.Errorf("pgstore: merge: unknown conflict policy %q (want KeepNewer, Overwrite or Skip)", policy)
+	}
+	res := &MergeResult{
+		Outcomes: make([]MergeOutcome, len(items)),
+		IDs:      make([]string, len(items)),
+		Errs:     make([]error, len(items)),
+	}
+	rows := make([]mergeRow, 0, len(items))
+	for i := range items {
+		it := items[i] // a copy: normalizeTimes replaces pointers, never writes through
+		normalizeTimes(&it)
+		var err error
+		var hash, history []byte
+		if err = it.Validate(); err == nil {
+			if hash, err = it.ContentHash(); err == nil {
+				history, err = historyJSON(it.History)
+			}
+		}
+		if err != nil {
+			res.Outcomes[i] = MergeInvalid
+			res.Errs[i] = fmt.Errorf("memory %q: %w", it.MemoryID, err)
+			continue
+		}
+		rows = append(rows, mergeRow{pos: i, it: &it, hash: hash, history: history})
+	}
+	if len(rows) == 0 {
+		if opts.BeforeCommit != nil {
+			if err := opts.BeforeCommit(ctx, res); err != nil {
+				return nil, err
+			}
+		}
+		return res, nil
+	}
+	sql := s.mergeSQL(policy)
+	for attempt := 1; ; attempt++ {
+		err := s.mergeOnce(ctx, rows, sql, opts, res)
+		if err == nil {
+			return res, nil
+		}
+		if attempt < mergeAttempts && retryableMerge(err) && ctx.Err() == nil {
+			for _, r := range rows {
+				res.Outcomes[r.pos], res.IDs[r.pos] = 0, ""
+			}
+			continue
+		}
+		return nil, fmt.Errorf("pgstore: merge: %w", err)
+	}
+}
+
+// retryableMerge reports whether err is a lost race that a fresh attempt resolves.
+func retryableMerge(err error) bool {
+	if errors.Is(err, errMergeRace) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505", "40P01", "40001": // unique_violation, deadlock_detected, serialization_failure
+			return true
+		}
+	}
+	return false
+}
+
+// mergeStage is the staging table, in the session's temporary schema; it is dropped
+// at the end of the transaction.
+var mergeStage = pgx.Identifier{"pg_temp", "memory_merge_stage"}
+
+var mergeStageCols = []string{"ord", "memory_id", "memory_type", "scope", "key", "content", "content_hash",
+	"source", "base_score", "created_at", "updated_at", "expires_at", "archived_at", "history"}
+
+func (s *Store) mergeOnce(ctx context.Context, rows []mergeRow, sql string, opts MergeOptions, res *MergeResult) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	// The merge statement's estimated cost (thousands of index probes) is above
+	// jit_above_cost, but compiling it costs more than running it.
+	if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+mergeStage.Sanitize()+` (
+		ord          int4 NOT NULL,
+		memory_id    text COLLATE "C" NOT NULL,
+		memory_type  text NOT NULL,
+		scope        text COLLATE "C" NOT NULL,
+		key          text,
+		content      jsonb NOT NULL,
+		content_hash bytea NOT NULL,
+		source       text NOT NULL,
+		base_score   double precision NOT NULL,
+		created_at   timestamptz NOT NULL,
+		updated_at   timestamptz NOT NULL,
+		expires_at   timestamptz,
+		archived_at  timestamptz,
+		history      jsonb NOT NULL
+	) ON COMMIT DROP`); err != nil {
+		return err
+	}
+	_, err = tx.CopyFrom(ctx, mergeStage, mergeStageCols, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+		r := rows[i]
+		it := r.it
+		return []any{int32(i), it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key), []byte(it.Content), r.hash,
+			it.Source, it.BaseScore, it.CreatedAt, it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, r.history}, nil
+	}))
+	if err != nil {
+		return fmt.Errorf("copying into the staging table: %w", err)
+	}
+
+	// Rounds: items of the batch that meet the same memory are deferred to the next
+	// round, which sees the first one's result.
+	pending := len(rows)
+	for pending > 0 {
+		done, err := s.mergeRound(ctx, tx, sql, rows, res)
+		if err != nil {
+			return err
+		}
+		if len(done) == 0 {
+			return errors.New("merge made no progress") // cannot happen: the first of each group is done
+		}
+		pending -= len(done)
+		if pending > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+mergeStage.Sanitize()+` WHERE ord = ANY($1)`, done); err != nil {
+				return err
+			}
+		}
+	}
+
+	if opts.BeforeCommit != nil {
+		if err := opts.BeforeCommit(ctx, res); err != nil {
+			return err
+		}
+	}
+	if opts.DryRun {
+		return tx.Rollback(ctx)
+	}
+	if err := s.checkTombstonesBeforeCommit(ctx, tx, rows, res); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// checkTombstonesBeforeCommit locks the tombstones against new ones (SHARE mode lets
+// other merges through and holds back Forget's insert until this transaction ends)
+// and fails the attempt with errMergeRace when a scope written to was forgotten
+// meanwhile; the retry then reports its items as MergeTombstoned.
+func (s *Store) checkTombstonesBeforeCommit(ctx context.Context, tx pgx.Tx, rows []mergeRow, res *MergeResult) error {
+	seen := map[string]bool{}
+	var scopes []string
+	for _, r := range rows {
+		if res.Outcomes[r.pos].Written() || res.Outcomes[r.pos] == MergeKept {
+			if !seen[r.it.Scope] {
+				seen[r.it.Scope] = true
+				scopes = append(scopes, r.it.Scope)
+			}
+		}
+	}
+	if len(scopes) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+s.t.tombstones+` IN SHARE MODE`); err != nil {
+		return err
+	}
+	var forgotten bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.t.tombstones+` WHERE scope = ANY($1))`, scopes).Scan(&forgotten); err != nil {
+		return err
+	}
+	if forgotten {
+		return fmt.Errorf("%w: a scope was forgotten during the merge", errMergeRace)
+	}
+	return nil
+}
+
+// mergeRound runs the merge statement over the staging table and records the
+// outcome of every row it settled; it returns their ords.
+func (s *Store) mergeRound(ctx context.Context, tx pgx.Tx, sql string, rows []mergeRow, res *MergeResult) ([]int32, error) {
+	qrows, err := tx.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	var done []int32
+	var race bool
+	for qrows.Next() {
+		var (
+			ord                                           int32
+			dest                                          string
+			settled, idInUse, tombstoned, existed, sameEx bool
+			written, inserted, pkgValue                   bool
+		)
+		if err := qrows.Scan(&ord, &dest, &settled, &idInUse, &tombstoned, &existed, &sameEx, &written, &inserted, &pkgValue); err != nil {
+			qrows.Close()
+			return nil, err
+		}
+		if !settled {
+			continue
+		}
+		pos := rows[ord].pos
+		var o MergeOutcome
+		switch {
+		case tombstoned:
+			o = MergeTombstoned
+		case idInUse:
+			o = MergeIDInUse
+		case written && inserted:
+			o = MergeInserted
+		case written && pkgValue:
+			o = MergeReplaced
+		case written:
+			o = MergeKept
+		case existed && sameEx:
+			o = MergeUnchanged
+		case existed:
+			o = MergeSkipped
+		default:
+			// Expected an insert, but a memory with this ID appeared meanwhile in
+			// another scope or slot: look again.
+			race = true
+		}
+		res.Outcomes[pos] = o
+		if o != MergeTombstoned && o != MergeIDInUse {
+			res.IDs[pos] = dest
+		}
+		done = append(done, ord)
+	}
+	if err := qrows.Err(); err != nil {
+		return nil, err
+	}
+	if race {
+		return nil, errMergeRace
+	}
+	return done, nil
+}
+
+// tsJSON renders a timestamptz as a JSON string the way Go's time.Time marshals a UTC
+// time (RFC 3339 with trailing zeros of the fraction trimmed, "Z"), so revisions
+// written here read back like the ones Put writes.
+func tsJSON(expr string) string {
+	return `to_jsonb(rtrim(rtrim(to_char((` + expr + `) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '0'), '.') || 'Z')`
+}
+
+// revisionJSON is the history entry recording row r's current value, superseded at sup.
+func revisionJSON(r, sup string) string {
+	return `jsonb_build_object('content', ` + r + `.content, 'source', ` + r + `.source, 'base_score', ` + r + `.base_score, ` +
+		`'updated_at', ` + tsJSON(r+`.updated_at`) + `, 'superseded_at', ` + tsJSON(sup) + `)`
+}
+
+// historyUnion is the union of jsonb history arrays as a set: one entry per (content,
+// updated_at) — the earliest superseded_at of duplicates, then the smallest text,
+// so the choice is deterministic — sorted oldest first. It is idempotent: the union
+// of a result with any of its inputs is the result itself.
+func historyUnion(arrays string) string {
+	return `(SELECT coalesce(jsonb_agg(d.v ORDER BY d.ut, d.st, d.v::text), '[]'::jsonb) FROM (
+		SELECT DISTINCT ON (e.ut, e.v->'content') e.v, e.ut, e.st FROM (
+			SELECT x.v, (x.v->>'updated_at')::timestamptz AS ut, (x.v->>'superseded_at')::timestamptz AS st
+			FROM jsonb_array_elements(` + arrays + `) AS x(v)) e
+		ORDER BY e.ut, e.v->'content', e.st, e.v::text) d)`
+}
+
+// mergeSQL builds the merge statement for a policy. Its parts:
+//
+//   - src finds each staged item's memory: by slot ((scope, key), or (scope,
+//     content_hash) without a key), else by memory_id when that memory has the same
+//     scope and slot; a memory_id used elsewhere is id_in_use. It also notes a
+//     tombstone on the scope.
+//   - ranked numbers the items per destination memory and per slot: only the first
+//     of each goes in this round (ON CONFLICT cannot touch one row twice).
+//   - w inserts the items under their destination's memory_id; ON CONFLICT
+//     (memory_id) applies the policy, guarded so that a memory of another scope or
+//     slot is never updated, and writing only when something changes.
+//   - the final SELECT reports, per staged row, what happened.
+func (s *Store) mergeSQL(p ConflictPolicy) string {
+	m, st := s.t.memories, mergeStage.Sanitize()
+	cols := `memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at, expires_at, archived_at, history`
+	canonHistory := `CASE WHEN jsonb_array_length(history) < 2 THEN history ELSE ` + historyUnion(`history`) + ` END`
+	guard := `m.scope = EXCLUDED.scope AND m.key IS NOT DISTINCT FROM EXCLUDED.key`
+
+	var onConflict string
+	switch p {
+	case KeepNewer:
+		win := `((EXCLUDED.updated_at, EXCLUDED.content_hash) > (m.updated_at, m.content_hash))`
+		hist := historyUnion(`m.history || EXCLUDED.history || jsonb_build_array(CASE WHEN ` + win + ` THEN ` +
+			revisionJSON("m", "EXCLUDED.updated_at") + ` ELSE ` + revisionJSON("EXCLUDED", "m.updated_at") + ` END)`)
+		pick := func(col string) string {
+			return col + ` = CASE WHEN ` + win + ` THEN EXCLUDED.` + col + ` ELSE m.` + col + ` END`
+		}
+		sets := []string{pick("memory_type"), pick("content"), pick("content_hash"), pick("source"), pick("base_score"),
+			`created_at = CASE WHEN ` + win + ` THEN least(m.created_at, EXCLUDED.created_at) ELSE m.created_at END`,
+			pick("updated_at"), pick("expires_at"), pick("archived_at"), `history = ` + hist}
+		onConflict = `ON CONFLICT (memory_id) DO UPDATE SET ` + strings.Join(sets, `, `) + `
+			WHERE ` + guard + ` AND m.content_hash <> EXCLUDED.content_hash AND (` + win + ` OR ` + hist + ` IS DISTINCT FROM m.history)`
+	case Overwrite:
+		hist := historyUnion(`m.history || EXCLUDED.history || CASE WHEN m.content_hash <> EXCLUDED.content_hash THEN jsonb_build_array(` +
+			revisionJSON("m", "EXCLUDED.updated_at") + `) ELSE '[]'::jsonb END`)
+		created := `least(m.created_at, EXCLUDED.created_at)`
+		onConflict = `ON CONFLICT (memory_id) DO UPDATE SET memory_type = EXCLUDED.memory_type, content = EXCLUDED.content,
+				content_hash = EXCLUDED.content_hash, source = EXCLUDED.source, base_score = EXCLUDED.base_score,
+				created_at = ` + created + `, updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at,
+				archived_at = EXCLUDED.archived_at, history = ` + hist + `
+			WHERE ` + guard + ` AND (EXCLUDED.memory_type, EXCLUDED.content_hash, EXCLUDED.source, EXCLUDED.base_score, ` + created + `,
+				EXCLUDED.updated_at, EXCLUDED.expires_at, EXCLUDED.archived_at, ` + hist + `)
+				IS DISTINCT FROM (m.memory_type, m.content_hash, m.source, m.base_score, m.created_at,
+				m.updated_at, m.expires_at, m.archived_at, m.history)`
+	default: // SkipExisting
+		onConflict = `ON CONFLICT (memory_id) DO NOTHING`
+	}
+
+	return `WITH src AS (
+		SELECT s.*,
+			coalesce(slot.memory_id, CASE WHEN same_slot THEN byid.memory_id END) AS tid,
+			coalesce(slot.content_hash, CASE WHEN same_slot THEN byid.content_hash END) AS ex_hash,
+			(slot.memory_id IS NULL AND byid.memory_id IS NOT NULL AND NOT same_slot) AS id_in_use,
+			EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` tb WHERE tb.scope = s.scope) AS tombstoned
+		FROM ` + st + ` s
+		LEFT JOIN LATERAL (
+			SELECT x.memory_id, x.content_hash FROM ` + m + ` x
+				WHERE s.key IS NOT NULL AND x.scope = s.scope AND x.key = s.key
+			UNION ALL
+			SELECT x.memory_id, x.content_hash FROM ` + m + ` x
+				WHERE s.key IS NULL AND x.scope = s.scope AND x.key IS NULL AND x.content_hash = s.content_hash
+			OFFSET 0
+		) slot ON true
+		-- OFFSET 0 keeps the lookups parameterized (one index probe per staged row):
+		-- flattened into a join, the planner may scan the whole table per batch.
+		LEFT JOIN LATERAL (
+			SELECT x.memory_id, x.scope, x.key, x.content_hash FROM ` + m + ` x WHERE x.memory_id = s.memory_id OFFSET 0
+		) byid ON true
+		CROSS JOIN LATERAL (SELECT coalesce(byid.scope = s.scope AND byid.key IS NOT DISTINCT FROM s.key, false) AS same_slot) ss
+	), ranked AS (
+		SELECT src.*, coalesce(tid, memory_id) AS dest,
+			row_number() OVER (PARTITION BY coalesce(tid, memory_id) ORDER BY ord) AS r_dest,
+			row_number() OVER (PARTITION BY scope, key, CASE WHEN key IS NULL THEN content_hash END ORDER BY ord) AS r_slot
+		FROM src
+	), w AS (
+		INSERT INTO ` + m + ` AS m (` + cols + `)
+		SELECT dest, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at,
+			expires_at, archived_at, ` + canonHistory + `
+		FROM ranked WHERE r_dest = 1 AND r_slot = 1 AND NOT id_in_use AND NOT tombstoned
+		` + onConflict + `
+		RETURNING m.memory_id, (m.xmax = 0) AS inserted, m.content_hash, m.updated_at
+	)
+	SELECT r.ord, r.dest, (r.r_dest = 1 AND r.r_slot = 1) AS settled, r.id_in_use, r.tombstoned,
+		r.tid IS NOT NULL AS existed, coalesce(r.ex_hash = r.content_hash, false) AS same_existing,
+		w.memory_id IS NOT NULL AS written, coalesce(w.inserted, false) AS inserted,
+		coalesce(w.content_hash = r.content_hash AND w.updated_at = r.updated_at, false) AS pkg_value
+	FROM ranked r LEFT JOIN w ON w.memory_id = r.dest AND r.r_dest = 1 AND r.r_slot = 1
+		AND NOT r.id_in_use AND NOT r.tombstoned`
+}
+
+// PoolSize is the maximum number of connections of the store's pool, for callers
+// that run merges in parallel and must leave connections for other work.
+func (s *Store) PoolSize() int { return int(s.pool.Config().MaxConns) }
+
+// AddTombstones records tombstones without deleting anything, in one statement, as
+// AddTombstone does one by one: an existing tombstone keeps the later of the two times
+// (and that time's reason). Several entries for one scope count as their latest.
+func (s *Store) AddTombstones(ctx context.Context, ts []Tombstone) error {
+	latest := make(map[string]Tombstone, len(ts))
+	for _, t := range ts {
+		if err := memory.ValidateScope(t.Scope); err != nil {
+			return fmt.Errorf("pgstore: add tombstones: %w", err)
+		}
+		if t.ForgottenAt.IsZero() {
+			return fmt.Errorf("pgstore: add tombstones: %s: forgotten_at is not set", t.Scope)
+		}
+		if prev, ok := latest[t.Scope]; !ok || t.ForgottenAt.After(prev.ForgottenAt) {
+			latest[t.Scope] = t
+		}
+	}
+	if len(latest) == 0 {
+		return nil
+	}
+	scopes := make([]string, 0, len(latest))
+	times := make([]time.Time, 0, len(latest))
+	reasons := make([]string, 0, len(latest))
+	for _, t := range latest {
+		scopes, times, reasons = append(scopes, t.Scope), append(times, t.ForgottenAt), append(reasons, t.Reason)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.t.tombstones+` AS t (scope, forgotten_at, reason)
+		SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[])
+		ON CONFLICT (scope) DO UPDATE SET
+			forgotten_at = greatest(t.forgotten_at, EXCLUDED.forgotten_at),
+			reason = CASE WHEN EXCLUDED.forgotten_at > t.forgotten_at THEN EXCLUDED.reason ELSE t.reason END`,
+		scopes, times, reasons)
+	if err != nil {
+		return fmt.Errorf("pgstore: add tombstones: %w", err)
+	}
+	return nil
+}

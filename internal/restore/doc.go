@@ -1,0 +1,88 @@
+// Package restore writes the memories of a snapshot package into a memory store: the
+// engine behind MemoryRestore and `memory-operator restore`. It knows nothing of
+// Kubernetes; the caller opens the package (snapshot.Open, with the key), connects
+// the target (pgstore.Store, its vector.Index and embed.Embedder) and calls Run.
+//
+// # Order of work
+//
+//  1. The options are checked and the embeddings policy is resolved against the
+//     package's manifest and the target's embedder and index.
+//  2. The whole package is verified (snapshot.Reader.Verify: every chunk, checksum,
+//     count and ordering rule), then every scope of the package is mapped. A bad
+//     package, a wrong key (already at snapshot.Open), an unknown future format
+//     version (likewise), an invalid mapping target or an unmapped scope under
+//     UnmappedFail fail here, before anything is written.
+//  3. The package's tombstones, mapped, are added to the target (pgstore.AddTombstones).
+//  4. Shards are read in parallel (Options.Parallelism; shards hold disjoint scopes)
+//     and their items merged in batches (pgstore.Store.Merge: COPY into a staging
+//     table, one INSERT ... ON CONFLICT per batch), each batch one transaction whose
+//     vectors are written before it commits. While a batch is merged, the shard's
+//     next batch is read and checked.
+//
+// # What is restored
+//
+// For each item, in this order: a scope with a tombstone in the package is skipped
+// (Tombstoned); a scope on the denylist (Denylisted: matched against the package's
+// scope, before mapping; exact, or a prefix written "user:test-*"); the scope is
+// mapped (Unmapped when the mapper's policy is Skip); a mapped scope with a tombstone
+// in the target or in the package (mapped) is skipped (Tombstoned); a type not asked
+// for (Type; by default every type but working); an item with expires_at at or
+// before Options.Now (Expired). The rest are merged under their mapped scope: an
+// invalid item is skipped (Invalid); a conflict with a stored memory follows the
+// conflict policy (see pgstore.ConflictPolicy), the target's memory being kept
+// counting as Conflict. Archived items are restored as archived (and get no vector).
+//
+// # Identifiers
+//
+// The format names two identifiers in an item: scope and memory_id (history entries
+// and content carry none; content is the user's JSON and is never rewritten). The
+// mapping applies to the scope, and to the scope of every tombstone. memory_id is
+// kept: IDs are globally unique and stable across snapshot and restore, which is what
+// makes a restore idempotent and lets a vector follow its memory. An item whose
+// (scope, key) slot, or whose content in its scope (items without a key), is already
+// stored is merged into that memory, which keeps its own memory_id. An item whose
+// memory_id is held by a memory of another scope or slot in the target is never
+// moved there: it is skipped as a Conflict (Result.IDConflicts).
+//
+// Several package scopes may map to one target scope (merging accounts): their items
+// meet in the target slots and are resolved by the conflict policy. With KeepNewer
+// the result does not depend on the order the shards are processed in; with
+// Overwrite and Skip it does (the last, resp. first, writer wins).
+//
+// # Tombstones
+//
+// A tombstone in the package blocks its own (package) scope and its mapped scope; a
+// tombstone in the target blocks the mapped scope. The package's tombstones are
+// added to the target under their mapped scope (an unmapped one under Keep keeps its
+// name; under Skip or Fail it is not added, having no known target identity — its
+// items are still blocked by their package scope). The merge checks the target's
+// tombstones again in SQL, and under a lock just before each commit, so a scope
+// forgotten while the restore runs does not come back.
+//
+// # Embeddings
+//
+// Reuse writes the package's vectors when the package names the same model and
+// dimension as the target's embedder (and the index has that dimension, and the
+// metrics agree when the package records one); otherwise, and for items without a
+// vector, it falls back to Options.ReuseFallback (Reembed by default). Reembed embeds
+// item.EmbeddingText() with the target's embedder. Defer writes no vectors (and
+// deletes the now stale vector of a memory whose value a restore replaced). Vectors
+// of two models are never mixed in one index. Vectors are written only for memories
+// whose value the restore wrote (inserted or replaced), under the stored memory's ID.
+//
+// # Idempotence and interruption
+//
+// Every batch commits on its own and the merge is idempotent: running a restore again
+// changes nothing (Unchanged items; no vector is written; no history entry is
+// recorded twice), and a restore interrupted at any point, run again, ends in exactly
+// the state of an uninterrupted run. A batch's vectors are written before its commit,
+// so a committed memory always has its vector; a crash between the two leaves vectors
+// of uncommitted rows, which the rerun writes again.
+//
+// # Dry run
+//
+// A dry run does everything but write: each batch is merged in a transaction that is
+// rolled back, so the counts are those of a real run (exact unless several package
+// scopes map onto one target slot across batches); the embedder is not called and
+// the vectors that would be written are counted.
+package restore

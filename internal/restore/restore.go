@@ -1,0 +1,573 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/snapshot"
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// ConflictPolicy resolves an item that meets a memory already in the target.
+type ConflictPolicy = pgstore.ConflictPolicy
+
+// The conflict policies (see pgstore.ConflictPolicy).
+const (
+	// KeepNewer (the default) keeps the value updated last; the other goes to history.
+	KeepNewer = pgstore.KeepNewer
+	// Overwrite lets the package win.
+	Overwrite = pgstore.Overwrite
+	// Skip lets the target win.
+	Skip = pgstore.SkipExisting
+)
+
+// EmbeddingsPolicy says where restored memories' vectors come from.
+type EmbeddingsPolicy string
+
+// The embeddings policies (spelled as the MemoryRestore API spells them).
+const (
+	// Reuse writes the package's vectors when they were made by the target's model
+	// and dimension, and otherwise falls back to Options.ReuseFallback.
+	Reuse EmbeddingsPolicy = "Reuse"
+	// Reembed computes every vector with the target's embedder.
+	Reembed EmbeddingsPolicy = "Reembed"
+	// Defer writes no vectors: the store's re-embedding catches up.
+	Defer EmbeddingsPolicy = "Defer"
+)
+
+// Defaults.
+const (
+	// DefaultBatchSize is how many items are merged per transaction.
+	DefaultBatchSize = 5000
+	// maxEmbedTexts bounds the texts of one Embed call.
+	maxEmbedTexts = 1024
+)
+
+// Options configure Run.
+type Options struct {
+	// Reader is the package, opened (with its key) by snapshot.Open.
+	Reader *snapshot.Reader
+	// Target is the store restored into (migrated).
+	Target *pgstore.Store
+	// Index is the target's vector index; nil when vectors are left for later (the
+	// embeddings policy must then be Defer or empty).
+	Index vector.Index
+	// Embedder is the target's embedder: its model and dimension decide whether
+	// package vectors can be reused, and Reembed uses it. Required unless the
+	// embeddings policy is Defer.
+	Embedder embed.Embedder
+	// Mapping renames scopes; nil keeps every scope.
+	Mapping *Mapper
+	// Denylist names package scopes (before mapping) never restored: exact scopes,
+	// or prefixes ending in '*' ("user:test-*").
+	Denylist []string
+	// Types are the memory types restored; empty means all but working.
+	Types []memory.Type
+	// Now is the time expiry is judged against; zero means time.Now().
+	Now time.Time
+	// Conflict is the conflict policy; empty means KeepNewer.
+	Conflict ConflictPolicy
+	// Embeddings is the embeddings policy; empty means Reuse, or Defer when Index is nil.
+	Embeddings EmbeddingsPolicy
+	// ReuseFallback applies under Reuse when the package's vectors cannot be used (or
+	// an item has none): Reembed (the default) or Defer.
+	ReuseFallback EmbeddingsPolicy
+	// DryRun does everything but write (see the package documentation).
+	DryRun bool
+	// Parallelism is how many shards are restored at once (default 1). It is capped
+	// at half the target pool's connections: a batch holds one connection for its
+	// transaction, and a PostgreSQL vector index needs another.
+	Parallelism int
+	// BatchSize is the number of items per merge transaction (DefaultBatchSize if 0).
+	BatchSize int
+	// Detail, when set, receives one JSON line per package scope (ScopeDetail), in
+	// scope order, each shard's lines once the shard is done.
+	Detail io.Writer
+	// Progress, when set, is called after every committed batch (one call at a
+	// time).
+	Progress func(Progress)
+}
+
+// Skipped counts the package's items that were not restored, by reason.
+type Skipped struct {
+	// Denylisted: the package scope is on the denylist.
+	Denylisted int64 `json:"denylisted,omitempty"`
+	// Tombstoned: the scope was forgotten (in the package or the target).
+	Tombstoned int64 `json:"tombstoned,omitempty"`
+	// Unmapped: no rule maps the scope and the unmapped policy is Skip.
+	Unmapped int64 `json:"unmapped,omitempty"`
+	// Expired: expires_at at or before Options.Now.
+	Expired int64 `json:"expired,omitempty"`
+	// Type: a memory type not asked for.
+	Type int64 `json:"type,omitempty"`
+	// Conflict: the target's memory was kept (KeepNewer with the target newer, whose
+	// history then records the package's value; Skip), or the memory_id belongs to a
+	// memory of another scope or slot in the target.
+	Conflict int64 `json:"conflict,omitempty"`
+	// Invalid: the item failed validation (Result.FirstInvalid says why).
+	Invalid int64 `json:"invalid,omitempty"`
+}
+
+// Total is the number of skipped items.
+func (s Skipped) Total() int64 {
+	return s.Denylisted + s.Tombstoned + s.Unmapped + s.Expired + s.Type + s.Conflict + s.Invalid
+}
+
+func (s *Skipped) add(o Skipped) {
+	s.Denylisted += o.Denylisted
+	s.Tombstoned += o.Tombstoned
+	s.Unmapped += o.Unmapped
+	s.Expired += o.Expired
+	s.Type += o.Type
+	s.Conflict += o.Conflict
+	s.Invalid += o.Invalid
+}
+
+// Result is what a restore did (in a dry run: would have done). Every item read is
+// restored, unchanged or skipped: Read == Restored + Unchanged + Skipped.Total().
+type Result struct {
+	DryRun        bool   `json:"dryRun,omitempty"`
+	PackageID     string `json:"packageId"`
+	FormatVersion int    `json:"formatVersion"` // as stored
+	// Shards verified and read.
+	Shards int `json:"shards"`
+	// Embeddings is the policy that applied: Reuse, Reembed (also when Reuse fell
+	// back to it for the whole package) or Defer.
+	Embeddings EmbeddingsPolicy `json:"embeddings"`
+
+	// Read is the number of items read from the package.
+	Read int64 `json:"read"`
+	// Restored items were written as the current value of a memory: Inserted as new
+	// memories, or Replaced the value of one already stored.
+	Restored       int64                 `json:"restored"`
+	Inserted       int64                 `json:"inserted"`
+	Replaced       int64                 `json:"replaced"`
+	RestoredByType map[memory.Type]int64 `json:"restoredByType,omitempty"`
+	// Unchanged items were already in the target with the same value (a rerun).
+	Unchanged int64   `json:"unchanged"`
+	Skipped   Skipped `json:"skipped"`
+	// HistoryRecorded counts package values added to the history of a newer target
+	// memory (KeepNewer; included in Skipped.Conflict).
+	HistoryRecorded int64 `json:"historyRecorded,omitempty"`
+	// IDConflicts counts items whose memory_id belongs to a memory of another scope
+	// or slot in the target (included in Skipped.Conflict).
+	IDConflicts int64 `json:"idConflicts,omitempty"`
+	// FirstInvalid describes the first invalid item, when there is one.
+	FirstInvalid string `json:"firstInvalid,omitempty"`
+
+	// Mapped counts items handed to the target under another scope than the
+	// package's (restored, unchanged or resolved by the conflict policy).
+	Mapped int64 `json:"mapped"`
+	// Scopes is the number of package scopes whose memories are in the target after
+	// the restore (restored or unchanged); MappedScopes of them under another name.
+	Scopes       int64 `json:"scopes"`
+	MappedScopes int64 `json:"mappedScopes"`
+
+	// Vectors written to the index (reused or embedded); Embedded of them computed
+	// by the target's embedder. VectorsDeleted: stale vectors removed (a replaced
+	// memory that is archived, or under Defer).
+	Vectors        int64 `json:"vectors"`
+	Embedded       int64 `json:"embedded"`
+	VectorsDeleted int64 `json:"vectorsDeleted,omitempty"`
+	// Tombstones is the number of package tombstones added to the target.
+	Tombstones int `json:"tombstones"`
+	// Batches is the number of batches committed (in a dry run: merged).
+	Batches int64 `json:"batches"`
+}
+
+// ScopeDetail is one line of the per-scope detail: what happened to the items of one
+// package scope.
+type ScopeDetail struct {
+	Scope string `json:"scope"`
+	// MappedTo is the target scope; empty when the scope was not mapped (Unmapped,
+	// or skipped before mapping).
+	MappedTo        string  `json:"mapped_to,omitempty"`
+	Restored        int64   `json:"restored"`
+	Unchanged       int64   `json:"unchanged,omitempty"`
+	SkippedByReason Skipped `json:"skipped_by_reason"`
+}
+
+// Progress is reported after every committed batch, with running totals.
+type Progress struct {
+	Batches  int64
+	Read     int64
+	Restored int64
+	Skipped  int64
+}
+
+// check validates the options and fills in the defaults.
+func (o *Options) check() error {
+	switch {
+	case o.Reader == nil:
+		return errors.New("restore: no package reader")
+	case o.Target == nil:
+		return errors.New("restore: no target store")
+	}
+	if o.Conflict == "" {
+		o.Conflict = KeepNewer
+	}
+	if !o.Conflict.Valid() {
+		return fmt.Errorf("restore: unknown conflict policy %q (want KeepNewer, Overwrite or Skip)", o.Conflict)
+	}
+	if len(o.Types) == 0 {
+		o.Types = []memory.Type{memory.Episodic, memory.Semantic, memory.Procedural}
+	}
+	for _, t := range o.Types {
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("restore: types: %w", err)
+		}
+	}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.Parallelism <= 0 {
+		o.Parallelism = 1
+	}
+	o.Parallelism = max(1, min(o.Parallelism, o.Target.PoolSize()/2))
+	return nil
+}
+
+// embeddingPlan is the resolved embeddings policy.
+type embeddingPlan struct {
+	applied  EmbeddingsPolicy
+	reuse    bool             // package vectors are written
+	fallback EmbeddingsPolicy // for items without a usable package vector: Reembed or Defer
+}
+
+func (o *Options) planEmbeddings(m *snapshot.Manifest) (embeddingPlan, error) {
+	p, fb, err := o.embeddingPolicies()
+	if err != nil {
+		return embeddingPlan{}, err
+	}
+	switch {
+	case p == Defer:
+		return embeddingPlan{applied: Defer, fallback: Defer}, nil
+	case o.Index == nil:
+		return embeddingPlan{}, fmt.Errorf("restore: embeddings policy %s needs the target's vector index (or use Defer)", p)
+	case o.Embedder == nil:
+		return embeddingPlan{}, fmt.Errorf("restore: embeddings policy %s needs the target's embedder (or use Defer)", p)
+	}
+	plan := embeddingPlan{applied: Reembed, fallback: Reembed}
+	if p == Reuse {
+		switch {
+		case o.reusable(m.Embedding):
+			plan = embeddingPlan{applied: Reuse, reuse: true, fallback: fb}
+		case fb == Defer:
+			return embeddingPlan{applied: Defer, fallback: Defer}, nil
+		}
+	}
+	if plan.fallback == Reembed {
+		if err := checkEmbedderDim(o.Embedder, o.Index.Spec()); err != nil {
+			return embeddingPlan{}, err
+		}
+	}
+	return plan, nil
+}
+
+// embeddingPolicies returns the embeddings policy and the reuse fallback, defaulted
+// and checked.
+func (o *Options) embeddingPolicies() (policy, fallback EmbeddingsPolicy, err error) {
+	policy, fallback = o.Embeddings, o.ReuseFallback
+	if policy == "" {
+		policy = Reuse
+		if o.Index == nil {
+			policy = Defer
+		}
+	}
+	if fallback == "" {
+		fallback = Reembed
+	}
+	switch {
+	case policy != Reuse && policy != Reembed && policy != Defer:
+		return "", "", fmt.Errorf("restore: unknown embeddings policy %q (want Reuse, Reembed or Defer)", policy)
+	case fallback != Reembed && fallback != Defer:
+		return "", "", fmt.Errorf("restore: reuse fallback %q must be Reembed or Defer", fallback)
+	}
+	return policy, fallback, nil
+}
+
+// reusable reports whether the package's vectors live in the target's embedding space:
+// the same model and dimension as the target's embedder, the index's dimension, and
+// the index's metric when the package records one.
+func (o *Options) reusable(e *snapshot.EmbeddingInfo) bool {
+	spec := o.Index.Spec()
+	return e != nil && e.Model == o.Embedder.Model() && e.Dimension == o.Embedder.Dimension() && e.Dimension == spec.Dimension &&
+		(e.Metric == "" || strings.EqualFold(e.Metric, string(spec.Metric)))
+}
+
+func checkEmbedderDim(e embed.Embedder, spec vector.Spec) error {
+	if e.Dimension() != spec.Dimension {
+		return fmt.Errorf("restore: %w", vector.DimensionError("embedder "+e.Model(), spec.Dimension, e.Dimension()))
+	}
+	return nil
+}
+
+// denylist matches package scopes.
+type denylist struct {
+	exact    map[string]bool
+	prefixes []string
+}
+
+func newDenylist(entries []string) (denylist, error) {
+	d := denylist{exact: map[string]bool{}}
+	for _, e := range entries {
+		if p, ok := strings.CutSuffix(e, "*"); ok {
+			d.prefixes = append(d.prefixes, p)
+			continue
+		}
+		if err := memory.ValidateScope(e); err != nil {
+			return d, fmt.Errorf("restore: denylist entry %q: %w (a prefix ends in '*')", e, err)
+		}
+		d.exact[e] = true
+	}
+	return d, nil
+}
+
+func (d denylist) match(scope string) bool {
+	if d.exact[scope] {
+		return true
+	}
+	for _, p := range d.prefixes {
+		if strings.HasPrefix(scope, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// skipReason is a scope-level reason to skip every item of a scope.
+type skipReason uint8
+
+const (
+	noSkip skipReason = iota
+	skipTombstoned
+	skipDenylisted
+	skipUnmapped
+)
+
+// scopeDecision is what happens to a package scope as a whole.
+type scopeDecision struct {
+	target string
+	skip   skipReason
+}
+
+// runner holds what every shard shares.
+type runner struct {
+	o     Options
+	plan  embeddingPlan
+	types map[memory.Type]bool
+	deny  denylist
+	// pkgTomb are the package's tombstoned scopes (as in the package); tomb the
+	// target scopes that must not be written: the target's tombstones and the
+	// package's, mapped.
+	pkgTomb map[string]bool
+	tomb    map[string]bool
+
+	mu       sync.Mutex // guards progress and the detail writer
+	progress Progress
+	detail   *detailWriter
+}
+
+// decide maps a package scope and applies the scope-level rules.
+func (r *runner) decide(scope string) (scopeDecision, error) {
+	if r.pkgTomb[scope] {
+		return scopeDecision{skip: skipTombstoned}, nil
+	}
+	if r.deny.match(scope) {
+		return scopeDecision{skip: skipDenylisted}, nil
+	}
+	target, keep, err := r.o.Mapping.Map(scope)
+	if err != nil {
+		return scopeDecision{}, err
+	}
+	if !keep {
+		return scopeDecision{skip: skipUnmapped}, nil
+	}
+	if r.tomb[target] {
+		return scopeDecision{target: target, skip: skipTombstoned}, nil
+	}
+	return scopeDecision{target: target}, nil
+}
+
+// Run restores the package into the target. See the package documentation for what
+// it does, in which order, and what it guarantees. On error the Result holds what the
+// batches committed so far did (nil when the error came before any write).
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	man := o.Reader.Manifest()
+	plan, err := o.planEmbeddings(man)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{o: o, plan: plan, types: map[memory.Type]bool{}, pkgTomb: map[string]bool{}, tomb: map[string]bool{}}
+	for _, t := range o.Types {
+		r.types[t] = true
+	}
+	if r.deny, err = newDenylist(o.Denylist); err != nil {
+		return nil, err
+	}
+
+	// Nothing is written before the package verifies whole and every scope maps.
+	if err := o.Reader.Verify(ctx); err != nil {
+		return nil, fmt.Errorf("restore: verifying the package at %s: %w", o.Reader.Prefix(), err)
+	}
+	tombstones, err := r.mapTombstones(man.Tombstones)
+	if err != nil {
+		return nil, err
+	}
+	existing, err := o.Target.Tombstones(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	for _, t := range existing {
+		r.tomb[t.Scope] = true
+	}
+	if err := r.checkScopes(ctx); err != nil {
+		return nil, err
+	}
+
+	res := &Result{DryRun: o.DryRun, PackageID: man.PackageID, FormatVersion: o.Reader.StoredFormatVersion(),
+		Shards: len(man.Shards), Embeddings: plan.applied, Tombstones: len(tombstones)}
+	if !o.DryRun {
+		if err := o.Target.AddTombstones(ctx, tombstones); err != nil {
+			return nil, fmt.Errorf("restore: %w", err)
+		}
+	}
+	if o.Detail != nil {
+		r.detail = &detailWriter{w: o.Detail, pending: map[int][]byte{}}
+	}
+	err = r.runShards(ctx, man.Shards, res)
+	if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// mapTombstones records the package's tombstones (package scopes and mapped target
+// scopes) and returns the tombstones to add to the target.
+func (r *runner) mapTombstones(in []memory.Tombstone) ([]memory.Tombstone, error) {
+	var out []memory.Tombstone
+	seen := map[string]int{}
+	for _, t := range in {
+		r.pkgTomb[t.Scope] = true
+		target, keep, err := r.o.Mapping.Map(t.Scope)
+		if errors.Is(err, ErrUnmapped) || (err == nil && !keep) {
+			continue // no known target identity; the package scope stays blocked
+		}
+		if err != nil {
+			return nil, fmt.Errorf("restore: tombstone of %s: %w", t.Scope, err)
+		}
+		r.tomb[target] = true
+		t.Scope = target
+		if i, ok := seen[target]; ok { // two package scopes forgotten onto one target
+			if t.ForgottenAt.After(out[i].ForgottenAt) {
+				out[i] = t
+			}
+			continue
+		}
+		seen[target] = len(out)
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// maxReportedErrors bounds the mapping errors listed when the check fails.
+const maxReportedErrors = 10
+
+// checkScopes maps every scope of the package before anything is written.
+func (r *runner) checkScopes(ctx context.Context) error {
+	var errs []error
+	failed := 0
+	err := r.o.Reader.ReadScopeCounts(ctx, func(scope string, _ int64) error {
+		if _, err := r.decide(scope); err != nil {
+			if failed++; failed <= maxReportedErrors {
+				errs = append(errs, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("restore: reading the package's scopes: %w", err)
+	}
+	if failed > 0 {
+		if failed > maxReportedErrors {
+			errs = append(errs, fmt.Errorf("... and %d more", failed-maxReportedErrors))
+		}
+		return fmt.Errorf("restore: %d package scopes cannot be mapped; nothing was written: %w", failed, errors.Join(errs...))
+	}
+	return nil
+}
+
+// runShards restores the shards with o.Parallelism workers and sums their results.
+func (r *runner) runShards(ctx context.Context, shards []snapshot.ShardInfo, res *Result) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan int)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+	}
+	for range min(r.o.Parallelism, max(1, len(shards))) {
+		wg.Go(func() {
+			for i := range jobs {
+				sh := &shardRun{r: r, idx: i, byType: map[memory.Type]int64{}}
+				err := sh.run(ctx, shards[i])
+				mu.Lock()
+				sh.addTo(res)
+				mu.Unlock()
+				if err != nil {
+					fail(err)
+				}
+			}
+		})
+	}
+	for i := range shards {
+		select {
+		case jobs <- i:
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	close(jobs)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+// report records a committed batch and calls the Progress callback.
+func (r *runner) report(read, restored, skipped int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.progress.Batches++
+	r.progress.Read += read
+	r.progress.Restored += restored
+	r.progress.Skipped += skipped
+	if r.o.Progress != nil {
+		r.o.Progress(r.progress)
+	}
+}

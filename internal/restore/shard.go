@@ -1,0 +1,410 @@
+package restore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/snapshot"
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// reason is why an item was skipped.
+type reason uint8
+
+const (
+	reasonTombstoned reason = iota + 1
+	reasonDenylisted
+	reasonUnmapped
+	reasonExpired
+	reasonType
+	reasonConflict
+	reasonInvalid
+)
+
+func (s *Skipped) inc(r reason) {
+	switch r {
+	case reasonTombstoned:
+		s.Tombstoned++
+	case reasonDenylisted:
+		s.Denylisted++
+	case reasonUnmapped:
+		s.Unmapped++
+	case reasonExpired:
+		s.Expired++
+	case reasonType:
+		s.Type++
+	case reasonConflict:
+		s.Conflict++
+	case reasonInvalid:
+		s.Invalid++
+	}
+}
+
+var scopeSkipReason = [...]reason{skipTombstoned: reasonTombstoned, skipDenylisted: reasonDenylisted, skipUnmapped: reasonUnmapped}
+
+// scopeStat counts what happened to one package scope.
+type scopeStat struct {
+	source, target      string
+	skip                skipReason
+	restored, unchanged int64
+	skipped             Skipped
+}
+
+// shardRun restores one shard: it reads the items, applies the item rules, and
+// merges them in batches. While a batch is merged (in its own goroutine) the next one
+// is read, so decoding overlaps the database's work; at most one batch is in flight.
+// Everything but the merge itself (counting, scope bookkeeping) happens in the
+// goroutine that reads. Its counters cover committed batches only.
+type shardRun struct {
+	r   *runner
+	idx int
+
+	scopes   []*scopeStat // scopes not yet handed to a batch to finalize; the last is the current one
+	batch    []memory.Item
+	owner    []*scopeStat // owner[i] is batch[i]'s scope
+	inflight *mergeBatch
+
+	read, inserted, replaced, unchanged, historyRecorded, idConflicts, mapped int64
+	skipped                                                                   Skipped
+	byType                                                                    map[memory.Type]int64
+	scopesIn, mappedScopes                                                    int64
+	vectors, embedded, vectorsDeleted, batches                                int64
+	firstInvalid                                                              string
+	detail                                                                    bytes.Buffer
+	reported                                                                  struct{ read, restored, skipped int64 }
+}
+
+// mergeBatch is one batch on its way into the target.
+type mergeBatch struct {
+	items  []memory.Item
+	owner  []*scopeStat
+	closed []*scopeStat // scopes complete once this batch is: finalized after it
+	done   chan struct{}
+	res    *pgstore.MergeResult
+	err    error
+	// Vector counts, set by writeVectors (which runs again when the merge retries).
+	vectors, embedded, deleted int64
+}
+
+func (sh *shardRun) run(ctx context.Context, info snapshot.ShardInfo) error {
+	err := sh.r.o.Reader.ShardItems(ctx, info, func(it memory.Item) error { return sh.add(ctx, it) })
+	if err == nil {
+		err = sh.flush(ctx, true)
+	}
+	if werr := sh.wait(); err == nil {
+		err = werr
+	}
+	if err != nil {
+		return fmt.Errorf("restore: shard %s: %w", info.Name, err)
+	}
+	if d := sh.r.detail; d != nil {
+		sh.r.mu.Lock()
+		defer sh.r.mu.Unlock()
+		if err := d.done(sh.idx, sh.detail.Bytes()); err != nil {
+			return fmt.Errorf("restore: writing the per-scope detail: %w", err)
+		}
+	}
+	return nil
+}
+
+// add applies the item rules and queues the item for the next batch.
+func (sh *shardRun) add(ctx context.Context, it memory.Item) error {
+	sh.read++
+	if n := len(sh.scopes); n == 0 || sh.scopes[n-1].source != it.Scope {
+		d, err := sh.r.decide(it.Scope)
+		if err != nil {
+			return err // cannot happen: every scope was mapped before writing
+		}
+		sh.scopes = append(sh.scopes, &scopeStat{source: it.Scope, target: d.target, skip: d.skip})
+	}
+	sc := sh.scopes[len(sh.scopes)-1]
+	switch {
+	case sc.skip != noSkip:
+		sh.skip(sc, scopeSkipReason[sc.skip])
+		return nil
+	case !sh.r.types[it.MemoryType]:
+		sh.skip(sc, reasonType)
+		return nil
+	case it.ExpiresAt != nil && !it.ExpiresAt.After(sh.r.o.Now):
+		sh.skip(sc, reasonExpired)
+		return nil
+	}
+	it.Scope = sc.target
+	sh.batch = append(sh.batch, it)
+	sh.owner = append(sh.owner, sc)
+	if len(sh.batch) >= sh.r.o.BatchSize {
+		return sh.flush(ctx, false)
+	}
+	return nil
+}
+
+func (sh *shardRun) skip(sc *scopeStat, r reason) {
+	sc.skipped.inc(r)
+	sh.skipped.inc(r)
+}
+
+// flush hands the batch to a merge goroutine (one transaction, vectors written
+// before it commits), once the previous batch is done. Every scope but the current
+// one (all of them at the end of the shard) is complete when this batch is.
+func (sh *shardRun) flush(ctx context.Context, last bool) error {
+	n := len(sh.scopes) - 1
+	if last {
+		n = len(sh.scopes)
+	}
+	b := &mergeBatch{items: sh.batch, owner: sh.owner, closed: slices.Clone(sh.scopes[:max(n, 0)]), done: make(chan struct{})}
+	sh.scopes = append(sh.scopes[:0], sh.scopes[max(n, 0):]...)
+	sh.batch, sh.owner = make([]memory.Item, 0, sh.r.o.BatchSize), make([]*scopeStat, 0, sh.r.o.BatchSize)
+	if err := sh.wait(); err != nil {
+		return err
+	}
+	if len(b.items) == 0 {
+		return sh.finalize(b.closed)
+	}
+	sh.inflight = b
+	go func() {
+		defer close(b.done)
+		b.res, b.err = sh.r.o.Target.Merge(ctx, b.items, pgstore.MergeOptions{
+			Policy: sh.r.o.Conflict, DryRun: sh.r.o.DryRun,
+			BeforeCommit: func(ctx context.Context, res *pgstore.MergeResult) error { return sh.r.writeVectors(ctx, b, res) },
+		})
+	}()
+	return nil
+}
+
+// wait waits for the batch in flight, if any, and counts it.
+func (sh *shardRun) wait() error {
+	b := sh.inflight
+	if b == nil {
+		return nil
+	}
+	sh.inflight = nil
+	<-b.done
+	if b.err != nil {
+		return b.err
+	}
+	sh.tally(b)
+	if err := sh.finalize(b.closed); err != nil {
+		return err
+	}
+	restored := sh.inserted + sh.replaced
+	sh.r.report(sh.read-sh.reported.read, restored-sh.reported.restored, sh.skipped.Total()-sh.reported.skipped)
+	sh.reported.read, sh.reported.restored, sh.reported.skipped = sh.read, restored, sh.skipped.Total()
+	return nil
+}
+
+// tally counts a merged batch.
+func (sh *shardRun) tally(b *mergeBatch) {
+	for i, o := range b.res.Outcomes {
+		sc, it := b.owner[i], &b.items[i]
+		switch o {
+		case pgstore.MergeInserted, pgstore.MergeReplaced:
+			if o == pgstore.MergeInserted {
+				sh.inserted++
+			} else {
+				sh.replaced++
+			}
+			sh.byType[it.MemoryType]++
+			sc.restored++
+		case pgstore.MergeUnchanged:
+			sh.unchanged++
+			sc.unchanged++
+		case pgstore.MergeKept:
+			sh.historyRecorded++
+			sh.skip(sc, reasonConflict)
+		case pgstore.MergeSkipped:
+			sh.skip(sc, reasonConflict)
+		case pgstore.MergeIDInUse:
+			sh.idConflicts++
+			sh.skip(sc, reasonConflict)
+		case pgstore.MergeTombstoned:
+			sh.skip(sc, reasonTombstoned)
+		case pgstore.MergeInvalid:
+			sh.skip(sc, reasonInvalid)
+			if sh.firstInvalid == "" {
+				sh.firstInvalid = b.res.Errs[i].Error()
+			}
+		}
+		if sc.target != sc.source && o != pgstore.MergeInvalid && o != pgstore.MergeTombstoned {
+			sh.mapped++
+		}
+	}
+	sh.vectors += b.vectors
+	sh.embedded += b.embedded
+	sh.vectorsDeleted += b.deleted
+	sh.batches++
+}
+
+// finalize counts complete scopes and renders their detail.
+func (sh *shardRun) finalize(scopes []*scopeStat) error {
+	for _, sc := range scopes {
+		if sc.restored+sc.unchanged > 0 {
+			sh.scopesIn++
+			if sc.target != sc.source {
+				sh.mappedScopes++
+			}
+		}
+		if sh.r.detail != nil {
+			b, err := json.Marshal(ScopeDetail{Scope: sc.source, MappedTo: sc.target, Restored: sc.restored,
+				Unchanged: sc.unchanged, SkippedByReason: sc.skipped})
+			if err != nil {
+				return err
+			}
+			sh.detail.Write(b)
+			sh.detail.WriteByte('\n')
+		}
+	}
+	return nil
+}
+
+// writeVectors brings the index up to date for a batch's written memories; Merge
+// calls it before the batch commits. In a dry run it only counts. It runs in the
+// batch's merge goroutine and touches only the batch and read-only runner state.
+func (r *runner) writeVectors(ctx context.Context, b *mergeBatch, res *pgstore.MergeResult) error {
+	b.vectors, b.embedded, b.deleted = 0, 0, 0
+	if r.o.Index == nil {
+		return nil
+	}
+	w := r.vectorWork(b, res)
+	b.vectors, b.embedded, b.deleted = int64(len(w.entries)), int64(len(w.texts)), int64(len(w.deletes))
+	if r.o.DryRun {
+		return nil
+	}
+	return r.applyVectors(ctx, w)
+}
+
+// vectorWork is what a batch asks of the index.
+type vectorWork struct {
+	entries   []vector.Entry
+	texts     []string // to embed, for entries[embedAt[i]]
+	embedAt   []int
+	deletes   []string // memory IDs whose vector is stale
+	forgotten []string // scopes forgotten while the restore ran
+}
+
+func (r *runner) vectorWork(b *mergeBatch, res *pgstore.MergeResult) vectorWork {
+	var w vectorWork
+	dim := r.o.Index.Spec().Dimension
+	for i, o := range res.Outcomes {
+		it := &b.items[i]
+		if o == pgstore.MergeTombstoned && !slices.Contains(w.forgotten, it.Scope) {
+			w.forgotten = append(w.forgotten, it.Scope)
+		}
+		if !o.Written() {
+			continue
+		}
+		id := res.IDs[i]
+		method := r.plan.fallback
+		if r.plan.reuse && len(it.Embedding) == dim {
+			method = Reuse
+		}
+		switch {
+		case it.ArchivedAt != nil || method == Defer:
+			// Archived memories stay out of the index; under Defer the memory's old
+			// vector, if any, no longer matches it.
+			if o == pgstore.MergeReplaced {
+				w.deletes = append(w.deletes, id)
+			}
+		case method == Reuse:
+			w.entries = append(w.entries, vector.Entry{ID: id, Scope: it.Scope, Type: string(it.MemoryType), Vector: it.Embedding})
+		default:
+			w.embedAt = append(w.embedAt, len(w.entries))
+			w.texts = append(w.texts, it.EmbeddingText())
+			w.entries = append(w.entries, vector.Entry{ID: id, Scope: it.Scope, Type: string(it.MemoryType)})
+		}
+	}
+	return w
+}
+
+func (r *runner) applyVectors(ctx context.Context, w vectorWork) error {
+	ix, emb := r.o.Index, r.o.Embedder
+	for start := 0; start < len(w.texts); start += maxEmbedTexts {
+		end := min(start+maxEmbedTexts, len(w.texts))
+		vecs, err := emb.Embed(ctx, w.texts[start:end])
+		if err != nil {
+			return fmt.Errorf("embedding with %s: %w", emb.Model(), err)
+		}
+		if len(vecs) != end-start {
+			return fmt.Errorf("embedding with %s: got %d vectors for %d texts", emb.Model(), len(vecs), end-start)
+		}
+		for j, v := range vecs {
+			w.entries[w.embedAt[start+j]].Vector = v
+		}
+	}
+	if len(w.entries) > 0 {
+		if err := ix.Upsert(ctx, w.entries); err != nil {
+			return fmt.Errorf("writing vectors: %w", err)
+		}
+	}
+	if len(w.deletes) > 0 {
+		if err := ix.Delete(ctx, w.deletes); err != nil {
+			return fmt.Errorf("deleting stale vectors: %w", err)
+		}
+	}
+	// A scope forgotten while the restore ran may have got vectors from an earlier
+	// attempt of this batch (Merge retries when a tombstone appears before the
+	// commit): a forgotten scope keeps none.
+	for _, scope := range w.forgotten {
+		if err := ix.DeleteScope(ctx, scope); err != nil {
+			return fmt.Errorf("deleting the vectors of forgotten scope %s: %w", scope, err)
+		}
+	}
+	return nil
+}
+
+// addTo adds the shard's counts to the run's result.
+func (sh *shardRun) addTo(res *Result) {
+	res.Read += sh.read
+	res.Inserted += sh.inserted
+	res.Replaced += sh.replaced
+	res.Restored += sh.inserted + sh.replaced
+	res.Unchanged += sh.unchanged
+	res.Skipped.add(sh.skipped)
+	res.HistoryRecorded += sh.historyRecorded
+	res.IDConflicts += sh.idConflicts
+	if res.FirstInvalid == "" {
+		res.FirstInvalid = sh.firstInvalid
+	}
+	res.Mapped += sh.mapped
+	res.Scopes += sh.scopesIn
+	res.MappedScopes += sh.mappedScopes
+	res.Vectors += sh.vectors
+	res.Embedded += sh.embedded
+	res.VectorsDeleted += sh.vectorsDeleted
+	res.Batches += sh.batches
+	for t, n := range sh.byType {
+		if res.RestoredByType == nil {
+			res.RestoredByType = map[memory.Type]int64{}
+		}
+		res.RestoredByType[t] += n
+	}
+}
+
+// detailWriter writes the shards' detail lines in shard order (so in scope order)
+// whatever order the shards finish in. Callers hold runner.mu.
+type detailWriter struct {
+	w       io.Writer
+	next    int
+	pending map[int][]byte
+	err     error
+}
+
+func (d *detailWriter) done(idx int, b []byte) error {
+	d.pending[idx] = b
+	for {
+		b, ok := d.pending[d.next]
+		if !ok {
+			return d.err
+		}
+		delete(d.pending, d.next)
+		d.next++
+		if d.err == nil && len(b) > 0 {
+			_, d.err = d.w.Write(b)
+		}
+	}
+}

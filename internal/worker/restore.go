@@ -1,0 +1,300 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/klauspost/compress/zstd"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/restore"
+	"github.com/amemory/memory-operator/internal/snapshot"
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
+)
+
+// restoreParallelism is how many shards a restore worker merges at once.
+const restoreParallelism = 2
+
+// RunRestore restores the package described by cfg into the target store. Nothing is
+// written before the package verifies whole (restore.Run), and a manifest that changed
+// since the snapshot recorded it is refused before that.
+func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro RunOptions) (RestoreSummary, error) {
+	var sum RestoreSummary
+	objects, client, err := openSource(ctx, cfg.Source, sec)
+	if err != nil {
+		return sum, err
+	}
+	var key *snapshot.Key
+	if !cfg.Unencrypted {
+		if sec.SourceKey == "" {
+			return sum, fmt.Errorf("no package key: set %s (or pass --unencrypted for a plaintext package)", EnvSourceKey)
+		}
+		k, err := snapshot.ParseKey([]byte(sec.SourceKey))
+		if err != nil {
+			return sum, fmt.Errorf("package key from %s: %w", EnvSourceKey, err)
+		}
+		key = &k
+	}
+	manifestSHA, err := manifestDigest(ctx, objects, cfg.Source.Prefix)
+	if err != nil {
+		return sum, err
+	}
+	if cfg.ExpectManifestSHA256 != "" && !strings.EqualFold(manifestSHA, cfg.ExpectManifestSHA256) {
+		return sum, fmt.Errorf("the package at %s changed since its snapshot completed: manifest SHA-256 %s, expected %s",
+			cfg.Source.Prefix, manifestSHA, cfg.ExpectManifestSHA256)
+	}
+	reader, err := snapshot.Open(ctx, objects, cfg.Source.Prefix, key)
+	if err != nil {
+		return sum, err
+	}
+
+	pool, err := pgxpool.New(ctx, sec.PostgresURI)
+	if err != nil {
+		return sum, fmt.Errorf("target PostgreSQL: %w", err)
+	}
+	defer pool.Close()
+	index, closeIndex, err := targetIndex(ctx, cfg, pool)
+	if err != nil {
+		return sum, err
+	}
+	defer closeIndex()
+	embedder, err := targetEmbedder(cfg, sec)
+	if err != nil {
+		return sum, err
+	}
+	mapper, err := loadMapper(ctx, cfg, client)
+	if err != nil {
+		return sum, err
+	}
+	var types []memory.Type
+	for _, t := range cfg.Types {
+		mt, err := memory.ParseType(t)
+		if err != nil {
+			return sum, err
+		}
+		types = append(types, mt)
+	}
+
+	detail := newDetailUpload(ctx, objects, cfg.DetailKey)
+	res, err := restore.Run(ctx, restore.Options{
+		Reader: reader, Target: pgstore.New(pool, cfg.Schema), Index: index, Embedder: embedder,
+		Mapping: mapper, Denylist: cfg.Denylist, Types: types, Now: ro.Now,
+		Conflict: restore.ConflictPolicy(cfg.ConflictPolicy), Embeddings: restore.EmbeddingsPolicy(cfg.Embeddings),
+		DryRun: cfg.DryRun, Parallelism: restoreParallelism, Detail: detail,
+		Progress: func(p restore.Progress) {
+			if ro.Progress != nil {
+				fmt.Fprintf(ro.Progress, "read %d, restored %d, skipped %d\n", p.Read, p.Restored, p.Skipped)
+			}
+		},
+	})
+	detailKey := detail.finish(err)
+	if err != nil {
+		return sum, err
+	}
+	sum = RestoreSummary{
+		ManifestSHA256: manifestSHA, FormatVersion: res.FormatVersion, PackageID: res.PackageID, Shards: res.Shards,
+		DryRun: res.DryRun, Embeddings: string(res.Embeddings),
+		Restored: res.Restored, Scopes: res.Scopes, MappedScopes: res.MappedScopes, Vectors: res.Vectors,
+		Skipped: SkippedCount{
+			Denylisted: res.Skipped.Denylisted, Tombstoned: res.Skipped.Tombstoned, Unmapped: res.Skipped.Unmapped,
+			Expired: res.Skipped.Expired, Type: res.Skipped.Type, Conflict: res.Skipped.Conflict,
+		},
+		DetailKey: detailKey,
+	}
+	if len(res.RestoredByType) > 0 {
+		sum.RestoredByType = map[string]int64{}
+		for t, n := range res.RestoredByType {
+			sum.RestoredByType[string(t)] = n
+		}
+	}
+	return sum, nil
+}
+
+// openSource connects to the package's object storage.
+func openSource(ctx context.Context, d Destination, sec RestoreSecrets) (*snapshot.MinioObjects, *minio.Client, error) {
+	if sec.SourceS3AccessKey == "" || sec.SourceS3SecretKey == "" {
+		return nil, nil, fmt.Errorf("no object-storage credentials: set %s and %s", EnvSourceS3AccessKey, EnvSourceS3SecretKey)
+	}
+	c, err := minio.New(d.Endpoint, &minio.Options{
+		Creds: credentials.NewStaticV4(sec.SourceS3AccessKey, sec.SourceS3SecretKey, ""), Secure: !d.Insecure, Region: d.Region,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("object storage %s: %w", d.Endpoint, err)
+	}
+	ok, err := c.BucketExists(ctx, d.Bucket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("object storage %s: bucket %s: %w", d.Endpoint, d.Bucket, err)
+	}
+	if !ok {
+		return nil, nil, fmt.Errorf("object storage %s: bucket %s does not exist", d.Endpoint, d.Bucket)
+	}
+	return snapshot.NewMinioObjects(c, d.Bucket), c, nil
+}
+
+// manifestDigest is the hex SHA-256 of the stored manifest; a missing one is the
+// reader's ErrIncomplete.
+func manifestDigest(ctx context.Context, objects snapshot.Objects, prefix string) (string, error) {
+	r, err := objects.Get(ctx, prefix+snapshot.ManifestName)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%w: no %s under %s", snapshot.ErrIncomplete, snapshot.ManifestName, prefix)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = r.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(r, 64<<20)); err != nil {
+		return "", fmt.Errorf("reading the manifest: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// targetIndex opens the target store's vector index.
+func targetIndex(ctx context.Context, cfg RestoreConfig, pool *pgxpool.Pool) (vector.Index, func(), error) {
+	spec := vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(strings.ToUpper(cfg.Metric))}
+	if cfg.VectorEngine != "Milvus" {
+		return pgindex.New(pool, cfg.Schema, spec), func() {}, nil
+	}
+	c, err := milvus.Connect(ctx, cfg.MilvusAddress)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to Milvus %s: %w", cfg.MilvusAddress, err)
+	}
+	return milvus.New(c, cfg.Collection, spec), func() { _ = c.Close() }, nil
+}
+
+// targetEmbedder is the target store's embedder, which re-embedding uses.
+func targetEmbedder(cfg RestoreConfig, sec RestoreSecrets) (embed.Embedder, error) {
+	if cfg.Embedder == "OpenAI" {
+		return embed.NewOpenAI(embed.Config{BaseURL: cfg.EmbedderEndpoint, Model: cfg.EmbeddingModel,
+			Dimension: cfg.Dimension, APIKey: sec.EmbedderAPIKey})
+	}
+	return embed.NewHashing(cfg.Dimension), nil
+}
+
+// loadMapper builds the scope mapping: exact and prefix rules, then the large map
+// streamed from its file or object (a bad line fails with its number).
+func loadMapper(ctx context.Context, cfg RestoreConfig, c *minio.Client) (*restore.Mapper, error) {
+	m, err := restore.NewMapper(restore.UnmappedPolicy(cfg.Unmapped))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range cfg.ScopeMap {
+		if err := m.AddExact(r.From, r.To); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range cfg.PrefixMap {
+		if err := m.AddPrefix(r.From, r.To); err != nil {
+			return nil, err
+		}
+	}
+	var src io.ReadCloser
+	switch {
+	case cfg.MapFile != "":
+		f, err := os.Open(cfg.MapFile)
+		if err != nil {
+			return nil, fmt.Errorf("scope map: %w", err)
+		}
+		src = f
+	case cfg.MapObject != "":
+		bucket := cfg.MapBucket
+		if bucket == "" {
+			bucket = cfg.Source.Bucket
+		}
+		r, err := snapshot.NewMinioObjects(c, bucket).Get(ctx, cfg.MapObject)
+		if err != nil {
+			return nil, fmt.Errorf("scope map %s in bucket %s: %w", cfg.MapObject, bucket, err)
+		}
+		src = r
+	default:
+		return m, nil
+	}
+	defer func() { _ = src.Close() }()
+	if _, err := m.Load(src, restore.MapFormat(cfg.MapFormat)); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// detailUpload streams the per-scope detail, zstd-compressed, into an object. The
+// detail is a convenience: when it cannot be written (read-only credentials of a
+// cross-cluster source, say) the restore goes on and the summary says no detail.
+type detailUpload struct {
+	pw     *io.PipeWriter
+	enc    *zstd.Encoder
+	key    string
+	done   chan error
+	mu     sync.Mutex
+	broken bool
+}
+
+func newDetailUpload(ctx context.Context, objects snapshot.Objects, key string) *detailUpload {
+	d := &detailUpload{key: key}
+	if key == "" {
+		return d
+	}
+	pr, pw := io.Pipe()
+	enc, err := zstd.NewWriter(pw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		d.broken = true
+		return d
+	}
+	d.pw, d.enc, d.done = pw, enc, make(chan error, 1)
+	go func() {
+		_, err := objects.Put(ctx, key, pr)
+		_ = pr.CloseWithError(err) // unblocks the writer when the upload gave up
+		d.done <- err
+	}()
+	return d
+}
+
+// Write never fails the restore: a broken upload turns the rest into no-ops.
+func (d *detailUpload) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.enc == nil || d.broken {
+		return len(p), nil
+	}
+	if _, err := d.enc.Write(p); err != nil {
+		d.broken = true
+	}
+	return len(p), nil
+}
+
+// finish completes the upload (or abandons it when the restore failed) and returns
+// the object's key, "" when there is none.
+func (d *detailUpload) finish(runErr error) string {
+	if d.enc == nil {
+		return ""
+	}
+	if runErr != nil || d.broken {
+		_ = d.pw.CloseWithError(errors.New("restore failed; detail abandoned"))
+		_ = <-d.done // the upload fails on purpose: no object appears
+		return ""
+	}
+	err := d.enc.Close()
+	if cerr := d.pw.Close(); err == nil {
+		err = cerr
+	}
+	if uerr := <-d.done; err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return ""
+	}
+	return d.key
+}

@@ -1,0 +1,182 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/snapshot"
+	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
+)
+
+// targetSchema makes a fresh, migrated store schema with PostgreSQL-embedded vectors.
+func (f *fixtureEnv) targetSchema(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	schema := testutil.UniqueName("target_")
+	if _, err := pgstore.Migrate(ctx, f.pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = f.pool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	})
+	if err := pgindex.Ensure(ctx, f.pool, schema, spec8); err != nil {
+		t.Fatal(err)
+	}
+	return schema
+}
+
+func (f *fixtureEnv) restoreConfig(schema, pkg string) RestoreConfig {
+	return RestoreConfig{
+		RestoreNamespace: "team-b", RestoreName: "migrate",
+		Source:          Destination{Endpoint: f.s3cfg.Endpoint, Insecure: true, Bucket: f.bucket, Prefix: pkg},
+		TargetNamespace: "team-b", TargetName: "bot-v2", Tenant: "acme2", Schema: schema,
+		VectorEngine: "Postgres", EmbeddingModel: "memory-operator/hashing-v1", Dimension: 8, Metric: "COSINE", Embedder: "Hashing",
+		Unmapped: "Keep", ConflictPolicy: "KeepNewer", Embeddings: "Reuse",
+		Types: []string{"episodic", "semantic", "procedural"},
+	}
+}
+
+func (f *fixtureEnv) restoreSecrets() RestoreSecrets {
+	return RestoreSecrets{PostgresURI: f.sec.PostgresURI, SourceS3AccessKey: f.sec.S3AccessKey,
+		SourceS3SecretKey: f.sec.S3SecretKey, SourceKey: testKey}
+}
+
+// scopesOf lists the target's memories as "scope/memory_id", sorted.
+func scopesOf(t *testing.T, f *fixtureEnv, schema string) []string {
+	t.Helper()
+	var out []string
+	err := pgstore.New(f.pool, schema).Export(context.Background(), pgstore.ExportFilter{IncludeArchived: true}, func(it memory.Item) error {
+		out = append(out, it.Scope+"/"+it.MemoryID)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestRestoreWorkerMapsScopesAndKeepsForgottenUsersForgotten(t *testing.T) {
+	f := newFixture(t)
+	f.seed(t, f.pgIndex(t))
+	ctx := context.Background()
+	cfg := f.config("pkg/")
+	cfg.IncludeEmbeddings = true
+	man, err := RunSnapshot(ctx, cfg, f.sec, RunOptions{Now: testNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = man
+
+	target := f.targetSchema(t)
+	mapFile := filepath.Join(t.TempDir(), "map.csv")
+	if err := os.WriteFile(mapFile, []byte("from,to\nuser:2,user:u2new\nuser:3,user:u3new\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc := f.restoreConfig(target, "pkg/")
+	rc.ScopeMap = []ScopeRule{{From: "user:1", To: "user:dbc0a3"}}
+	rc.PrefixMap = []ScopeRule{{From: "session:", To: "session:legacy-"}}
+	rc.MapFile, rc.MapFormat = mapFile, MapFormatCSV
+	rc.DetailKey = RestoreDetailKey("pkg/", "migrate-1234abcd")
+
+	sum, err := RunRestore(ctx, rc, f.restoreSecrets(), RunOptions{Now: testNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"agent:planner/a-plan", "session:legacy-abc/s-abc", "user:dbc0a3/u1-coffee", "user:dbc0a3/u1-trip", "user:u2new/u2-city"}
+	if got := scopesOf(t, f, target); !slices.Equal(got, want) {
+		t.Fatalf("target holds %v, want %v", got, want)
+	}
+	// Four vectors: the archived u2-city is restored but stays out of the index.
+	if sum.Restored != 5 || sum.MappedScopes != 3 || sum.Scopes != 4 || sum.Vectors != 4 || sum.Embeddings != "Reuse" ||
+		sum.FormatVersion != snapshot.FormatVersion || sum.DetailKey != rc.DetailKey || len(sum.ManifestSHA256) != 64 {
+		t.Fatalf("summary = %+v", sum)
+	}
+	// The package's tombstone is mapped and recorded in the target: user:3 stays
+	// forgotten under its new name.
+	forgotten, err := pgstore.New(f.pool, target).IsForgotten(ctx, "user:u3new")
+	if err != nil || !forgotten {
+		t.Fatalf("user:u3new forgotten = %v, %v", forgotten, err)
+	}
+
+	// The per-scope detail sits next to the package.
+	obj, err := snapshot.NewMinioObjects(f.s3, f.bucket).Get(ctx, rc.DetailKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = obj.Close() }()
+	dec, err := zstd.NewReader(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	var lines []map[string]any
+	jd := json.NewDecoder(dec)
+	for jd.More() {
+		var l map[string]any
+		if err := jd.Decode(&l); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, l)
+	}
+	if len(lines) != 4 || lines[3]["scope"] != "user:2" || lines[3]["mapped_to"] != "user:u2new" {
+		t.Fatalf("detail = %v", lines)
+	}
+
+	// Running it again changes nothing.
+	before := scopesOf(t, f, target)
+	again, err := RunRestore(ctx, rc, f.restoreSecrets(), RunOptions{Now: testNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Restored != 0 || !slices.Equal(scopesOf(t, f, target), before) {
+		t.Fatalf("second run restored %d; target %v", again.Restored, scopesOf(t, f, target))
+	}
+}
+
+func TestRestoreWorkerRefusesBadInputBeforeWriting(t *testing.T) {
+	f := newFixture(t)
+	f.seed(t, f.pgIndex(t))
+	ctx := context.Background()
+	if _, err := RunSnapshot(ctx, f.config("pkg/"), f.sec, RunOptions{Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	target := f.targetSchema(t)
+
+	changed := f.restoreConfig(target, "pkg/")
+	changed.ExpectManifestSHA256 = strings.Repeat("0", 64)
+	if _, err := RunRestore(ctx, changed, f.restoreSecrets(), RunOptions{Now: testNow}); err == nil ||
+		!strings.Contains(err.Error(), "changed since its snapshot completed") {
+		t.Fatalf("replaced package: %v", err)
+	}
+
+	badMap := f.restoreConfig(target, "pkg/")
+	badMap.MapFile = filepath.Join(t.TempDir(), "map.jsonl")
+	badMap.MapFormat = MapFormatJSONLines
+	if err := os.WriteFile(badMap.MapFile, []byte(`{"from":"user:1","to":"user:9"}`+"\n"+`{"from":"user:2"`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RunRestore(ctx, badMap, f.restoreSecrets(), RunOptions{Now: testNow}); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("malformed map: %v", err)
+	}
+
+	wrongKey := f.restoreSecrets()
+	wrongKey.SourceKey = strings.Repeat("cd", 32)
+	if _, err := RunRestore(ctx, f.restoreConfig(target, "pkg/"), wrongKey, RunOptions{Now: testNow}); err == nil {
+		t.Fatal("a wrong key was accepted")
+	}
+	if got := scopesOf(t, f, target); len(got) != 0 {
+		t.Fatalf("refused restores wrote %v", got)
+	}
+}
