@@ -237,7 +237,8 @@ type detailUpload struct {
 	pw     *io.PipeWriter
 	enc    *zstd.Encoder
 	key    string
-	done   chan error
+	done   chan struct{} // closed when the upload ended, with upErr set
+	upErr  error
 	mu     sync.Mutex
 	broken bool
 }
@@ -253,11 +254,11 @@ func newDetailUpload(ctx context.Context, objects snapshot.Objects, key string) 
 		d.broken = true
 		return d
 	}
-	d.pw, d.enc, d.done = pw, enc, make(chan error, 1)
+	d.pw, d.enc, d.done = pw, enc, make(chan struct{})
 	go func() {
-		_, err := objects.Put(ctx, key, pr)
-		_ = pr.CloseWithError(err) // unblocks the writer when the upload gave up
-		d.done <- err
+		defer close(d.done)
+		_, d.upErr = objects.Put(ctx, key, pr)
+		_ = pr.CloseWithError(d.upErr) // unblocks the writer when the upload gave up
 	}()
 	return d
 }
@@ -283,15 +284,16 @@ func (d *detailUpload) finish(runErr error) string {
 	}
 	if runErr != nil || d.broken {
 		_ = d.pw.CloseWithError(errors.New("restore failed; detail abandoned"))
-		_ = <-d.done // the upload fails on purpose: no object appears
+		<-d.done // the upload fails on purpose: no object appears
 		return ""
 	}
 	err := d.enc.Close()
 	if cerr := d.pw.Close(); err == nil {
 		err = cerr
 	}
-	if uerr := <-d.done; err == nil {
-		err = uerr
+	<-d.done
+	if err == nil {
+		err = d.upErr
 	}
 	if err != nil {
 		return ""
