@@ -1,5 +1,5 @@
-// Command bench measures the snapshot worker against reference tools over the same
-// rows, in one run, and prints the ratios (`make bench`). It expects the services of
+// Command bench measures the snapshot and restore workers against reference tools over
+// the same rows, in one run, and prints the ratios (`make bench`). It expects the services of
 // hack/services.sh (MEMORY_TEST_* in the environment) and bin/memory-operator.
 //
 // Measured, side by side:
@@ -7,6 +7,8 @@
 //   - reference: psql "\copy (select ...) to stdout" | zstd -1 > file
 //   - pg_dump -Fc -Z1 of the same table
 //   - peak RSS of the worker at the larger size
+//   - restore of the package with an exact map of every scope, against
+//     psql "\copy ... from" of the same rows into an identical empty indexed table
 package main
 
 import (
@@ -46,6 +48,8 @@ func main() {
 }
 
 type env struct {
+	// lastPrefix is the package the last snapshotArgs call points at.
+	lastPrefix                          string
 	dsn, s3Endpoint, s3Access, s3Secret string
 	pool                                *pgxpool.Pool
 	s3                                  *minio.Client
@@ -75,7 +79,7 @@ func run(items, rssItems int, bin string) error {
 	}
 	defer func() { _ = os.RemoveAll(e.work) }()
 
-	fmt.Printf("Snapshot benchmark: %d memories (timed), %d (peak RSS)\n\n", items, rssItems)
+	fmt.Printf("Snapshot and restore benchmark: %d memories (timed), %d (snapshot peak RSS)\n\n", items, rssItems)
 	schema := "bench_small"
 	if err := e.generate(ctx, schema, items); err != nil {
 		return err
@@ -88,6 +92,7 @@ func run(items, rssItems int, bin string) error {
 	if err != nil {
 		return err
 	}
+	smallPackage := e.lastPrefix
 	ref, err := e.measure(`psql \copy | zstd -1 > file`, "sh", "-c", e.copyCommand(schema)+" | zstd -q -1 > "+filepath.Join(e.work, "copy.zst"))
 	if err != nil {
 		return err
@@ -102,6 +107,10 @@ func run(items, rssItems int, bin string) error {
 	}
 	fmt.Printf("\nratio snapshot / (psql \\copy | zstd -1): %.2fx   (target <= 1.5x)\n", snap.wall.Seconds()/ref.wall.Seconds())
 	fmt.Printf("ratio snapshot / pg_dump -Fc -Z1:         %.2fx   (target < 1.0x)\n", snap.wall.Seconds()/dump.wall.Seconds())
+
+	if err := e.benchRestore(ctx, schema, smallPackage, items); err != nil {
+		return err
+	}
 
 	if rssItems > 0 {
 		big := "bench_large"
@@ -175,10 +184,75 @@ func (e *env) snapshotArgs(schema, name string) []string {
 	_ = os.Setenv("MEMORY_S3_ACCESS_KEY", e.s3Access)
 	_ = os.Setenv("MEMORY_S3_SECRET_KEY", e.s3Secret)
 	_ = os.Setenv("MEMORY_SNAPSHOT_KEY", hex.EncodeToString(key))
+	// The restore benchmark reads this package back.
+	_ = os.Setenv("MEMORY_SOURCE_S3_ACCESS_KEY", e.s3Access)
+	_ = os.Setenv("MEMORY_SOURCE_S3_SECRET_KEY", e.s3Secret)
+	_ = os.Setenv("MEMORY_SOURCE_KEY", hex.EncodeToString(key))
+	e.lastPrefix = "snapshots/" + name + "-" + time.Now().Format("150405") + "/"
 	return []string{"snapshot", "--schema=" + schema, "--store-name=bench", "--tenant=bench",
 		"--s3-endpoint=" + e.s3Endpoint, "--s3-insecure", "--bucket=bench",
-		"--prefix=snapshots/" + name + "-" + time.Now().Format("150405") + "/",
+		"--prefix=" + e.lastPrefix,
 		"--types=working,episodic,semantic,procedural", "--compression-level=1"}
+}
+
+// benchRestore restores the small package into an empty store with an exact map
+// covering every scope, side by side with a plain \copy ... from of the same rows into
+// an identical empty, indexed table.
+func (e *env) benchRestore(ctx context.Context, source, pkg string, items int) error {
+	mapFile := filepath.Join(e.work, "map.csv")
+	rows, err := e.pool.Query(ctx, `SELECT DISTINCT scope FROM `+pgx.Identifier{source, "memories"}.Sanitize())
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("from,to\n")
+	scopes := 0
+	for rows.Next() {
+		var scope string
+		if err := rows.Scan(&scope); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s,%s\n", scope, strings.Replace(scope, "user:", "user:new-", 1))
+		scopes++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(mapFile, []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	for _, schema := range []string{"bench_restore", "bench_copy"} {
+		if _, err := e.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			return err
+		}
+		if _, err := pgstore.Migrate(ctx, e.pool, schema); err != nil {
+			return err
+		}
+	}
+	restore, err := e.measure(fmt.Sprintf("memory-operator restore (exact map of %d scopes)", scopes), e.bin, "restore",
+		"--source-endpoint="+e.s3Endpoint, "--source-insecure", "--source-bucket=bench", "--source-prefix="+pkg,
+		"--detail-key="+pkg+"restores/bench/detail.jsonl.zst",
+		"--schema=bench_restore", "--vector-engine=Postgres", "--embedding-model=memory-operator/hashing-v1",
+		"--dimension=8", "--metric=COSINE", "--embedder=Hashing", "--embeddings=Defer",
+		"--unmapped=Keep", "--conflict-policy=KeepNewer",
+		"--map-file="+mapFile, "--map-format=csv", "--types=working,episodic,semantic,procedural")
+	if err != nil {
+		return err
+	}
+	dump := filepath.Join(e.work, "rows.copy")
+	if _, err := e.measure("export for the reference", "sh", "-c", e.copyCommand(source)+" > "+dump); err != nil {
+		return err
+	}
+	q := fmt.Sprintf(`\copy %s (memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at, expires_at, archived_at, history) FROM %s`,
+		pgx.Identifier{"bench_copy", "memories"}.Sanitize(), dump)
+	ref, err := e.measure(`psql \copy ... from (same rows, identical indexed table)`, "psql", e.dsn, "-X", "-q", "-c", q)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n%-60s %9.2fs %9.1f MiB\n%-60s %9.2fs %9.1f MiB\n", restore.name, restore.wall.Seconds(), restore.rssMiB,
+		ref.name, ref.wall.Seconds(), ref.rssMiB)
+	fmt.Printf("ratio restore / \\copy from: %.2fx   (target <= 2.0x, stretch 1.5x), %d memories\n", restore.wall.Seconds()/ref.wall.Seconds(), items)
+	return nil
 }
 
 type measurement struct {
