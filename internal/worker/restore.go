@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
@@ -126,21 +125,9 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 
 // openSource connects to the package's object storage.
 func openSource(ctx context.Context, d Destination, sec RestoreSecrets) (*snapshot.MinioObjects, *minio.Client, error) {
-	if sec.SourceS3AccessKey == "" || sec.SourceS3SecretKey == "" {
-		return nil, nil, fmt.Errorf("no object-storage credentials: set %s and %s", EnvSourceS3AccessKey, EnvSourceS3SecretKey)
-	}
-	c, err := minio.New(d.Endpoint, &minio.Options{
-		Creds: credentials.NewStaticV4(sec.SourceS3AccessKey, sec.SourceS3SecretKey, ""), Secure: !d.Insecure, Region: d.Region,
-	})
+	c, err := openBucket(ctx, d, sec.SourceS3AccessKey, sec.SourceS3SecretKey, EnvSourceS3AccessKey, EnvSourceS3SecretKey)
 	if err != nil {
-		return nil, nil, fmt.Errorf("object storage %s: %w", d.Endpoint, err)
-	}
-	ok, err := c.BucketExists(ctx, d.Bucket)
-	if err != nil {
-		return nil, nil, fmt.Errorf("object storage %s: bucket %s: %w", d.Endpoint, d.Bucket, err)
-	}
-	if !ok {
-		return nil, nil, fmt.Errorf("object storage %s: bucket %s does not exist", d.Endpoint, d.Bucket)
+		return nil, nil, err
 	}
 	return snapshot.NewMinioObjects(c, d.Bucket), c, nil
 }

@@ -245,11 +245,21 @@ func withMilvusVectors(ix *milvus.Index, add func(context.Context, memory.Item) 
 
 // openDestination connects to the S3 endpoint and checks the bucket is there.
 func openDestination(ctx context.Context, d Destination, sec Secrets) (snapshot.Objects, error) {
-	if sec.S3AccessKey == "" || sec.S3SecretKey == "" {
-		return nil, fmt.Errorf("no object-storage credentials: set %s and %s", EnvS3AccessKey, EnvS3SecretKey)
+	c, err := openBucket(ctx, d, sec.S3AccessKey, sec.S3SecretKey, EnvS3AccessKey, EnvS3SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.NewMinioObjects(c, d.Bucket), nil
+}
+
+// openBucket connects to an S3 endpoint with the given keys (read from the named
+// environment variables, for the error message) and checks the bucket exists.
+func openBucket(ctx context.Context, d Destination, accessKey, secretKey, accessEnv, secretEnv string) (*minio.Client, error) {
+	if accessKey == "" || secretKey == "" {
+		return nil, fmt.Errorf("no object-storage credentials: set %s and %s", accessEnv, secretEnv)
 	}
 	c, err := minio.New(d.Endpoint, &minio.Options{
-		Creds: credentials.NewStaticV4(sec.S3AccessKey, sec.S3SecretKey, ""), Secure: !d.Insecure, Region: d.Region,
+		Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Secure: !d.Insecure, Region: d.Region,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("object storage %s: %w", d.Endpoint, err)
@@ -261,5 +271,5 @@ func openDestination(ctx context.Context, d Destination, sec Secrets) (snapshot.
 	if !ok {
 		return nil, errors.New("object storage " + d.Endpoint + ": bucket " + d.Bucket + " does not exist")
 	}
-	return snapshot.NewMinioObjects(c, d.Bucket), nil
+	return c, nil
 }
