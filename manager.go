@@ -70,50 +70,28 @@ func runManager(args []string) int {
 		log.Error(err, "Unable to create the manager")
 		return 1
 	}
-	if err := (&controllers.MemoryStoreReconciler{
-		Client:            mgr.GetClient(),
-		APIReader:         mgr.GetAPIReader(),
-		Scheme:            mgr.GetScheme(),
-		Recorder:          mgr.GetEventRecorder("memory-operator"),
-		OperatorNamespace: operatorNS,
-	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "Unable to set up the controller", "controller", "MemoryStore")
-		return 1
-	}
 	if workerImage == "" {
 		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots and MemoryRestores will wait until the operator is restarted with one")
 	}
-	if err := (&controllers.MemorySnapshotReconciler{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Scheme:      mgr.GetScheme(),
-		Recorder:    mgr.GetEventRecorder("memory-operator"),
-		Clock:       clock.RealClock{},
-		WorkerImage: workerImage,
-	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "Unable to set up the controller", "controller", "MemorySnapshot")
-		return 1
+	c, reader, scheme, recorder := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), mgr.GetEventRecorder("memory-operator")
+	reconcilers := []struct {
+		name string
+		r    interface{ SetupWithManager(ctrl.Manager) error }
+	}{
+		{"MemoryStore", &controllers.MemoryStoreReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
+			OperatorNamespace: operatorNS}},
+		{"MemorySnapshot", &controllers.MemorySnapshotReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
+			Clock: clock.RealClock{}, WorkerImage: workerImage}},
+		{"MemoryRestore", &controllers.MemoryRestoreReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
+			Clock: clock.RealClock{}, WorkerImage: workerImage}},
+		{"SnapshotSchedule", &controllers.SnapshotScheduleReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
+			Clock: clock.RealClock{}}},
 	}
-	if err := (&controllers.MemoryRestoreReconciler{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Scheme:      mgr.GetScheme(),
-		Recorder:    mgr.GetEventRecorder("memory-operator"),
-		Clock:       clock.RealClock{},
-		WorkerImage: workerImage,
-	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "Unable to set up the controller", "controller", "MemoryRestore")
-		return 1
-	}
-	if err := (&controllers.SnapshotScheduleReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Scheme:    mgr.GetScheme(),
-		Recorder:  mgr.GetEventRecorder("memory-operator"),
-		Clock:     clock.RealClock{},
-	}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "Unable to set up the controller", "controller", "SnapshotSchedule")
-		return 1
+	for _, rc := range reconcilers {
+		if err := rc.r.SetupWithManager(mgr); err != nil {
+			log.Error(err, "Unable to set up the controller", "controller", rc.name)
+			return 1
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Unable to set up the health check")
