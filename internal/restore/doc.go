@@ -7,8 +7,10 @@
 //
 //  1. The options are checked and the embeddings policy is resolved against the
 //     package's manifest and the target's embedder and index.
-//  2. The whole package is verified (snapshot.Reader.Verify: every chunk, checksum,
-//     count and ordering rule), then every scope of the package is mapped. A bad
+//  2. The whole package is verified (snapshot.Reader.VerifyChecksums: every object's
+//     size and SHA-256 against the authenticated manifest, and the key opens the
+//     first chunk; chunks, order and counts are checked again while reading), then
+//     every scope of the package is mapped. A bad
 //     package, a wrong key (already at snapshot.Open), an unknown future format
 //     version (likewise), an invalid mapping target or an unmapped scope under
 //     UnmappedFail fail here, before anything is written.

@@ -420,8 +420,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 
-	// Nothing is written before the package verifies whole and every scope maps.
-	if err := o.Reader.Verify(ctx); err != nil {
+	// Nothing is written before every object of the package matches the manifest's
+	// size and SHA-256 (the manifest itself authenticated by its MAC), the key opens
+	// it, and every scope maps. Items are authenticated, ordered and counted again as
+	// the shards are read.
+	if err := o.Reader.VerifyChecksums(ctx); err != nil {
 		return nil, fmt.Errorf("restore: verifying the package at %s: %w", o.Reader.Prefix(), err)
 	}
 	tombstones, err := r.mapTombstones(man.Tombstones)

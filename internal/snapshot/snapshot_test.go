@@ -132,6 +132,9 @@ func TestRoundTripEncrypted(t *testing.T) {
 	if err := r.Verify(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := r.VerifyChecksums(ctx); err != nil {
+		t.Fatalf("VerifyChecksums of an intact package: %v", err)
+	}
 
 	// Shard by shard gives the same items; no scope straddles shards.
 	var all []memory.Item
@@ -405,6 +408,9 @@ func TestScopeCountsObject(t *testing.T) {
 	}
 	if err := r.Verify(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := r.VerifyChecksums(ctx); err != nil {
+		t.Fatalf("VerifyChecksums of an intact package: %v", err)
 	}
 	sameItems(t, readItems(t, r), items)
 
@@ -687,6 +693,10 @@ func TestTamperedShardsAreRefused(t *testing.T) {
 			err = r.Verify(ctx)
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Verify: %v\nwant ErrCorrupt containing %q", err, tc.want)
+			}
+			// The cheap check refuses every tampered shard too (on size or digest).
+			if err := r.VerifyChecksums(ctx); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "shard "+shard2) {
+				t.Fatalf("VerifyChecksums: %v", err)
 			}
 			// Items refuses the same way, after passing on the intact shard 1.
 			n := int64(0)
