@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -115,9 +116,17 @@ func TestItemValidate(t *testing.T) {
 			it := validItem()
 			tt.mut(&it)
 			err := it.Validate()
+			// ValidatedHash validates the same way, then hashes like ContentHash.
+			hash, herr := it.ValidatedHash()
+			if fmt.Sprint(herr) != fmt.Sprint(err) {
+				t.Fatalf("ValidatedHash() error = %v, Validate() = %v", herr, err)
+			}
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				if want, _ := it.ContentHash(); !bytes.Equal(hash, want) {
+					t.Fatalf("ValidatedHash() = %x, ContentHash() = %x", hash, want)
 				}
 				return
 			}

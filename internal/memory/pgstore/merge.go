@@ -165,10 +165,8 @@ func (s *Store) Merge(ctx context.Context, items []memory.Item, opts MergeOption
 		normalizeTimes(&it)
 		var err error
 		var hash, history []byte
-		if err = it.Validate(); err == nil {
-			if hash, err = it.ContentHash(); err == nil {
-				history, err = historyJSON(it.History)
-			}
+		if hash, err = it.ValidatedHash(); err == nil {
+			history, err = historyJSON(it.History)
 		}
 		if err != nil {
 			res.Outcomes[i] = MergeInvalid
