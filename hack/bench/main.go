@@ -122,6 +122,9 @@ func run(items, rssItems int, bin string) error {
 			return err
 		}
 		fmt.Printf("\nworker peak RSS at %d memories: %.1f MiB (target < 256 MiB), wall %.2fs\n", rssItems, m.rssMiB, m.wall.Seconds())
+		if err := e.benchRestoreMemory(ctx, big, e.lastPrefix, rssItems); err != nil {
+			return err
+		}
 	}
 	fmt.Println("\nKubernetes API calls per snapshot do not depend on the number of memories: the controller")
 	fmt.Println("creates one Job and reads one manifest; the worker makes no API calls at all.")
@@ -199,43 +202,14 @@ func (e *env) snapshotArgs(schema, name string) []string {
 // covering every scope, side by side with a plain \copy ... from of the same rows into
 // an identical empty, indexed table.
 func (e *env) benchRestore(ctx context.Context, source, pkg string, items int) error {
-	mapFile := filepath.Join(e.work, "map.csv")
-	rows, err := e.pool.Query(ctx, `SELECT DISTINCT scope FROM `+pgx.Identifier{source, "memories"}.Sanitize())
+	mapFile, entries, err := e.writeScopeMap(ctx, source, 0)
 	if err != nil {
 		return err
 	}
-	var b strings.Builder
-	b.WriteString("from,to\n")
-	scopes := 0
-	for rows.Next() {
-		var scope string
-		if err := rows.Scan(&scope); err != nil {
-			return err
-		}
-		fmt.Fprintf(&b, "%s,%s\n", scope, strings.Replace(scope, "user:", "user:new-", 1))
-		scopes++
-	}
-	if err := rows.Err(); err != nil {
+	if err := e.freshSchemas(ctx, "bench_restore", "bench_copy"); err != nil {
 		return err
 	}
-	if err := os.WriteFile(mapFile, []byte(b.String()), 0o600); err != nil {
-		return err
-	}
-	for _, schema := range []string{"bench_restore", "bench_copy"} {
-		if _, err := e.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			return err
-		}
-		if _, err := pgstore.Migrate(ctx, e.pool, schema); err != nil {
-			return err
-		}
-	}
-	restore, err := e.measure(fmt.Sprintf("memory-operator restore (exact map of %d scopes)", scopes), e.bin, "restore",
-		"--source-endpoint="+e.s3Endpoint, "--source-insecure", "--source-bucket=bench", "--source-prefix="+pkg,
-		"--detail-key="+pkg+"restores/bench/detail.jsonl.zst",
-		"--schema=bench_restore", "--vector-engine=Postgres", "--embedding-model=memory-operator/hashing-v1",
-		"--dimension=8", "--metric=COSINE", "--embedder=Hashing", "--embeddings=Defer",
-		"--unmapped=Keep", "--conflict-policy=KeepNewer",
-		"--map-file="+mapFile, "--map-format=csv", "--types=working,episodic,semantic,procedural")
+	restore, err := e.restore(fmt.Sprintf("memory-operator restore (exact map of %d scopes)", entries), pkg, "bench_restore", mapFile)
 	if err != nil {
 		return err
 	}
@@ -253,6 +227,78 @@ func (e *env) benchRestore(ctx context.Context, source, pkg string, items int) e
 		ref.name, ref.wall.Seconds(), ref.rssMiB)
 	fmt.Printf("ratio restore / \\copy from: %.2fx   (target <= 2.0x, stretch 1.5x), %d memories\n", restore.wall.Seconds()/ref.wall.Seconds(), items)
 	return nil
+}
+
+// benchRestoreMemory restores the large package with a map of at least 100k entries
+// and reports the worker's peak RSS.
+func (e *env) benchRestoreMemory(ctx context.Context, source, pkg string, items int) error {
+	mapFile, entries, err := e.writeScopeMap(ctx, source, 100_000)
+	if err != nil {
+		return err
+	}
+	if err := e.freshSchemas(ctx, "bench_restore_large"); err != nil {
+		return err
+	}
+	m, err := e.restore(fmt.Sprintf("memory-operator restore, %d memories, %d-entry map", items, entries), pkg, "bench_restore_large", mapFile)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("restore worker peak RSS at %d memories with a %d-entry map: %.1f MiB (target < 256 MiB), wall %.2fs\n",
+		items, entries, m.rssMiB, m.wall.Seconds())
+	return nil
+}
+
+// writeScopeMap writes a CSV map renaming every scope of source (user:X → user:new-X),
+// padded with entries for absent scopes up to minEntries.
+func (e *env) writeScopeMap(ctx context.Context, source string, minEntries int) (string, int, error) {
+	rows, err := e.pool.Query(ctx, `SELECT DISTINCT scope FROM `+pgx.Identifier{source, "memories"}.Sanitize())
+	if err != nil {
+		return "", 0, err
+	}
+	var b strings.Builder
+	b.WriteString("from,to\n")
+	entries := 0
+	for rows.Next() {
+		var scope string
+		if err := rows.Scan(&scope); err != nil {
+			return "", 0, err
+		}
+		fmt.Fprintf(&b, "%s,%s\n", scope, strings.Replace(scope, "user:", "user:new-", 1))
+		entries++
+	}
+	if err := rows.Err(); err != nil {
+		return "", 0, err
+	}
+	for i := 0; entries < minEntries; i++ {
+		fmt.Fprintf(&b, "user:absent-%d,user:moved-%d\n", i, i)
+		entries++
+	}
+	path := filepath.Join(e.work, source+"-map.csv")
+	return path, entries, os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// freshSchemas (re)creates empty, migrated store schemas.
+func (e *env) freshSchemas(ctx context.Context, schemas ...string) error {
+	for _, schema := range schemas {
+		if _, err := e.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			return err
+		}
+		if _, err := pgstore.Migrate(ctx, e.pool, schema); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restore runs the restore worker on a package into target with a CSV map.
+func (e *env) restore(name, pkg, target, mapFile string) (measurement, error) {
+	return e.measure(name, e.bin, "restore",
+		"--source-endpoint="+e.s3Endpoint, "--source-insecure", "--source-bucket=bench", "--source-prefix="+pkg,
+		"--detail-key="+pkg+"restores/bench/detail.jsonl.zst",
+		"--schema="+target, "--vector-engine=Postgres", "--embedding-model=memory-operator/hashing-v1",
+		"--dimension=8", "--metric=COSINE", "--embedder=Hashing", "--embeddings=Defer",
+		"--unmapped=Keep", "--conflict-policy=KeepNewer",
+		"--map-file="+mapFile, "--map-format=csv", "--types=working,episodic,semantic,procedural")
 }
 
 type measurement struct {
