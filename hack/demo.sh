@@ -137,6 +137,59 @@ kubectl -n "$NS" wait memorysnapshot/before-migration --for=condition=Completed 
 say "kubectl get memorysnapshots"
 kubectl -n "$NS" get memorysnapshots -o wide
 
+say "Migrating: restore the snapshot into a new store, renaming user:1024 to user:dbc0a3"
+kubectl apply -f - <<YAML
+apiVersion: memory.amemory.io/v1alpha1
+kind: MemoryStore
+metadata:
+  name: acme-v2
+  namespace: $NS
+spec:
+  tenant: acme-v2
+  backend:
+    postgres:
+      host: 127.0.0.1
+      port: $MEMORY_TEST_PG_PORT
+      sslMode: disable
+      adminSecret: {name: pg-admin}
+    objectStorage:
+      endpoint: $MEMORY_TEST_S3_ENDPOINT
+      bucket: agent-memory
+      insecure: true
+      credentialsSecret: {name: s3-credentials}
+  vector: {dimension: 384}
+  reclaimPolicy: Delete
+---
+apiVersion: memory.amemory.io/v1alpha1
+kind: MemoryRestore
+metadata:
+  name: migrate
+  namespace: $NS
+spec:
+  source:
+    snapshotRef: {name: before-migration}
+    keySecret: {name: snapshot-key, key: key}
+  targetRef: {name: acme-v2}
+  mapping:
+    scopes:
+    - {from: "user:1024", to: "user:dbc0a3"}
+YAML
+job=""
+for _ in $(seq 1 120); do
+	job=$(kubectl -n "$NS" get jobs -l memory.amemory.io/restore=migrate -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true)
+	[[ -n $job ]] && break
+	sleep 0.5
+done
+[[ -n $job ]] || { kubectl -n "$NS" get memoryrestore migrate -o yaml; exit 1; }
+hack/run-job.sh "$NS" "$job"
+kubectl -n "$NS" wait memoryrestore/migrate --for=condition=Completed --timeout=60s >/dev/null
+say "kubectl get memoryrestores"
+kubectl -n "$NS" get memoryrestores -o wide
+say "The new store, through its own connection Secret"
+psql "$(kubectl -n "$NS" get secret acme-v2-memory -o jsonpath='{.data.uri}' | base64 -d)" -q \
+	-c 'SELECT memory_id, scope, key, content FROM memories ORDER BY memory_id'
+kubectl -n "$NS" delete memorystore acme-v2 --timeout=60s >/dev/null
+
 if [[ -n ${DEMO_KEEP:-} ]]; then
 	say "The stack keeps running. In another shell: export KUBECONFIG=$KUBECONFIG; press Ctrl-C to stop"
 	wait "${pids[0]}"
