@@ -59,7 +59,7 @@ func TestMemoryRestoreWaitsForItsSnapshotThenRestoresIt(t *testing.T) {
 	runWorker(t, snapJob)
 	completeJob(t, snapJob)
 	done := waitSnapshotCondition(t, client.ObjectKeyFromObject(snap), memoryv1alpha1.ConditionCompleted, metav1.ConditionTrue, memoryv1alpha1.ReasonSucceeded)
-	job := waitForRestoreJob(t, restore)
+	job := waitForJob(t, restore)
 	tgt := waitReady(t, client.ObjectKeyFromObject(target))
 
 	g.Expect(job.OwnerReferences).To(Equal([]metav1.OwnerReference{{
@@ -156,7 +156,7 @@ func TestMemoryRestoreFromALocationRecordsTheJobSummary(t *testing.T) {
 
 	restore := newRestore(ns, "from-dr", "", store.Name, fromLocation(f, "memory-test", strings.TrimSuffix(prefix, "/"), "dr-s3"))
 	create(t, restore)
-	job := waitForRestoreJob(t, restore)
+	job := waitForJob(t, restore)
 	key := client.ObjectKeyFromObject(restore)
 	g := NewWithT(t)
 	cfg, err := jobRestoreConfig(job)
@@ -236,7 +236,7 @@ func TestMemoryRestoreFailedJobRecordsTheWorkerError(t *testing.T) {
 		r.Spec.Job.ActiveDeadlineSeconds = ptr.To[int64](60)
 	})
 	create(t, restore)
-	job := waitForRestoreJob(t, restore)
+	job := waitForJob(t, restore)
 	failedPod(t, job, "memory-operator restore: dr/none/: package is incomplete (no manifest)")
 	failJob(t, job, batchv1.JobReasonDeadlineExceeded, "Job was active longer than specified deadline")
 
@@ -262,7 +262,7 @@ func TestMemoryRestoreFailsWhenItsJobDisappears(t *testing.T) {
 	createSecret(t, ns, "dr-s3", map[string]string{"accessKeyID": f.s3.AccessKey, "secretAccessKey": f.s3.SecretKey})
 	restore := newRestore(ns, "orphan", "", store.Name, fromLocation(f, "memory-test", "dr/x/", "dr-s3"))
 	create(t, restore)
-	job := waitForRestoreJob(t, restore)
+	job := waitForJob(t, restore)
 	key := client.ObjectKeyFromObject(restore)
 	waitRestoreCondition(t, key, memoryv1alpha1.ConditionProgressing, metav1.ConditionTrue, memoryv1alpha1.ReasonJobCreated)
 
@@ -292,7 +292,7 @@ func TestMemoryRestoreWaitsForItsTarget(t *testing.T) {
 	g.Expect(restoreJobsIn(g, ns)).To(BeEmpty())
 
 	f.adminSecrets(t, ns)
-	job := waitForRestoreJob(t, restore)
+	job := waitForJob(t, restore)
 	g.Expect(job.OwnerReferences[0].UID).To(Equal(restore.UID))
 	waitRestoreCondition(t, key, memoryv1alpha1.ConditionProgressing, metav1.ConditionTrue, memoryv1alpha1.ReasonJobCreated)
 	g.Eventually(func() []string { return eventReasons(ns, restore.Name) }).WithTimeout(waitTimeout).Should(ContainElements(
@@ -323,7 +323,7 @@ func TestMemoryRestoreWaitsForItsScopeMap(t *testing.T) {
 
 	cm.Data = map[string]string{"users.csv": "from,to\nuser:1,user:a\n"}
 	g.Expect(k8sClient.Update(context.Background(), cm)).To(Succeed())
-	job := waitForRestoreJob(t, restore)
+	job := waitForJob(t, restore)
 	cfg, err := jobRestoreConfig(job)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cfg.MapFile).To(Equal("/etc/memory-operator/mapping/users.csv"))
@@ -464,7 +464,7 @@ func TestMemoryRestoreChecksItsSecretsBeforeAnyJob(t *testing.T) {
 	g.Expect(restoreJobsIn(g, ns)).To(BeEmpty())
 
 	setSecretData(t, &corev1.Secret{ObjectMeta: objectMeta(ns, "dr-key")}, map[string][]byte{"key": randomBytes(t, 32)})
-	job := waitForRestoreJob(t, restore)
+	job := waitForJob(t, restore)
 	g.Expect(envSecretRefs(job)).To(HaveKeyWithValue(worker.EnvSourceKey, [2]string{"dr-key", "key"}))
 }
 
@@ -477,7 +477,7 @@ func TestMemoryRestoreCompletedWithoutSummary(t *testing.T) {
 	createSecret(t, ns, "dr-s3", map[string]string{"accessKeyID": f.s3.AccessKey, "secretAccessKey": f.s3.SecretKey})
 	restore := newRestore(ns, "quiet", "", store.Name, fromLocation(f, "memory-test", "dr/q/", "dr-s3"))
 	create(t, restore)
-	job := waitForRestoreJob(t, restore)
+	job := waitForJob(t, restore)
 	completeJob(t, job)
 	got := waitRestoreCondition(t, client.ObjectKeyFromObject(restore), memoryv1alpha1.ConditionCompleted, metav1.ConditionTrue, memoryv1alpha1.ReasonSucceeded)
 	g := NewWithT(t)

@@ -50,7 +50,7 @@ func TestMemoryRestoreEndToEndThroughTheWorker(t *testing.T) {
 	})
 	create(t, restore)
 	key := client.ObjectKeyFromObject(restore)
-	job := waitForRestoreJob(t, restore)
+	job := waitForJob(t, restore)
 	waitRestoreCondition(t, key, memoryv1alpha1.ConditionProgressing, metav1.ConditionTrue, memoryv1alpha1.ReasonJobCreated)
 
 	// The test plays the pod: the worker with the Job's arguments and Secrets.

@@ -92,17 +92,6 @@ func restoreCondition(r *memoryv1alpha1.MemoryRestore, condType string) metav1.C
 	return metav1.Condition{}
 }
 
-// waitForRestoreJob waits for the restore's Job (the restore must carry its UID).
-func waitForRestoreJob(t *testing.T, r *memoryv1alpha1.MemoryRestore) *batchv1.Job {
-	t.Helper()
-	job := &batchv1.Job{}
-	key := client.ObjectKey{Namespace: r.Namespace, Name: workerJobName(r)}
-	NewWithT(t).Eventually(func() error {
-		return k8sClient.Get(context.Background(), key, job)
-	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed(), "no Job %s", key.Name)
-	return job
-}
-
 // restoreJobsIn lists the restore Jobs of a namespace.
 func restoreJobsIn(g Gomega, namespace string) []batchv1.Job {
 	var list batchv1.JobList

@@ -107,11 +107,12 @@ func snapshotCondition(s *memoryv1alpha1.MemorySnapshot, condType string) metav1
 	return metav1.Condition{}
 }
 
-// waitForJob waits for the snapshot's Job (the snapshot must carry its UID).
-func waitForJob(t *testing.T, snap *memoryv1alpha1.MemorySnapshot) *batchv1.Job {
+// waitForJob waits for the worker Job of a snapshot or restore (the object must carry
+// its UID, which the Job's name includes).
+func waitForJob(t *testing.T, owner client.Object) *batchv1.Job {
 	t.Helper()
 	job := &batchv1.Job{}
-	key := client.ObjectKey{Namespace: snap.Namespace, Name: workerJobName(snap)}
+	key := client.ObjectKey{Namespace: owner.GetNamespace(), Name: workerJobName(owner)}
 	NewWithT(t).Eventually(func() error {
 		return k8sClient.Get(context.Background(), key, job)
 	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed(), "no Job %s", key.Name)
