@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -124,20 +125,16 @@ func (c ArchiveConfig) Args() []string {
 // formatHalfLives renders "type=duration,..." in type order, so Args is deterministic.
 func formatHalfLives(h memory.HalfLives) string {
 	parts := make([]string, 0, len(h))
-	for _, t := range slices.Sorted(func(yield func(memory.Type) bool) {
-		for t := range h {
-			if !yield(t) {
-				return
-			}
-		}
-	}) {
+	for _, t := range slices.Sorted(maps.Keys(h)) {
 		parts = append(parts, string(t)+"="+h[t].String())
 	}
 	return strings.Join(parts, ",")
 }
 
+// parseHalfLives reads what formatHalfLives writes. No half-lives at all is nil (not an
+// empty map), so that a configuration without them survives Args and back unchanged.
 func parseHalfLives(s string) (memory.HalfLives, error) {
-	h := memory.HalfLives{}
+	var h memory.HalfLives
 	for _, p := range splitList(s) {
 		t, d, ok := strings.Cut(p, "=")
 		if !ok {
@@ -146,9 +143,15 @@ func parseHalfLives(s string) (memory.HalfLives, error) {
 		if err := memory.Type(t).Validate(); err != nil {
 			return nil, fmt.Errorf("--half-lives: %w", err)
 		}
+		if _, dup := h[memory.Type(t)]; dup {
+			return nil, fmt.Errorf("--half-lives: %s is given twice", t)
+		}
 		dur, err := time.ParseDuration(d)
 		if err != nil || dur <= 0 {
 			return nil, fmt.Errorf("--half-lives: %s=%s is not a positive duration", t, d)
+		}
+		if h == nil {
+			h = memory.HalfLives{}
 		}
 		h[memory.Type(t)] = dur
 	}
@@ -195,7 +198,7 @@ func ParseArchiveArgs(args []string, stderr io.Writer) (ArchiveConfig, error) {
 		}
 		c.Now = c.Now.UTC()
 	}
-	if c.Threshold, err = strconv.ParseFloat(threshold, 64); err != nil || c.Threshold < 0 || math.IsInf(c.Threshold, 0) || math.IsNaN(c.Threshold) {
+	if c.Threshold, err = strconv.ParseFloat(threshold, 64); err != nil {
 		return c, fmt.Errorf("--threshold %q is not a non-negative number", threshold)
 	}
 	if c.HalfLives, err = parseHalfLives(halfLives); err != nil {
@@ -207,9 +210,13 @@ func ParseArchiveArgs(args []string, stderr io.Writer) (ArchiveConfig, error) {
 	return c, c.check()
 }
 
+// check validates a configuration, parsed or built in code (RunArchive checks too).
 func (c ArchiveConfig) check() error {
 	if c.Schema == "" {
 		return errors.New("missing required flags: --schema")
+	}
+	if err := c.checkScoring(); err != nil {
+		return err
 	}
 	if !slices.Contains(vectorEngines, c.VectorEngine) {
 		return fmt.Errorf("--vector-engine %q is not one of %s", c.VectorEngine, strings.Join(vectorEngines, ", "))
@@ -217,13 +224,8 @@ func (c ArchiveConfig) check() error {
 	if c.VectorEngine == "Milvus" && (c.MilvusAddress == "" || c.Collection == "") {
 		return errors.New("the Milvus engine needs --milvus-address and --collection")
 	}
-	if c.Cold != nil {
-		if c.Cold.Endpoint == "" || c.Cold.Bucket == "" || c.Cold.Prefix == "" {
-			return errors.New("a cold package needs --cold-endpoint, --cold-bucket and --cold-prefix")
-		}
-		if !strings.HasSuffix(c.Cold.Prefix, "/") {
-			return errors.New("--cold-prefix must end in '/'")
-		}
+	if err := c.checkCold(); err != nil {
+		return err
 	}
 	if c.DeleteAfter < 0 {
 		return errors.New("--delete-after must not be negative")
@@ -233,6 +235,39 @@ func (c ArchiveConfig) check() error {
 	}
 	if c.BatchSize < 0 {
 		return errors.New("--batch-size must not be negative")
+	}
+	return nil
+}
+
+func (c ArchiveConfig) checkScoring() error {
+	if c.Threshold < 0 || math.IsInf(c.Threshold, 0) || math.IsNaN(c.Threshold) {
+		return fmt.Errorf("--threshold %v is not a non-negative number", c.Threshold)
+	}
+	for _, t := range slices.Sorted(maps.Keys(c.HalfLives)) {
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("--half-lives: %w", err)
+		}
+		if c.HalfLives[t] <= 0 {
+			return fmt.Errorf("--half-lives: %s=%s is not a positive duration", t, c.HalfLives[t])
+		}
+	}
+	return nil
+}
+
+func (c ArchiveConfig) checkCold() error {
+	if c.Cold == nil {
+		return nil
+	}
+	if c.Cold.Endpoint == "" || c.Cold.Bucket == "" || c.Cold.Prefix == "" {
+		return errors.New("a cold package needs --cold-endpoint, --cold-bucket and --cold-prefix")
+	}
+	if !strings.HasSuffix(c.Cold.Prefix, "/") {
+		return errors.New("--cold-prefix must end in '/'")
+	}
+	// The cold package carries the vectors, so that rehydration needs no embedder;
+	// its manifest must name their model and dimension.
+	if c.EmbeddingModel == "" || c.Dimension < 1 {
+		return errors.New("a cold package needs --embedding-model and a positive --dimension (it carries the vectors)")
 	}
 	return nil
 }
