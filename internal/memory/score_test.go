@@ -100,3 +100,63 @@ func TestHalfLivesScore(t *testing.T) {
 		t.Fatalf("nil HalfLives Score = %v, want 0.3 (no decay)", got)
 	}
 }
+
+// TestHalfLivesScoreBoundaries pins the rule archival compares thresholds against
+// (pgstore's SQL repeats it): exact values at the edges, strict monotonicity around
+// one half-life, and every way a type can end up without decay.
+func TestHalfLivesScoreBoundaries(t *testing.T) {
+	now := t0.Add(1000 * day)
+	h := HalfLives{Working: time.Hour, Episodic: 2 * time.Hour, Semantic: 0, Procedural: -time.Hour}
+	at := func(typ Type, base float64, age time.Duration) Item {
+		return Item{MemoryType: typ, BaseScore: base, CreatedAt: now.Add(-age - day), UpdatedAt: now.Add(-age)}
+	}
+	tests := []struct {
+		name string
+		item Item
+		hl   HalfLives
+		want float64
+	}{
+		{"age 0 is the base score", at(Working, 0.8, 0), h, 0.8},
+		{"exactly one half-life halves it", at(Working, 0.8, time.Hour), h, 0.4},
+		{"exactly two half-lives quarter it", at(Working, 0.8, 2*time.Hour), h, 0.2},
+		{"per type: episodic's half-life is its own", at(Episodic, 0.8, 2*time.Hour), h, 0.4},
+		{"per type: the same age decays working twice as far", at(Working, 0.8, 4*time.Hour), h, 0.05},
+		{"negative age counts as 0", at(Working, 0.8, -time.Hour), h, 0.8},
+		{"zero half-life: no decay", at(Semantic, 0.8, 1000*time.Hour), h, 0.8},
+		{"negative half-life: no decay", at(Procedural, 0.8, 1000*time.Hour), h, 0.8},
+		{"type missing from the map: no decay", at(Episodic, 0.8, 1000*time.Hour), HalfLives{Working: time.Hour}, 0.8},
+		{"empty map: no decay", at(Working, 0.8, 1000*time.Hour), HalfLives{}, 0.8},
+		{"zero base stays zero", at(Working, 0, time.Hour), h, 0},
+		{"zero base, no decay", at(Semantic, 0, time.Hour), h, 0},
+		{"base above 1 decays the same way", at(Working, 3, time.Hour), h, 1.5},
+		{"underflow is 0, not an error", at(Working, 1, 2000*time.Hour), h, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.hl.Score(tt.item, now); got != tt.want && !near(got, tt.want) {
+				t.Fatalf("Score = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// Exactly one half-life is exactly half (archival's "below threshold" is strict, so
+	// a memory scoring exactly the threshold stays); a nanosecond either side is not.
+	half := h.Score(at(Working, 1, time.Hour), now)
+	if half != 0.5 {
+		t.Fatalf("one half-life = %v, want exactly 0.5", half)
+	}
+	if s := h.Score(at(Working, 1, time.Hour+time.Microsecond), now); !(s < half) {
+		t.Fatalf("a microsecond older scores %v, not below %v", s, half)
+	}
+	if s := h.Score(at(Working, 1, time.Hour-time.Microsecond), now); !(s > half) {
+		t.Fatalf("a microsecond younger scores %v, not above %v", s, half)
+	}
+	// Older never scores higher.
+	prev := 2.0
+	for age := time.Duration(0); age <= 48*time.Hour; age += 7 * time.Minute {
+		s := h.Score(at(Episodic, 1, age), now)
+		if s > prev {
+			t.Fatalf("score rises with age at %v: %v > %v", age, s, prev)
+		}
+		prev = s
+	}
+}
