@@ -159,7 +159,9 @@ func ensureRole(ctx context.Context, pool *pgxpool.Pool, role, password string) 
 }
 
 // grantAgent gives the agent role exactly what an agent needs: read and write memories
-// and vectors, forget (tombstones, audit), read settings; no DDL, nothing outside.
+// and vectors, forget (tombstones, audit), archive and rehydrate (pending vector
+// deletions, archive runs), read settings; no DDL, nothing outside. The snapshot,
+// restore and archive workers connect as this role too.
 func grantAgent(ctx context.Context, pool *pgxpool.Pool, database string, n Names) error {
 	stmts := []struct {
 		sql  string
@@ -170,6 +172,8 @@ func grantAgent(ctx context.Context, pool *pgxpool.Pool, database string, n Name
 		{`GRANT SELECT, INSERT, UPDATE, DELETE ON %I.memories, %I.vectors TO %I`, []any{n.Schema, n.Schema, n.Role}},
 		{`GRANT SELECT, INSERT, UPDATE ON %I.tombstones TO %I`, []any{n.Schema, n.Role}},
 		{`GRANT SELECT, INSERT ON %I.audit_log TO %I`, []any{n.Schema, n.Role}},
+		{`GRANT SELECT, INSERT, DELETE ON %I.index_deletions TO %I`, []any{n.Schema, n.Role}},
+		{`GRANT SELECT, INSERT, UPDATE ON %I.archive_runs TO %I`, []any{n.Schema, n.Role}},
 		{`GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO %I`, []any{n.Schema, n.Role}},
 		{`GRANT SELECT ON %I.store_meta, %I.schema_migrations TO %I`, []any{n.Schema, n.Schema, n.Role}},
 		{`ALTER ROLE %I SET search_path = %I`, []any{n.Role, n.Schema}},

@@ -25,6 +25,10 @@ type ExportFilter struct {
 	ExcludeExpired bool
 	// IncludeArchived exports archived memories too.
 	IncludeArchived bool
+	// ArchivedAt, when set, exports only the memories archived at one of these times
+	// (the archival runs a cold package covers, see ArchiveRuns); it implies
+	// IncludeArchived.
+	ArchivedAt []time.Time
 	// IncludeEmbeddings fills Item.Embedding from the vectors table, where present.
 	IncludeEmbeddings bool
 	// ActiveSince, when set, leaves out whole scopes whose newest memory was updated
@@ -68,7 +72,10 @@ func (s *Store) Export(ctx context.Context, f ExportFilter, fn func(memory.Item)
 		}
 		where = append(where, `(m.expires_at IS NULL OR m.expires_at > `+param(now)+`::timestamptz)`)
 	}
-	if !f.IncludeArchived {
+	switch {
+	case len(f.ArchivedAt) > 0:
+		where = append(where, `m.archived_at = ANY(`+param(f.ArchivedAt)+`::timestamptz[])`)
+	case !f.IncludeArchived:
 		where = append(where, `m.archived_at IS NULL`)
 	}
 	if !f.ActiveSince.IsZero() {

@@ -70,11 +70,36 @@ CREATE TABLE {{t "store_meta"}} (
 	value text NOT NULL
 );
 `,
+	// 2: scheduled archival (see archive.go).
+	`
+-- Vector deletions owed to the index, recorded in the transaction that archived, purged
+-- or deleted the memory; removed once the index has done them.
+CREATE TABLE {{t "index_deletions"}} (
+	memory_id   text COLLATE "C" PRIMARY KEY,
+	scope       text COLLATE "C" NOT NULL,
+	recorded_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per archival run that archived something (its archived_at), and where and
+-- when its cold copy was written. Memories are deleted only after that is recorded.
+CREATE TABLE {{t "archive_runs"}} (
+	archived_at     timestamptz PRIMARY KEY,
+	marked          bigint NOT NULL CHECK (marked >= 0),
+	cold_package    text,
+	cold_items      bigint,
+	cold_written_at timestamptz,
+	CHECK ((cold_package IS NULL) = (cold_written_at IS NULL))
+);
+
+-- Partial: live memories (nearly all) cost these indexes nothing.
+CREATE INDEX {{i "memories_archived_at_idx"}} ON {{t "memories"}} (archived_at) WHERE archived_at IS NOT NULL;
+CREATE INDEX {{i "memories_expires_at_idx"}} ON {{t "memories"}} (expires_at) WHERE expires_at IS NOT NULL;
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 1
+const LatestVersion = 2
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.

@@ -80,11 +80,19 @@ func TestMigrate(t *testing.T) {
 	}
 	auditSeq := "nextval('" + schema + ".audit_log_id_seq'::regclass)"
 	want := []string{
+		"archive_runs | archived_at | timestamp with time zone | NO | ",
+		"archive_runs | marked | bigint | NO | ",
+		"archive_runs | cold_package | text | YES | ",
+		"archive_runs | cold_items | bigint | YES | ",
+		"archive_runs | cold_written_at | timestamp with time zone | YES | ",
 		"audit_log | id | bigint | NO | " + auditSeq,
 		"audit_log | at | timestamp with time zone | NO | now()",
 		"audit_log | action | text | NO | ",
 		"audit_log | scope | text | YES | ",
 		"audit_log | detail | jsonb | NO | '{}'::jsonb",
+		"index_deletions | memory_id | text | NO | ",
+		"index_deletions | scope | text | NO | ",
+		"index_deletions | recorded_at | timestamp with time zone | NO | now()",
 		"memories | memory_id | text | NO | ",
 		"memories | memory_type | text | NO | ",
 		"memories | scope | text | NO | ",
@@ -127,6 +135,8 @@ func TestMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantIdx := []string{
+		"memories_archived_at_idx: CREATE INDEX memories_archived_at_idx ON S.memories USING btree (archived_at) WHERE (archived_at IS NOT NULL)",
+		"memories_expires_at_idx: CREATE INDEX memories_expires_at_idx ON S.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL)",
 		"memories_scope_hash_uq: CREATE UNIQUE INDEX memories_scope_hash_uq ON S.memories USING btree (scope, content_hash) WHERE (key IS NULL)",
 		"memories_scope_id_idx: CREATE INDEX memories_scope_id_idx ON S.memories USING btree (scope, memory_id)",
 		"memories_scope_key_uq: CREATE UNIQUE INDEX memories_scope_key_uq ON S.memories USING btree (scope, key) WHERE (key IS NOT NULL)",

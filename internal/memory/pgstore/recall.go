@@ -71,9 +71,7 @@ func (s *Store) Recall(ctx context.Context, q RecallQuery) ([]Scored, error) {
 		limit = DefaultRecallLimit
 	}
 
-	args := []any{q.Scope, now,
-		hl[memory.Working].Seconds(), hl[memory.Episodic].Seconds(),
-		hl[memory.Semantic].Seconds(), hl[memory.Procedural].Seconds()}
+	args := append([]any{q.Scope, now}, halfLifeArgs(hl)...)
 	where := []string{`m.scope = $1`, `m.archived_at IS NULL`, `(m.expires_at IS NULL OR m.expires_at > $2)`}
 	if len(types) > 0 {
 		args = append(args, types)
@@ -87,23 +85,8 @@ func (s *Store) Recall(ctx context.Context, q RecallQuery) ([]Scored, error) {
 	args = append(args, limit)
 
 	sql := `SELECT ` + memoryCols + `, score FROM (
-		SELECT m.*, CASE
-				WHEN m.base_score <= 0 THEN 0::float8
-				WHEN d.half_life <= 0 THEN m.base_score
-				WHEN d.age / d.half_life >= ` + strconv.Itoa(maxDecayExponent) + ` THEN 0::float8
-				WHEN ln(m.base_score) - (d.age / d.half_life) * ln(2::float8) < -700 THEN 0::float8
-				ELSE m.base_score * power(0.5::float8, d.age / d.half_life)
-			END AS score
+		SELECT m.*, ` + scoreSQL("m", "$2", [4]string{"$3", "$4", "$5", "$6"}) + ` AS score
 		FROM ` + s.t.memories + ` m
-		CROSS JOIN LATERAL (SELECT
-			greatest(extract(epoch FROM ($2::timestamptz - m.updated_at))::float8, 0::float8) AS age,
-			CASE m.memory_type
-				WHEN 'working' THEN $3::float8
-				WHEN 'episodic' THEN $4::float8
-				WHEN 'semantic' THEN $5::float8
-				WHEN 'procedural' THEN $6::float8
-				ELSE 0::float8
-			END AS half_life) d
 		WHERE ` + strings.Join(where, ` AND `) + `
 	) r ` + outer + `
 	ORDER BY score DESC, updated_at DESC, memory_id
@@ -128,6 +111,36 @@ func (s *Store) Recall(ctx context.Context, q RecallQuery) ([]Scored, error) {
 		return nil, fmt.Errorf("pgstore: recall: %w", err)
 	}
 	return out, nil
+}
+
+// halfLifeArgs are the per-type half-lives in seconds, in the order scoreSQL takes
+// their parameters; a type without one gets 0 (no decay).
+func halfLifeArgs(hl memory.HalfLives) []any {
+	return []any{hl[memory.Working].Seconds(), hl[memory.Episodic].Seconds(),
+		hl[memory.Semantic].Seconds(), hl[memory.Procedural].Seconds()}
+}
+
+// scoreSQL is the effective score of the memories row alias m at the timestamptz
+// parameter now, with the half-lives in seconds of working, episodic, semantic and
+// procedural memory in the parameters hl (see halfLifeArgs). It is the rule of
+// memory.HalfLives.Score, so that recall ranks and archival selects as Go scores:
+// age from updated_at, a negative age counting as 0, a half-life <= 0 meaning no
+// decay. Scores too small for float8 are 0 (see maxDecayExponent) where Go would give
+// a subnormal number; no threshold tells them apart.
+//
+// It is a plain expression (no LATERAL), so that an UPDATE's WHERE can use it.
+func scoreSQL(m, now string, hl [4]string) string {
+	halfLife := `(CASE ` + m + `.memory_type WHEN 'working' THEN ` + hl[0] + `::float8 WHEN 'episodic' THEN ` + hl[1] +
+		`::float8 WHEN 'semantic' THEN ` + hl[2] + `::float8 WHEN 'procedural' THEN ` + hl[3] + `::float8 ELSE 0::float8 END)`
+	age := `greatest(extract(epoch FROM (` + now + `::timestamptz - ` + m + `.updated_at))::float8, 0::float8)`
+	x := `(` + age + ` / ` + halfLife + `)`
+	return `(CASE
+		WHEN ` + m + `.base_score <= 0 THEN 0::float8
+		WHEN ` + halfLife + ` <= 0 THEN ` + m + `.base_score
+		WHEN ` + x + ` >= ` + strconv.Itoa(maxDecayExponent) + ` THEN 0::float8
+		WHEN ln(` + m + `.base_score) - ` + x + ` * ln(2::float8) < -700 THEN 0::float8
+		ELSE ` + m + `.base_score * power(0.5::float8, ` + x + `)
+	END)`
 }
 
 // typeNames validates types and returns their names (nil for none).

@@ -41,6 +41,7 @@ type Store struct {
 
 type tableNames struct {
 	memories, tombstones, auditLog, vectors, storeMeta string
+	indexDeletions, archiveRuns                        string
 }
 
 // DefaultImportBatch is how many items Import copies and inserts per transaction.
@@ -59,6 +60,9 @@ func New(pool *pgxpool.Pool, schema string) *Store {
 			auditLog:   q("audit_log"),
 			vectors:    q("vectors"),
 			storeMeta:  q("store_meta"),
+
+			indexDeletions: q("index_deletions"),
+			archiveRuns:    q("archive_runs"),
 		},
 		importBatch: DefaultImportBatch,
 	}

@@ -1,0 +1,468 @@
+package pgstore
+
+// Scheduled archival (the archive worker's PostgreSQL side).
+//
+// PostgreSQL is the truth and the vector index (Milvus, or the vectors table) is
+// derived from it, but the two cannot share a transaction. So every change that takes
+// vectors out of the index records the deletion it owes in the SAME transaction:
+//
+//	index_deletions(memory_id PK, scope, recorded_at)
+//
+// MarkArchived, PurgeExpired and DeleteArchived write it; ProcessIndexDeletions works
+// it off in batches and removes each entry only after the index delete succeeded. A
+// crash at any point leaves either the change undone or the deletion recorded, and the
+// next run finishes it. Until then nothing is inconsistent to readers: recall and
+// search read PostgreSQL, which already says archived (or gone).
+//
+// A memory can come back while its deletion is pending: Put supersedes it with
+// archived_at NULL, Unarchive rehydrates it. ProcessIndexDeletions therefore deletes
+// the vector only when the memory is still archived or gone, and holds those rows FOR
+// SHARE while the index deletes: a concurrent revival (Put locks FOR UPDATE, Unarchive
+// updates) waits for the batch to commit and then writes its vector after the delete,
+// never before it.
+//
+// Archived memories may later be deleted from PostgreSQL, but only with a cold copy:
+//
+//	archive_runs(archived_at PK, marked, cold_package, cold_items, cold_written_at)
+//
+// has a row per run that archived something, keyed by the run's clock (every memory it
+// archived has archived_at = that time). The cold copy of a run is recorded only after
+// its package's manifest was written (RecordColdCopy), and DeleteArchived deletes only
+// memories whose archived_at names a run with a recorded copy. A re-run at the same
+// clock that archives more memories clears the record, so the copy is written again.
+//
+// Every statement here is set-based; archival never touches a scope with a tombstone.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// DefaultDeletionBatch is how many pending vector deletions ProcessIndexDeletions
+// hands to the index at a time when no batch size is given.
+const DefaultDeletionBatch = 1000
+
+// MarkResult reports what MarkArchived did (or, in a dry run, would do).
+type MarkResult struct {
+	// ArchivedAt is the archived_at given to the memories: the run's clock, to the
+	// microsecond.
+	ArchivedAt time.Time
+	// Scanned is the number of live memories scored: not archived, not expired at the
+	// run's clock, not in a tombstoned scope.
+	Scanned int64
+	// Archived is the number of memories marked, in total and by type.
+	Archived int64
+	ByType   map[memory.Type]int64
+}
+
+// notTombstoned is true for a memories row m whose scope has no tombstone.
+func (s *Store) notTombstoned(m string) string {
+	return `NOT EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` t WHERE t.scope = ` + m + `.scope)`
+}
+
+// MarkArchived archives, in one statement, every live memory whose effective score at
+// now is below threshold: archived_at := now (to the microsecond), a pending vector
+// deletion recorded for each (see the package comment on archival), the run added to
+// archive_runs and an audit_log record ("archive") written. Live means not archived,
+// not expired at now (expired memories are purged, not archived) and not in a
+// tombstoned scope.
+//
+// The score is memory.HalfLives.Score's, computed in SQL (see scoreSQL): a type
+// missing from halfLives (or with a half-life <= 0) does not decay, so it is archived
+// only when its base score is below threshold. "Below" is strict.
+//
+// With dryRun nothing is written and the counts are what would be marked. Running it
+// again at the same clock marks nothing new (the first run's memories are archived).
+func (s *Store) MarkArchived(ctx context.Context, now time.Time, threshold float64, halfLives memory.HalfLives, dryRun bool) (MarkResult, error) {
+	now = now.UTC().Truncate(time.Microsecond)
+	res := MarkResult{ArchivedAt: now, ByType: map[memory.Type]int64{}}
+	args := append([]any{now, threshold}, halfLifeArgs(halfLives)...)
+	live := `m.archived_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > $1::timestamptz) AND ` + s.notTombstoned("m")
+	below := scoreSQL("m", "$1", [4]string{"$3", "$4", "$5", "$6"}) + ` < $2::float8`
+
+	var sql string
+	if dryRun {
+		sql = `SELECT m.memory_type, count(*), count(*) FILTER (WHERE ` + below + `)
+			FROM ` + s.t.memories + ` m WHERE ` + live + ` GROUP BY m.memory_type`
+	} else {
+		// Every part of one statement sees the same snapshot: the count of live
+		// memories is taken before the UPDATE, so it is what was scanned.
+		sql = `WITH marked AS (
+				UPDATE ` + s.t.memories + ` m SET archived_at = $1::timestamptz
+				WHERE ` + live + ` AND ` + below + `
+				RETURNING m.memory_id, m.scope, m.memory_type
+			), recorded AS (
+				INSERT INTO ` + s.t.indexDeletions + ` (memory_id, scope)
+				SELECT memory_id, scope FROM marked
+				ON CONFLICT (memory_id) DO NOTHING
+			), run AS (
+				INSERT INTO ` + s.t.archiveRuns + ` AS r (archived_at, marked)
+				SELECT $1::timestamptz, count(*) FROM marked HAVING count(*) > 0
+				ON CONFLICT (archived_at) DO UPDATE SET marked = r.marked + EXCLUDED.marked,
+					cold_package = NULL, cold_items = NULL, cold_written_at = NULL
+			), audit AS (
+				INSERT INTO ` + s.t.auditLog + ` (action, detail)
+				SELECT 'archive', jsonb_build_object('archived_at', $1::timestamptz, 'threshold', $2::float8, 'archived', count(*))
+				FROM marked HAVING count(*) > 0
+			)
+			SELECT NULL::text, count(*), 0::bigint FROM ` + s.t.memories + ` m WHERE ` + live + `
+			UNION ALL
+			SELECT memory_type, 0::bigint, count(*) FROM marked GROUP BY memory_type`
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return MarkResult{}, fmt.Errorf("pgstore: mark archived: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			typ              *string
+			scanned, archive int64
+		)
+		if err := rows.Scan(&typ, &scanned, &archive); err != nil {
+			return MarkResult{}, fmt.Errorf("pgstore: mark archived: %w", err)
+		}
+		res.Scanned += scanned
+		if typ != nil && archive > 0 {
+			res.ByType[memory.Type(*typ)] += archive
+			res.Archived += archive
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return MarkResult{}, fmt.Errorf("pgstore: mark archived: %w", err)
+	}
+	return res, nil
+}
+
+// DeletionOptions adjust ProcessIndexDeletions.
+type DeletionOptions struct {
+	// BatchSize is how many IDs one call of the index delete gets (0: DefaultDeletionBatch).
+	BatchSize int
+	// HoldForCold leaves alone the deletions of memories whose archival run has no
+	// cold copy yet, so that the copy can still take their vectors from the index.
+	HoldForCold bool
+	// RecordedBefore: deletions recorded before it (by the database's clock, see
+	// ServerTime) count as Recovered.
+	RecordedBefore time.Time
+}
+
+// DeletionResult counts what ProcessIndexDeletions did.
+type DeletionResult struct {
+	// Deleted vector IDs were passed to the index delete, which succeeded.
+	Deleted int64
+	// Recovered of them were recorded before DeletionOptions.RecordedBefore.
+	Recovered int64
+	// Revived deletions were dropped without deleting: their memory is live again.
+	Revived int64
+}
+
+// ProcessIndexDeletions works off the pending vector deletions in batches of memory
+// IDs, in ID order: per batch, one transaction locks the memories that still exist
+// (FOR SHARE), calls deleteVectors with the IDs whose memory is archived or gone, and
+// removes the batch's entries only when that call succeeded. On an error the batch
+// stays recorded (earlier batches are done) and the error is returned; running it
+// again finishes the job. deleteVectors must be idempotent (vector.Index.Delete is).
+func (s *Store) ProcessIndexDeletions(ctx context.Context, opts DeletionOptions,
+	deleteVectors func(ctx context.Context, ids []string) error) (DeletionResult, error) {
+	var res DeletionResult
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultDeletionBatch
+	}
+	after := ""
+	for {
+		var b deletionBatch
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var err error
+			b, err = s.deletionBatch(ctx, tx, opts, after, deleteVectors)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("pgstore: pending vector deletions: %w", err)
+		}
+		res.Deleted += b.res.Deleted
+		res.Recovered += b.res.Recovered
+		res.Revived += b.res.Revived
+		if b.n < opts.BatchSize {
+			return res, nil
+		}
+		after = b.last
+	}
+}
+
+// deletionBatch is one batch of ProcessIndexDeletions: n entries after `after`, the
+// last of them last.
+type deletionBatch struct {
+	n    int
+	last string
+	res  DeletionResult
+}
+
+func (s *Store) deletionBatch(ctx context.Context, tx pgx.Tx, opts DeletionOptions, after string,
+	deleteVectors func(ctx context.Context, ids []string) error) (deletionBatch, error) {
+	var b deletionBatch
+	hold := ``
+	if opts.HoldForCold {
+		hold = ` AND NOT EXISTS (SELECT 1 FROM ` + s.t.memories + ` m JOIN ` + s.t.archiveRuns + ` r ON r.archived_at = m.archived_at
+			WHERE m.memory_id = d.memory_id AND r.cold_written_at IS NULL)`
+	}
+	rows, err := tx.Query(ctx, `SELECT d.memory_id, d.recorded_at < $3::timestamptz FROM `+s.t.indexDeletions+` d
+		WHERE d.memory_id > $1`+hold+` ORDER BY d.memory_id LIMIT $2`, after, opts.BatchSize, opts.RecordedBefore)
+	if err != nil {
+		return b, err
+	}
+	type entry struct {
+		id  string
+		old bool
+	}
+	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (entry, error) {
+		var e entry
+		return e, r.Scan(&e.id, &e.old)
+	})
+	if err != nil || len(entries) == 0 {
+		return b, err
+	}
+	ids := make([]string, len(entries))
+	for i, e := range entries {
+		ids[i] = e.id
+	}
+	b.n, b.last = len(ids), ids[len(ids)-1]
+
+	// Locking re-reads the latest committed version of each row, so a revival that
+	// committed meanwhile is seen below, and one that comes later waits for the commit.
+	if rows, err = tx.Query(ctx, `SELECT memory_id FROM `+s.t.memories+` WHERE memory_id = ANY($1) FOR SHARE`, ids); err != nil {
+		return b, err
+	}
+	if _, err := pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return b, err
+	}
+	if rows, err = tx.Query(ctx, `SELECT memory_id FROM `+s.t.memories+` WHERE memory_id = ANY($1) AND archived_at IS NULL`, ids); err != nil {
+		return b, err
+	}
+	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return b, err
+	}
+	del := make([]string, 0, len(ids))
+	for _, e := range entries {
+		if !slices.Contains(live, e.id) {
+			del = append(del, e.id)
+			if e.old {
+				b.res.Recovered++
+			}
+		}
+	}
+	if len(del) > 0 {
+		if err := deleteVectors(ctx, del); err != nil {
+			return b, err
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM `+s.t.indexDeletions+` WHERE memory_id = ANY($1)`, ids); err != nil {
+		return b, err
+	}
+	b.res.Deleted, b.res.Revived = int64(len(del)), int64(len(live))
+	return b, nil
+}
+
+// PendingIndexDeletions counts the recorded vector deletions ProcessIndexDeletions
+// would pass to the index now (those of memories archived or gone, not revived).
+func (s *Store) PendingIndexDeletions(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.t.indexDeletions+` d
+		WHERE NOT EXISTS (SELECT 1 FROM `+s.t.memories+` m WHERE m.memory_id = d.memory_id AND m.archived_at IS NULL)`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: pending vector deletions: %w", err)
+	}
+	return n, nil
+}
+
+// ServerTime is the database server's clock, which records pending deletions (see
+// DeletionOptions.RecordedBefore).
+func (s *Store) ServerTime(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("pgstore: server time: %w", err)
+	}
+	return t.UTC(), nil
+}
+
+// PurgeExpired deletes, in one statement, the memories with expires_at <= now outside
+// tombstoned scopes, recording their vector deletions and an audit_log record
+// ("purge-expired", with actor and the count, never content). It returns how many it
+// deleted (with dryRun, would delete, writing nothing).
+func (s *Store) PurgeExpired(ctx context.Context, now time.Time, actor string, dryRun bool) (int64, error) {
+	cond := `m.expires_at <= $1::timestamptz AND ` + s.notTombstoned("m")
+	sql := `SELECT count(*) FROM ` + s.t.memories + ` m WHERE ` + cond
+	args := []any{now}
+	if !dryRun {
+		sql = `WITH del AS (
+				DELETE FROM ` + s.t.memories + ` m WHERE ` + cond + ` RETURNING m.memory_id, m.scope
+			), recorded AS (
+				INSERT INTO ` + s.t.indexDeletions + ` (memory_id, scope)
+				SELECT memory_id, scope FROM del ON CONFLICT (memory_id) DO NOTHING
+			), audit AS (
+				INSERT INTO ` + s.t.auditLog + ` (action, detail)
+				SELECT 'purge-expired', jsonb_build_object('actor', $2::text, 'now', $1::timestamptz, 'deleted', count(*))
+				FROM del HAVING count(*) > 0
+			)
+			SELECT count(*) FROM del`
+		args = append(args, actor)
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: purge expired: %w", err)
+	}
+	return n, nil
+}
+
+// ArchiveRun is one archival run that archived memories (a row of archive_runs).
+type ArchiveRun struct {
+	// ArchivedAt is the run's clock and the archived_at of what it archived.
+	ArchivedAt time.Time
+	// Marked is how many memories the run archived; StillArchived how many of them are
+	// archived (at this time) and stored now.
+	Marked, StillArchived int64
+	// ColdPackage is the prefix of the package holding the run's cold copy, with
+	// ColdItems items (of this and any other run it covers), written at ColdWrittenAt;
+	// empty and nil while the copy is missing.
+	ColdPackage   string
+	ColdItems     int64
+	ColdWrittenAt *time.Time
+}
+
+// ArchiveRuns lists the archival runs, oldest first.
+func (s *Store) ArchiveRuns(ctx context.Context) ([]ArchiveRun, error) {
+	rows, err := s.pool.Query(ctx, `SELECT r.archived_at, r.marked,
+			(SELECT count(*) FROM `+s.t.memories+` m WHERE m.archived_at = r.archived_at),
+			coalesce(r.cold_package, ''), coalesce(r.cold_items, 0), r.cold_written_at
+		FROM `+s.t.archiveRuns+` r ORDER BY r.archived_at`)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: archive runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ArchiveRun, error) {
+		var a ArchiveRun
+		err := r.Scan(&a.ArchivedAt, &a.Marked, &a.StillArchived, &a.ColdPackage, &a.ColdItems, &a.ColdWrittenAt)
+		a.ArchivedAt = a.ArchivedAt.UTC()
+		if a.ColdWrittenAt != nil {
+			t := a.ColdWrittenAt.UTC()
+			a.ColdWrittenAt = &t
+		}
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: archive runs: %w", err)
+	}
+	return runs, nil
+}
+
+// PrepareColdCopy returns the clocks of the runs whose memories a cold package at
+// prefix must hold: those without a recorded cold copy. A copy recorded at prefix
+// itself is un-recorded first (its runs are returned too), because the caller is about
+// to replace that package: no record ever points at a package being rewritten.
+func (s *Store) PrepareColdCopy(ctx context.Context, prefix string) ([]time.Time, error) {
+	if prefix == "" {
+		return nil, errors.New("pgstore: prepare cold copy: empty prefix")
+	}
+	var runs []time.Time
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE `+s.t.archiveRuns+` SET cold_package = NULL, cold_items = NULL, cold_written_at = NULL
+			WHERE cold_package = $1`, prefix); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT archived_at FROM `+s.t.archiveRuns+` WHERE cold_written_at IS NULL ORDER BY archived_at`)
+		if err != nil {
+			return err
+		}
+		runs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (time.Time, error) {
+			var t time.Time
+			err := r.Scan(&t)
+			return t.UTC(), err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: prepare cold copy: %w", err)
+	}
+	return runs, nil
+}
+
+// RecordColdCopy records that the complete package at prefix (its manifest written)
+// holds the memories of runs, items in all. Call it only after the manifest is
+// written: DeleteArchived trusts it.
+func (s *Store) RecordColdCopy(ctx context.Context, prefix string, runs []time.Time, items int64) error {
+	if prefix == "" {
+		return errors.New("pgstore: record cold copy: empty prefix")
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE `+s.t.archiveRuns+` SET cold_package = $1, cold_items = $2, cold_written_at = now()
+		WHERE archived_at = ANY($3::timestamptz[]) AND cold_written_at IS NULL`, prefix, items, runs)
+	if err != nil {
+		return fmt.Errorf("pgstore: record cold copy: %w", err)
+	}
+	return nil
+}
+
+// DeleteArchived deletes from PostgreSQL, in one statement, the memories archived
+// before `before` by a run whose cold copy is recorded (and still archived at that
+// run's time, so never one revived since), outside tombstoned scopes, and writes an
+// audit_log record ("delete-archived", with actor, before and the count). Their
+// vectors left the index when they were archived. It returns how many it deleted (with
+// dryRun, would delete, writing nothing).
+func (s *Store) DeleteArchived(ctx context.Context, before time.Time, actor string, dryRun bool) (int64, error) {
+	cond := `m.archived_at = r.archived_at AND r.cold_written_at IS NOT NULL AND m.archived_at < $1::timestamptz AND ` + s.notTombstoned("m")
+	sql := `SELECT count(*) FROM ` + s.t.memories + ` m JOIN ` + s.t.archiveRuns + ` r ON ` + cond
+	args := []any{before}
+	if !dryRun {
+		sql = `WITH del AS (
+				DELETE FROM ` + s.t.memories + ` m USING ` + s.t.archiveRuns + ` r WHERE ` + cond + `
+				RETURNING m.memory_id
+			), audit AS (
+				INSERT INTO ` + s.t.auditLog + ` (action, detail)
+				SELECT 'delete-archived', jsonb_build_object('actor', $2::text, 'before', $1::timestamptz, 'deleted', count(*))
+				FROM del HAVING count(*) > 0
+			)
+			SELECT count(*) FROM del`
+		args = append(args, actor)
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: delete archived: %w", err)
+	}
+	return n, nil
+}
+
+// Unarchive rehydrates archived memories of scope in place (archived_at := NULL) and
+// returns them, in memory_id order, so that the caller can put their vectors back (see
+// service.Memory.Rehydrate). IDs that are not archived memories of scope are ignored.
+// Their pending vector deletions are dropped. A rehydrated memory keeps its
+// updated_at, hence its score: an archival run with the same threshold archives it
+// again unless it is re-stated meanwhile.
+func (s *Store) Unarchive(ctx context.Context, scope string, ids ...string) ([]memory.Item, error) {
+	if err := memory.ValidateScope(scope); err != nil {
+		return nil, fmt.Errorf("pgstore: unarchive: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `WITH u AS (
+			UPDATE `+s.t.memories+` SET archived_at = NULL
+			WHERE scope = $1 AND memory_id = ANY($2) AND archived_at IS NOT NULL
+			RETURNING `+memoryCols+`
+		), dropped AS (
+			DELETE FROM `+s.t.indexDeletions+` WHERE memory_id IN (SELECT memory_id FROM u)
+		)
+		SELECT `+memoryCols+` FROM u ORDER BY memory_id`, scope, ids)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: unarchive: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (memory.Item, error) { return scanItem(r) })
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: unarchive: %w", err)
+	}
+	return items, nil
+}
