@@ -23,6 +23,9 @@
 //   - Search embeds the query, searches the index confined to one scope, and loads the
 //     hits from PostgreSQL, dropping archived, expired and deleted memories, so a stale
 //     vector can hide a result but never surface a forgotten or archived one.
+//   - Archival (the archive worker) marks memories archived in PostgreSQL first and
+//     deletes their vectors after; Search drops archived memories whatever the index
+//     still holds. Rehydrate un-archives in place and then writes the vectors back.
 //   - Forget deletes the rows, writes the tombstone and the audit record in one
 //     transaction (pgstore.Forget), then deletes the scope from the index. If that
 //     second step fails the error wraps ErrVectorsNotDeleted; calling Forget again
@@ -33,6 +36,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -459,6 +463,48 @@ func (m *Memory) Recall(ctx context.Context, q pgstore.RecallQuery) ([]pgstore.S
 		return nil, fmt.Errorf("memory service: %w", err)
 	}
 	return res, nil
+}
+
+// Rehydrate brings archived memories of scope back in place: pgstore.Store.Unarchive
+// clears their archived_at (and drops their pending vector deletions), then their
+// vectors are embedded and upserted as Remember does, with the read-back check. Until
+// then Search and Recall leave them out, as every archived memory.
+//
+// IDs that are already live memories of scope are re-indexed too, so that calling
+// Rehydrate again after an error wrapping ErrNotIndexed repairs the index. IDs that
+// are not memories of scope are ignored. It returns the memories that are live after
+// the call (rehydrated now or before), in ID order.
+func (m *Memory) Rehydrate(ctx context.Context, scope string, ids []string) ([]memory.Item, error) {
+	items, err := m.store.Unarchive(ctx, scope, ids...)
+	if err != nil {
+		return nil, fmt.Errorf("memory service: rehydrate: %w", err)
+	}
+	done := make(map[string]bool, len(items))
+	for _, it := range items {
+		done[it.MemoryID] = true
+	}
+	for _, id := range ids {
+		if done[id] {
+			continue
+		}
+		done[id] = true
+		it, err := m.load(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("memory service: rehydrate: %w", err)
+		}
+		if it != nil && it.Scope == scope && it.ArchivedAt == nil {
+			items = append(items, *it)
+		}
+	}
+	slices.SortFunc(items, func(a, b memory.Item) int { return strings.Compare(a.MemoryID, b.MemoryID) })
+	ops := make([]indexOp, len(items))
+	for i, it := range items {
+		ops[i] = opFor(it.MemoryID, it)
+	}
+	if err := m.sync(ctx, ops); err != nil {
+		return items, fmt.Errorf("memory service: rehydrate: %d memories %w: %w; call Rehydrate again", len(ops), ErrNotIndexed, err)
+	}
+	return items, nil
 }
 
 // Forget deletes every memory of scope, writes its tombstone and an audit record (one
