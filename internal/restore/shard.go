@@ -160,6 +160,9 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 	b := &mergeBatch{items: sh.batch, owner: sh.owner, closed: slices.Clone(sh.scopes[:max(n, 0)]), done: make(chan struct{})}
 	sh.scopes = append(sh.scopes[:0], sh.scopes[max(n, 0):]...)
 	sh.batch, sh.owner = make([]memory.Item, 0, sh.r.o.BatchSize), make([]*scopeStat, 0, sh.r.o.BatchSize)
+	// Validating and hashing the batch here, before waiting for the batch in flight,
+	// overlaps it with the database's work on that batch.
+	prepared := pgstore.PrepareMerge(b.items)
 	if err := sh.wait(); err != nil {
 		return err
 	}
@@ -169,7 +172,7 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 	sh.inflight = b
 	go func() {
 		defer close(b.done)
-		b.res, b.err = sh.r.o.Target.Merge(ctx, b.items, pgstore.MergeOptions{
+		b.res, b.err = sh.r.o.Target.MergePrepared(ctx, prepared, pgstore.MergeOptions{
 			Policy: sh.r.o.Conflict, DryRun: sh.r.o.DryRun,
 			BeforeCommit: func(ctx context.Context, res *pgstore.MergeResult) error { return sh.r.writeVectors(ctx, b, res) },
 		})

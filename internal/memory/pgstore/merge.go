@@ -121,6 +121,65 @@ type mergeRow struct {
 	it      *memory.Item
 	hash    []byte
 	history []byte
+	// round is the merge round the row goes in: the first item of the batch for a
+	// memory_id or slot goes in round 1, the next one for the same ID or slot in a
+	// later round, so that one round never meets a memory twice (ON CONFLICT cannot
+	// touch one row twice) and items for the same memory merge in batch order.
+	round int32
+}
+
+// PreparedBatch is a batch of items validated and hashed for MergePrepared. Preparing
+// is pure CPU work: a caller that streams batches prepares the next one while the
+// database merges the previous one.
+type PreparedBatch struct {
+	n       int
+	rows    []mergeRow
+	invalid []invalidItem
+	rounds  int32
+}
+
+type invalidItem struct {
+	pos int
+	err error
+}
+
+// PrepareMerge validates and hashes items (with memory.Item.ValidatedHash; no
+// defaults are filled in), truncates their times to microseconds, and plans the
+// merge rounds. It does not modify items.
+func PrepareMerge(items []memory.Item) *PreparedBatch {
+	b := &PreparedBatch{n: len(items), rows: make([]mergeRow, 0, len(items))}
+	lastByID := make(map[string]int32, len(items))
+	lastBySlot := make(map[string]int32, len(items))
+	var slot strings.Builder
+	for i := range items {
+		it := items[i] // a copy: normalizeTimes replaces pointers, never writes through
+		normalizeTimes(&it)
+		var err error
+		var hash, history []byte
+		if hash, err = it.ValidatedHash(); err == nil {
+			history, err = historyJSON(it.History)
+		}
+		if err != nil {
+			b.invalid = append(b.invalid, invalidItem{pos: i, err: fmt.Errorf("memory %q: %w", it.MemoryID, err)})
+			continue
+		}
+		// A slot is (scope, key), or (scope, content hash) for an item without a key.
+		slot.Reset()
+		slot.WriteString(it.Scope)
+		if it.Key != "" {
+			slot.WriteString("\x00k")
+			slot.WriteString(it.Key)
+		} else {
+			slot.WriteString("\x00h")
+			slot.Write(hash)
+		}
+		sk := slot.String()
+		round := max(lastByID[it.MemoryID], lastBySlot[sk]) + 1
+		lastByID[it.MemoryID], lastBySlot[sk] = round, round
+		b.rounds = max(b.rounds, round)
+		b.rows = append(b.rows, mergeRow{pos: i, it: &it, hash: hash, history: history, round: round})
+	}
+	return b
 }
 
 // Merge stores items set-based, in one transaction: the items are copied into a
@@ -147,6 +206,11 @@ type mergeRow struct {
 // merged. When the batch loses a race with concurrent writers it is retried from the
 // start (BeforeCommit then runs again).
 func (s *Store) Merge(ctx context.Context, items []memory.Item, opts MergeOptions) (*MergeResult, error) {
+	return s.MergePrepared(ctx, PrepareMerge(items), opts)
+}
+
+// MergePrepared is Merge of a batch prepared by PrepareMerge.
+func (s *Store) MergePrepared(ctx context.Context, b *PreparedBatch, opts MergeOptions) (*MergeResult, error) {
 	policy := opts.Policy
 	if policy == "" {
 		policy = KeepNewer
@@ -155,27 +219,14 @@ func (s *Store) Merge(ctx context.Context, items []memory.Item, opts MergeOption
 		return nil, fmt.Errorf("pgstore: merge: unknown conflict policy %q (want KeepNewer, Overwrite or Skip)", policy)
 	}
 	res := &MergeResult{
-		Outcomes: make([]MergeOutcome, len(items)),
-		IDs:      make([]string, len(items)),
-		Errs:     make([]error, len(items)),
+		Outcomes: make([]MergeOutcome, b.n),
+		IDs:      make([]string, b.n),
+		Errs:     make([]error, b.n),
 	}
-	rows := make([]mergeRow, 0, len(items))
-	for i := range items {
-		it := items[i] // a copy: normalizeTimes replaces pointers, never writes through
-		normalizeTimes(&it)
-		var err error
-		var hash, history []byte
-		if hash, err = it.ValidatedHash(); err == nil {
-			history, err = historyJSON(it.History)
-		}
-		if err != nil {
-			res.Outcomes[i] = MergeInvalid
-			res.Errs[i] = fmt.Errorf("memory %q: %w", it.MemoryID, err)
-			continue
-		}
-		rows = append(rows, mergeRow{pos: i, it: &it, hash: hash, history: history})
+	for _, inv := range b.invalid {
+		res.Outcomes[inv.pos], res.Errs[inv.pos] = MergeInvalid, inv.err
 	}
-	if len(rows) == 0 {
+	if len(b.rows) == 0 {
 		if opts.BeforeCommit != nil {
 			if err := opts.BeforeCommit(ctx, res); err != nil {
 				return nil, err
@@ -185,12 +236,12 @@ func (s *Store) Merge(ctx context.Context, items []memory.Item, opts MergeOption
 	}
 	sql := s.mergeSQL(policy)
 	for attempt := 1; ; attempt++ {
-		err := s.mergeOnce(ctx, rows, sql, opts, res)
+		err := s.mergeOnce(ctx, b, sql, opts, res)
 		if err == nil {
 			return res, nil
 		}
 		if attempt < mergeAttempts && retryableMerge(err) && ctx.Err() == nil {
-			for _, r := range rows {
+			for _, r := range b.rows {
 				res.Outcomes[r.pos], res.IDs[r.pos] = 0, ""
 			}
 			continue
@@ -218,10 +269,11 @@ func retryableMerge(err error) bool {
 // at the end of the transaction.
 var mergeStage = pgx.Identifier{"pg_temp", "memory_merge_stage"}
 
-var mergeStageCols = []string{"ord", "memory_id", "memory_type", "scope", "key", "content", "content_hash",
+var mergeStageCols = []string{"ord", "round", "memory_id", "memory_type", "scope", "key", "content", "content_hash",
 	"source", "base_score", "created_at", "updated_at", "expires_at", "archived_at", "history"}
 
-func (s *Store) mergeOnce(ctx context.Context, rows []mergeRow, sql string, opts MergeOptions, res *MergeResult) error {
+func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, sql string, opts MergeOptions, res *MergeResult) error {
+	rows := b.rows
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -235,6 +287,7 @@ func (s *Store) mergeOnce(ctx context.Context, rows []mergeRow, sql string, opts
 	}
 	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+mergeStage.Sanitize()+` (
 		ord          int4 NOT NULL,
+		round        int4 NOT NULL,
 		memory_id    text COLLATE "C" NOT NULL,
 		memory_type  text NOT NULL,
 		scope        text COLLATE "C" NOT NULL,
@@ -254,29 +307,16 @@ func (s *Store) mergeOnce(ctx context.Context, rows []mergeRow, sql string, opts
 	_, err = tx.CopyFrom(ctx, mergeStage, mergeStageCols, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
 		r := rows[i]
 		it := r.it
-		return []any{int32(i), it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key), []byte(it.Content), r.hash,
+		return []any{int32(i), r.round, it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key), []byte(it.Content), r.hash,
 			it.Source, it.BaseScore, it.CreatedAt, it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, r.history}, nil
 	}))
 	if err != nil {
 		return fmt.Errorf("copying into the staging table: %w", err)
 	}
 
-	// Rounds: items of the batch that meet the same memory are deferred to the next
-	// round, which sees the first one's result.
-	pending := len(rows)
-	for pending > 0 {
-		done, err := s.mergeRound(ctx, tx, sql, rows, res)
-		if err != nil {
+	for round := int32(1); round <= b.rounds; round++ {
+		if err := s.mergeRound(ctx, tx, sql, round, rows, res); err != nil {
 			return err
-		}
-		if len(done) == 0 {
-			return errors.New("merge made no progress") // cannot happen: the first of each group is done
-		}
-		pending -= len(done)
-		if pending > 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM `+mergeStage.Sanitize()+` WHERE ord = ANY($1)`, done); err != nil {
-				return err
-			}
 		}
 	}
 
@@ -325,28 +365,24 @@ func (s *Store) checkTombstonesBeforeCommit(ctx context.Context, tx pgx.Tx, rows
 	return nil
 }
 
-// mergeRound runs the merge statement over the staging table and records the
-// outcome of every row it settled; it returns their ords.
-func (s *Store) mergeRound(ctx context.Context, tx pgx.Tx, sql string, rows []mergeRow, res *MergeResult) ([]int32, error) {
-	qrows, err := tx.Query(ctx, sql)
+// mergeRound runs the merge statement over the staged rows of one round and records
+// the outcome of every one of them.
+func (s *Store) mergeRound(ctx context.Context, tx pgx.Tx, sql string, round int32, rows []mergeRow, res *MergeResult) error {
+	qrows, err := tx.Query(ctx, sql, round)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var done []int32
 	var race bool
 	for qrows.Next() {
 		var (
-			ord                                           int32
-			dest                                          string
-			settled, idInUse, tombstoned, existed, sameEx bool
-			written, inserted, pkgValue                   bool
+			ord                                  int32
+			dest                                 string
+			idInUse, tombstoned, existed, sameEx bool
+			written, inserted, pkgValue          bool
 		)
-		if err := qrows.Scan(&ord, &dest, &settled, &idInUse, &tombstoned, &existed, &sameEx, &written, &inserted, &pkgValue); err != nil {
+		if err := qrows.Scan(&ord, &dest, &idInUse, &tombstoned, &existed, &sameEx, &written, &inserted, &pkgValue); err != nil {
 			qrows.Close()
-			return nil, err
-		}
-		if !settled {
-			continue
+			return err
 		}
 		pos := rows[ord].pos
 		var o MergeOutcome
@@ -374,15 +410,14 @@ func (s *Store) mergeRound(ctx context.Context, tx pgx.Tx, sql string, rows []me
 		if o != MergeTombstoned && o != MergeIDInUse {
 			res.IDs[pos] = dest
 		}
-		done = append(done, ord)
 	}
 	if err := qrows.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	if race {
-		return nil, errMergeRace
+		return errMergeRace
 	}
-	return done, nil
+	return nil
 }
 
 // tsJSON renders a timestamptz as a JSON string the way Go's time.Time marshals a UTC
@@ -410,14 +445,15 @@ func historyUnion(arrays string) string {
 		ORDER BY e.ut, e.v->'content', e.st, e.v::text) d)`
 }
 
-// mergeSQL builds the merge statement for a policy. Its parts:
+// mergeSQL builds the merge statement for a policy; $1 is the round. Its parts:
 //
 //   - src finds each staged item's memory: by slot ((scope, key), or (scope,
 //     content_hash) without a key), else by memory_id when that memory has the same
 //     scope and slot; a memory_id used elsewhere is id_in_use. It also notes a
-//     tombstone on the scope.
-//   - ranked numbers the items per destination memory and per slot: only the first
-//     of each goes in this round (ON CONFLICT cannot touch one row twice).
+//     tombstone on the scope. Within a round no two items share a memory_id or a
+//     slot (PrepareMerge plans the rounds so), hence no two writable items share a
+//     destination memory: slots are unique in the table, and an item whose own ID
+//     is another slot's memory is id_in_use.
 //   - w inserts the items under their destination's memory_id; ON CONFLICT
 //     (memory_id) applies the policy, guarded so that a memory of another scope or
 //     slot is never updated, and writing only when something changes.
@@ -459,45 +495,42 @@ func (s *Store) mergeSQL(p ConflictPolicy) string {
 	}
 
 	return `WITH src AS (
-		SELECT s.*,
-			coalesce(slot.memory_id, CASE WHEN same_slot THEN byid.memory_id END) AS tid,
-			coalesce(slot.content_hash, CASE WHEN same_slot THEN byid.content_hash END) AS ex_hash,
-			(slot.memory_id IS NULL AND byid.memory_id IS NOT NULL AND NOT same_slot) AS id_in_use,
-			EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` tb WHERE tb.scope = s.scope) AS tombstoned
-		FROM ` + st + ` s
-		LEFT JOIN LATERAL (
-			SELECT x.memory_id, x.content_hash FROM ` + m + ` x
-				WHERE s.key IS NOT NULL AND x.scope = s.scope AND x.key = s.key
-			UNION ALL
-			SELECT x.memory_id, x.content_hash FROM ` + m + ` x
-				WHERE s.key IS NULL AND x.scope = s.scope AND x.key IS NULL AND x.content_hash = s.content_hash
-			OFFSET 0
-		) slot ON true
-		-- OFFSET 0 keeps the lookups parameterized (one index probe per staged row):
-		-- flattened into a join, the planner may scan the whole table per batch.
-		LEFT JOIN LATERAL (
-			SELECT x.memory_id, x.scope, x.key, x.content_hash FROM ` + m + ` x WHERE x.memory_id = s.memory_id OFFSET 0
-		) byid ON true
-		CROSS JOIN LATERAL (SELECT coalesce(byid.scope = s.scope AND byid.key IS NOT DISTINCT FROM s.key, false) AS same_slot) ss
-	), ranked AS (
-		SELECT src.*, coalesce(tid, memory_id) AS dest,
-			row_number() OVER (PARTITION BY coalesce(tid, memory_id) ORDER BY ord) AS r_dest,
-			row_number() OVER (PARTITION BY scope, key, CASE WHEN key IS NULL THEN content_hash END ORDER BY ord) AS r_slot
-		FROM src
+		SELECT s.*, coalesce(tid, s.memory_id) AS dest FROM (
+			SELECT s.*,
+				coalesce(slot.memory_id, CASE WHEN same_slot THEN byid.memory_id END) AS tid,
+				coalesce(slot.content_hash, CASE WHEN same_slot THEN byid.content_hash END) AS ex_hash,
+				(slot.memory_id IS NULL AND byid.memory_id IS NOT NULL AND NOT same_slot) AS id_in_use,
+				EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` tb WHERE tb.scope = s.scope) AS tombstoned
+			FROM ` + st + ` s
+			LEFT JOIN LATERAL (
+				SELECT x.memory_id, x.content_hash FROM ` + m + ` x
+					WHERE s.key IS NOT NULL AND x.scope = s.scope AND x.key = s.key
+				UNION ALL
+				SELECT x.memory_id, x.content_hash FROM ` + m + ` x
+					WHERE s.key IS NULL AND x.scope = s.scope AND x.key IS NULL AND x.content_hash = s.content_hash
+				OFFSET 0
+			) slot ON true
+			-- OFFSET 0 keeps the lookups parameterized (one index probe per staged row):
+			-- flattened into a join, the planner may scan the whole table per batch.
+			LEFT JOIN LATERAL (
+				SELECT x.memory_id, x.scope, x.key, x.content_hash FROM ` + m + ` x WHERE x.memory_id = s.memory_id OFFSET 0
+			) byid ON true
+			CROSS JOIN LATERAL (SELECT coalesce(byid.scope = s.scope AND byid.key IS NOT DISTINCT FROM s.key, false) AS same_slot) ss
+			WHERE s.round = $1
+		) s
 	), w AS (
 		INSERT INTO ` + m + ` AS m (` + cols + `)
 		SELECT dest, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at,
 			expires_at, archived_at, ` + canonHistory + `
-		FROM ranked WHERE r_dest = 1 AND r_slot = 1 AND NOT id_in_use AND NOT tombstoned
+		FROM src WHERE NOT id_in_use AND NOT tombstoned
 		` + onConflict + `
 		RETURNING m.memory_id, (m.xmax = 0) AS inserted, m.content_hash, m.updated_at
 	)
-	SELECT r.ord, r.dest, (r.r_dest = 1 AND r.r_slot = 1) AS settled, r.id_in_use, r.tombstoned,
+	SELECT r.ord, r.dest, r.id_in_use, r.tombstoned,
 		r.tid IS NOT NULL AS existed, coalesce(r.ex_hash = r.content_hash, false) AS same_existing,
 		w.memory_id IS NOT NULL AS written, coalesce(w.inserted, false) AS inserted,
 		coalesce(w.content_hash = r.content_hash AND w.updated_at = r.updated_at, false) AS pkg_value
-	FROM ranked r LEFT JOIN w ON w.memory_id = r.dest AND r.r_dest = 1 AND r.r_slot = 1
-		AND NOT r.id_in_use AND NOT r.tombstoned`
+	FROM src r LEFT JOIN w ON w.memory_id = r.dest AND NOT r.id_in_use AND NOT r.tombstoned`
 }
 
 // PoolSize is the maximum number of connections of the store's pool, for callers
