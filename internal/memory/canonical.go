@@ -18,6 +18,15 @@ import (
 // so does the document after a round trip through PostgreSQL jsonb, which keeps
 // numbers as exact decimals. Duplicate object keys keep the last value, as jsonb does.
 func CanonicalJSON(raw []byte) ([]byte, error) {
+	if out, _, err := appendCanonicalFast(nil, raw); err == nil {
+		return out, nil
+	}
+	return canonicalSlow(raw)
+}
+
+// canonicalSlow is CanonicalJSON through encoding/json: the reference the fast path
+// is tested against, and the source of every error message.
+func canonicalSlow(raw []byte) ([]byte, error) {
 	v, err := decodeJSON(raw)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -214,9 +215,17 @@ func ValidateID(id string) error {
 // ValidateContent checks that raw is a single JSON object that PostgreSQL's jsonb can
 // store (no NUL characters in strings or keys, numbers within range).
 func ValidateContent(raw json.RawMessage) error {
+	buf := canonBufs.Get().(*[]byte)
+	defer canonBufs.Put(buf)
+	if _, first, err := appendCanonicalFast((*buf)[:0], raw); err == nil && first == '{' {
+		return nil
+	}
 	_, err := decodeContent(raw)
 	return err
 }
+
+// canonBufs recycles the buffers canonical content is built in before hashing.
+var canonBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // decodeContent parses content and checks it is a storable JSON object.
 func decodeContent(raw json.RawMessage) (any, error) {
@@ -328,20 +337,28 @@ func (it Item) ValidatedHash() ([]byte, error) {
 	if err := it.validateIdentity(); err != nil {
 		return nil, err
 	}
-	v, err := decodeContent(it.Content)
-	if err != nil {
-		return nil, fieldErr("content", "%v", err)
+	buf := canonBufs.Get().(*[]byte)
+	defer canonBufs.Put(buf)
+	canon, first, err := appendCanonicalFast((*buf)[:0], it.Content)
+	if err != nil || first != '{' {
+		// The slow path decides, and words the error.
+		v, err := decodeContent(it.Content)
+		if err != nil {
+			return nil, fieldErr("content", "%v", err)
+		}
+		var b bytes.Buffer
+		if err := writeCanonical(&b, v); err != nil {
+			return nil, fieldErr("content", "%v", err)
+		}
+		canon = b.Bytes()
 	}
+	*buf = canon[:0]
 	for _, check := range []func() error{it.validateScalars, it.validateTimes, it.validateHistory, it.validateEmbedding} {
 		if err := check(); err != nil {
 			return nil, err
 		}
 	}
-	var buf bytes.Buffer
-	if err := writeCanonical(&buf, v); err != nil {
-		return nil, fieldErr("content", "%v", err)
-	}
-	return it.hashCanonical(buf.Bytes()), nil
+	return it.hashCanonical(canon), nil
 }
 
 // hashCanonical hashes the item's identity fields and its canonical content.
