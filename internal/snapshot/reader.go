@@ -308,7 +308,7 @@ func (r *Reader) decodeItem(what string, lineNo int64, line []byte) (memory.Item
 			return it, corruptf("%s line %d: %v", what, lineNo, err)
 		}
 	}
-	if err := json.Unmarshal(line, &it); err != nil {
+	if err := unmarshalItem(line, &it); err != nil {
 		return it, corruptf("%s line %d is not a memory item: %v", what, lineNo, err)
 	}
 	if it.MemoryID == "" || !it.MemoryType.Valid() {
