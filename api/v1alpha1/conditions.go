@@ -15,6 +15,11 @@ const (
 	// ConditionSnapshotSchedule is True while the store's snapshot schedule is valid.
 	ConditionSnapshotSchedule = "SnapshotSchedule"
 
+	// ConditionArchival is True while the store's archival schedule works as declared
+	// (scheduled, running, last run succeeded, suspended) and False while it cannot
+	// (invalid schedule, the store not Ready, a Secret missing, the last run failed).
+	ConditionArchival = "Archival"
+
 	// ConditionProgressing is True while a one-shot run (snapshot, restore) works.
 	ConditionProgressing = "Progressing"
 	// ConditionCompleted is True once a one-shot run ended; its reason says how.
@@ -70,6 +75,8 @@ const (
 	ReasonConfigMapKeyMissing = "ConfigMapKeyMissing"
 	// ReasonEncryptionMismatch: a restore's key (or unencrypted) contradicts its snapshot.
 	ReasonEncryptionMismatch = "EncryptionMismatch"
+	// ReasonInvalidSpec: a field admission should have refused (a backstop for CEL).
+	ReasonInvalidSpec = "InvalidSpec"
 )
 
 // Phases derived from conditions, for `kubectl get`.

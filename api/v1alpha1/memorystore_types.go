@@ -115,6 +115,10 @@ type MemoryStoreSpec struct {
 	// +optional
 	SnapshotSchedule *SnapshotSchedule `json:"snapshotSchedule,omitempty"`
 
+	// Archival archives low-score memories on a cron schedule (see ArchivalSpec).
+	// +optional
+	Archival *ArchivalSpec `json:"archival,omitempty"`
+
 	// ConnectionSecretName is the Secret agents mount; defaults to "<name>-memory".
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`
 	// +optional
@@ -216,6 +220,10 @@ type MemoryStoreStatus struct {
 	// Snapshots is the snapshot schedule's state.
 	// +optional
 	Snapshots *SnapshotScheduleStatus `json:"snapshots,omitempty"`
+
+	// Archival is the archival schedule's state and its last run.
+	// +optional
+	Archival *ArchivalStatus `json:"archival,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -227,6 +235,8 @@ type MemoryStoreStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.status.connectionSecret`,priority=1
+// +kubebuilder:printcolumn:name="Archival",type=string,JSONPath=`.status.conditions[?(@.type=="Archival")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Archived",type=integer,JSONPath=`.status.archival.lastRun.archived`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // MemoryStore is a tenant's agent memory: a PostgreSQL schema, a vector collection, an
