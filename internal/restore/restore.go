@@ -377,6 +377,9 @@ type runner struct {
 	mu       sync.Mutex // guards progress and the detail writer
 	progress Progress
 	detail   *detailWriter
+	// merging admits at most Parallelism merge transactions at once, whichever
+	// shards they come from: one large shard keeps every connection busy.
+	merging chan struct{}
 }
 
 // decide maps a package scope and applies the scope-level rules.
@@ -412,7 +415,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{o: o, plan: plan, types: map[memory.Type]bool{}, pkgTomb: map[string]bool{}, tomb: map[string]bool{}}
+	r := &runner{o: o, plan: plan, types: map[memory.Type]bool{}, pkgTomb: map[string]bool{}, tomb: map[string]bool{},
+		merging: make(chan struct{}, o.Parallelism)}
 	for _, t := range o.Types {
 		r.types[t] = true
 	}

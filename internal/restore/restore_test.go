@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -1075,5 +1077,42 @@ func TestScopeDetailJSON(t *testing.T) {
 	b, _ := json.Marshal(d)
 	if want := `{"scope":"user:1","mapped_to":"user:a","restored":3,"unchanged":1,"skipped_by_reason":{"expired":2,"conflict":1}}`; string(b) != want {
 		t.Fatalf("%s\nwant %s", b, want)
+	}
+}
+
+// Batches of one shard merge at once, yet items that meet the same memory still merge
+// in package order: with many scopes mapped onto a few (their slots collide) and the
+// order-dependent Overwrite policy, a parallel restore ends exactly like a serial one.
+func TestRestoreParallelBatchesKeepOrder(t *testing.T) {
+	e := newEnv(t)
+	items := dataset(60, 9)
+	pkg := e.writePackage(t, "p/one-shard/", items, pkgOptions{key: testKey})
+	if n := len(pkg.Manifest().Shards); n != 1 {
+		t.Fatalf("%d shards, want 1", n)
+	}
+	m, err := restore.NewMapper(restore.UnmappedKeep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range scopesOf(items) {
+		if strings.HasPrefix(sc, "user:") {
+			n, _ := strconv.Atoi(strings.TrimPrefix(sc, "user:"))
+			if err := m.AddExact(sc, fmt.Sprintf("user:merged-%d", n%3)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var dumps []dump
+	var results []*restore.Result
+	for _, par := range []int{1, 4} {
+		dst := e.newStore(t)
+		results = append(results, run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index,
+			Embedder: embed.NewHashing(dim), Mapping: m, Conflict: restore.Overwrite, Parallelism: par, BatchSize: 9}))
+		dumps = append(dumps, dst.dump(t))
+	}
+	assertSameDump(t, dumps[1], dumps[0])
+	assertResult(t, results[1], *results[0])
+	if results[0].Replaced == 0 {
+		t.Fatalf("no slot collided: %+v", results[0])
 	}
 }

@@ -57,10 +57,14 @@ type scopeStat struct {
 }
 
 // shardRun restores one shard: it reads the items, applies the item rules, and
-// merges them in batches. While a batch is merged (in its own goroutine) the next one
-// is read, so decoding overlaps the database's work; at most one batch is in flight.
+// merges them in batches. Batches are merged in their own goroutines (up to
+// Parallelism at once, each in its own transaction) while the next ones are read, so
+// decoding overlaps the database's work and one large shard can use every
+// connection. Batches end at scope boundaries (unless one scope alone exceeds
+// maxBatchFactor batches), and a batch whose target scopes overlap a batch in flight
+// waits for it, so items that meet the same memory still merge in package order.
 // Everything but the merge itself (counting, scope bookkeeping) happens in the
-// goroutine that reads. Its counters cover committed batches only.
+// goroutine that reads, in batch order. Its counters cover committed batches only.
 type shardRun struct {
 	r   *runner
 	idx int
@@ -68,7 +72,9 @@ type shardRun struct {
 	scopes   []*scopeStat // scopes not yet handed to a batch to finalize; the last is the current one
 	batch    []memory.Item
 	owner    []*scopeStat // owner[i] is batch[i]'s scope
-	inflight *mergeBatch
+	inflight []*mergeBatch
+	// inflightTargets counts, per target scope, the batches in flight writing to it.
+	inflightTargets map[string]int
 
 	read, inserted, replaced, unchanged, historyRecorded, idConflicts, mapped int64
 	skipped                                                                   Skipped
@@ -85,9 +91,11 @@ type mergeBatch struct {
 	items  []memory.Item
 	owner  []*scopeStat
 	closed []*scopeStat // scopes complete once this batch is: finalized after it
-	done   chan struct{}
-	res    *pgstore.MergeResult
-	err    error
+	// targets are the distinct target scopes of items.
+	targets []string
+	done    chan struct{}
+	res     *pgstore.MergeResult
+	err     error
 	// Vector counts, set by writeVectors (which runs again when the merge retries).
 	vectors, embedded, deleted int64
 }
@@ -97,8 +105,11 @@ func (sh *shardRun) run(ctx context.Context, info snapshot.ShardInfo) error {
 	if err == nil {
 		err = sh.flush(ctx, true)
 	}
-	if werr := sh.wait(); err == nil {
-		err = werr
+	// Every batch in flight is waited for, even after an error: none may outlive the run.
+	for len(sh.inflight) > 0 {
+		if werr := sh.wait(); err == nil {
+			err = werr
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("restore: shard %s: %w", info.Name, err)
@@ -124,6 +135,13 @@ func (sh *shardRun) add(ctx context.Context, it memory.Item) error {
 		sh.scopes = append(sh.scopes, &scopeStat{source: it.Scope, target: d.target, skip: d.skip})
 	}
 	sc := sh.scopes[len(sh.scopes)-1]
+	// A full batch is cut where a scope ends, so that consecutive batches (usually)
+	// write disjoint scopes and can be merged at once.
+	if len(sh.batch) >= sh.r.o.BatchSize && sh.owner[len(sh.owner)-1] != sc {
+		if err := sh.flush(ctx, false); err != nil {
+			return err
+		}
+	}
 	switch {
 	case sc.skip != noSkip:
 		sh.skip(sc, scopeSkipReason[sc.skip])
@@ -138,11 +156,14 @@ func (sh *shardRun) add(ctx context.Context, it memory.Item) error {
 	it.Scope = sc.target
 	sh.batch = append(sh.batch, it)
 	sh.owner = append(sh.owner, sc)
-	if len(sh.batch) >= sh.r.o.BatchSize {
-		return sh.flush(ctx, false)
+	if len(sh.batch) >= maxBatchFactor*sh.r.o.BatchSize {
+		return sh.flush(ctx, false) // one scope larger than a batch
 	}
 	return nil
 }
+
+// maxBatchFactor bounds a batch that waits for its scope to end, in batch sizes.
+const maxBatchFactor = 4
 
 func (sh *shardRun) skip(sc *scopeStat, r reason) {
 	sc.skipped.inc(r)
@@ -150,8 +171,10 @@ func (sh *shardRun) skip(sc *scopeStat, r reason) {
 }
 
 // flush hands the batch to a merge goroutine (one transaction, vectors written
-// before it commits), once the previous batch is done. Every scope but the current
-// one (all of them at the end of the shard) is complete when this batch is.
+// before it commits). Every scope but the current one (all of them at the end of the
+// shard) is complete when this batch is. It first waits for the oldest batches in
+// flight while Parallelism of them are, or while one writes a target scope of this
+// batch.
 func (sh *shardRun) flush(ctx context.Context, last bool) error {
 	n := len(sh.scopes) - 1
 	if last {
@@ -160,18 +183,44 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 	b := &mergeBatch{items: sh.batch, owner: sh.owner, closed: slices.Clone(sh.scopes[:max(n, 0)]), done: make(chan struct{})}
 	sh.scopes = append(sh.scopes[:0], sh.scopes[max(n, 0):]...)
 	sh.batch, sh.owner = make([]memory.Item, 0, sh.r.o.BatchSize), make([]*scopeStat, 0, sh.r.o.BatchSize)
-	// Validating and hashing the batch here, before waiting for the batch in flight,
-	// overlaps it with the database's work on that batch.
-	prepared := pgstore.PrepareMerge(b.items)
-	if err := sh.wait(); err != nil {
-		return err
-	}
 	if len(b.items) == 0 {
+		// Nothing to merge: the closed scopes are finalized after every batch before.
+		for len(sh.inflight) > 0 {
+			if err := sh.wait(); err != nil {
+				return err
+			}
+		}
 		return sh.finalize(b.closed)
 	}
-	sh.inflight = b
+	for i, o := range b.owner {
+		if i == 0 || o != b.owner[i-1] {
+			b.targets = append(b.targets, o.target)
+		}
+	}
+	// Validating and hashing the batch here, before waiting for batches in flight,
+	// overlaps it with the database's work on them.
+	prepared := pgstore.PrepareMerge(b.items)
+	for len(sh.inflight) > 0 && (len(sh.inflight) >= sh.r.o.Parallelism || sh.overlapsInflight(b)) {
+		if err := sh.wait(); err != nil {
+			return err
+		}
+	}
+	sh.inflight = append(sh.inflight, b)
+	if sh.inflightTargets == nil {
+		sh.inflightTargets = map[string]int{}
+	}
+	for _, t := range b.targets {
+		sh.inflightTargets[t]++
+	}
 	go func() {
 		defer close(b.done)
+		select {
+		case sh.r.merging <- struct{}{}:
+			defer func() { <-sh.r.merging }()
+		case <-ctx.Done():
+			b.err = ctx.Err()
+			return
+		}
 		b.res, b.err = sh.r.o.Target.MergePrepared(ctx, prepared, pgstore.MergeOptions{
 			Policy: sh.r.o.Conflict, DryRun: sh.r.o.DryRun,
 			BeforeCommit: func(ctx context.Context, res *pgstore.MergeResult) error { return sh.r.writeVectors(ctx, b, res) },
@@ -180,14 +229,25 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 	return nil
 }
 
-// wait waits for the batch in flight, if any, and counts it.
-func (sh *shardRun) wait() error {
-	b := sh.inflight
-	if b == nil {
-		return nil
+func (sh *shardRun) overlapsInflight(b *mergeBatch) bool {
+	for _, t := range b.targets {
+		if sh.inflightTargets[t] > 0 {
+			return true
+		}
 	}
-	sh.inflight = nil
+	return false
+}
+
+// wait waits for the oldest batch in flight and counts it.
+func (sh *shardRun) wait() error {
+	b := sh.inflight[0]
+	sh.inflight = sh.inflight[1:]
 	<-b.done
+	for _, t := range b.targets {
+		if sh.inflightTargets[t]--; sh.inflightTargets[t] == 0 {
+			delete(sh.inflightTargets, t)
+		}
+	}
 	if b.err != nil {
 		return b.err
 	}
