@@ -16,6 +16,7 @@ Usage:
   memory-operator manager [flags]   run the controllers
   memory-operator snapshot [flags]  export a store as a package (what snapshot Jobs run)
   memory-operator restore [flags]   import a package into a store (what restore Jobs run)
+  memory-operator archive [flags]   archive low-score memories, purge expired ones (what archival Jobs run)
   memory-operator version           print the version
 
 Run "memory-operator manager -h" for the manager's flags.
@@ -33,6 +34,8 @@ func main() {
 		os.Exit(runSnapshotWorker(args))
 	case "restore":
 		os.Exit(runRestoreWorker(args))
+	case "archive":
+		os.Exit(runArchiveWorker(args))
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":

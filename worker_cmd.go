@@ -76,6 +76,33 @@ func runRestoreWorker(args []string) int {
 	return 0
 }
 
+// runArchiveWorker is `memory-operator archive`: the process an archival Job runs. On
+// success its summary (counts) goes to stdout and the termination log, where the
+// controller reads it.
+func runArchiveWorker(args []string) int {
+	cfg, err := worker.ParseArchiveArgs(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return fail("archive", err, 2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	sum, err := worker.RunArchive(ctx, cfg, worker.SecretsFromEnv(), worker.RunOptions{Version: version, Now: time.Now().UTC(), Progress: os.Stderr})
+	if err != nil {
+		return fail("archive", err, 1)
+	}
+	msg, err := sum.TerminationMessage()
+	if err != nil {
+		return fail("archive", err, 1)
+	}
+	fmt.Println(string(msg))
+	writeTerminationLog(string(msg))
+	return 0
+}
+
 // fail reports a worker error on stderr and in the termination log.
 func fail(cmd string, err error, code int) int {
 	msg := fmt.Sprintf("memory-operator %s: %v", cmd, err)

@@ -171,14 +171,7 @@ func packageKey(cfg SnapshotConfig, sec Secrets) (*snapshot.Key, error) {
 	if cfg.Unencrypted {
 		return nil, nil
 	}
-	if sec.EncryptionKey == "" {
-		return nil, fmt.Errorf("no encryption key: set %s (or pass --unencrypted to write plaintext)", EnvEncryptionKey)
-	}
-	k, err := snapshot.ParseKey([]byte(sec.EncryptionKey))
-	if err != nil {
-		return nil, fmt.Errorf("encryption key from %s: %w", EnvEncryptionKey, err)
-	}
-	return &k, nil
+	return parseKey(sec.EncryptionKey, EnvEncryptionKey)
 }
 
 // exportFilter turns the selection into a store filter: scopes ending in '*' are
