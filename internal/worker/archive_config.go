@@ -29,13 +29,16 @@ const ArchiveFolder = "archive/"
 //
 // One run, in this order (each step set-based in PostgreSQL, batched against the vector
 // index, and safe to interrupt: the next run finishes what an earlier one left):
-//  1. finish vector deletions an interrupted earlier run recorded but did not do;
+//  1. finish vector deletions an interrupted earlier run recorded but did not do (with
+//     Cold set, those of memories still waiting for their cold copy wait for step 4,
+//     so that the copy carries their vectors);
 //  2. mark live memories whose effective score at Now is below Threshold as archived
 //     (archived_at = Now), recording their vector deletions in the same transaction;
 //  3. with Cold set, write the memories archived by this run (and by any earlier run
 //     whose cold copy is missing) as a v1 package under Cold.Prefix;
 //  4. delete the recorded vectors from the index, in batches;
-//  5. purge expired memories (expires_at <= Now), vectors first;
+//  5. purge expired memories (expires_at <= Now, archived or not), recording their
+//     vector deletions in the same transaction, and do those deletions;
 //  6. with DeleteAfter > 0, delete from PostgreSQL the memories archived before
 //     Now - DeleteAfter whose cold copy was written.
 //
