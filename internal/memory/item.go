@@ -62,9 +62,11 @@ type Tombstone struct {
 	Reason      string    `json:"reason,omitempty"`
 }
 
-// Limits on the free-text fields.
+// Limits on the free-text fields. MaxIDLen is the vector indexes' limit (Milvus keys
+// memory_id as VarChar(128)): a memory whose ID is longer could be stored but never
+// indexed, so it is refused up front.
 const (
-	MaxIDLen     = 200
+	MaxIDLen     = 128
 	MaxKeyLen    = 200
 	MaxSourceLen = 512
 )

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/amemory/memory-operator/internal/memory"
 )
 
 func TestParseMetric(t *testing.T) {
@@ -84,5 +86,12 @@ func TestValidateEntriesAndQuery(t *testing.T) {
 	}
 	if err := ValidateQuery(spec, Query{Vector: []float32{1, 2}, K: 1}); err == nil || !strings.Contains(err.Error(), "scope is required") {
 		t.Fatalf("empty scope: %v", err)
+	}
+}
+
+// A memory the model accepts can always be indexed: the ID limits agree.
+func TestIDLimitMatchesTheMemoryModel(t *testing.T) {
+	if MaxIDLen != memory.MaxIDLen {
+		t.Fatalf("vector.MaxIDLen %d, memory.MaxIDLen %d", MaxIDLen, memory.MaxIDLen)
 	}
 }
