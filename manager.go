@@ -40,7 +40,7 @@ func runManager(args []string) int {
 	fs.StringVar(&operatorNS, "operator-namespace", envOr("POD_NAMESPACE", "memory-operator-system"),
 		"Namespace holding the Secrets of ClusterMemoryBackends (defaults to $POD_NAMESPACE).")
 	fs.StringVar(&workerImage, "worker-image", os.Getenv("WORKER_IMAGE"),
-		"Image of the worker Jobs (snapshots, restores): the operator's own (defaults to $WORKER_IMAGE).")
+		"Image of the worker Jobs (snapshots, restores, archival): the operator's own (defaults to $WORKER_IMAGE).")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -71,7 +71,7 @@ func runManager(args []string) int {
 		return 1
 	}
 	if workerImage == "" {
-		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots and MemoryRestores will wait until the operator is restarted with one")
+		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots, MemoryRestores and archival runs will wait until the operator is restarted with one")
 	}
 	c, reader, scheme, recorder := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), mgr.GetEventRecorder("memory-operator")
 	reconcilers := []struct {
@@ -86,6 +86,8 @@ func runManager(args []string) int {
 			Clock: clock.RealClock{}, WorkerImage: workerImage}},
 		{"SnapshotSchedule", &controllers.SnapshotScheduleReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
 			Clock: clock.RealClock{}}},
+		{"Archival", &controllers.ArchivalReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
+			Clock: clock.RealClock{}, WorkerImage: workerImage}},
 	}
 	for _, rc := range reconcilers {
 		if err := rc.r.SetupWithManager(mgr); err != nil {

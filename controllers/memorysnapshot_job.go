@@ -231,10 +231,13 @@ func buildSnapshotJob(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1
 
 // workerJobSpec is what tells the operator's worker Jobs apart.
 type workerJobSpec struct {
-	// Owner is the snapshot or restore the Job runs for, of kind Kind.
+	// Owner is the snapshot, restore or store the Job runs for, of kind Kind.
 	Owner metav1.Object
 	Kind  string
-	// Command is the worker subcommand ("snapshot", "restore"), which also names the
+	// Name of the Job; empty names it after its owner (workerJobName). Archive Jobs are
+	// named after their slot instead: a store has one per run.
+	Name string
+	// Command is the worker subcommand ("snapshot", "restore", "archive"), which also names the
 	// container and the Job's component label.
 	Command string
 	Image   string
@@ -251,10 +254,10 @@ type workerJobSpec struct {
 }
 
 // buildWorkerJob is a Job running `memory-operator <command>` for its owner: owned by it
-// (and named after it), one try more after a failure (the workers are idempotent or
-// clean up after themselves), least privilege (no service-account token, the restricted
-// pod security profile, a read-only root filesystem) and the worker's last error, or
-// its result, as the termination message.
+// (and named after it unless spec.Name is set), one try more after a failure (the
+// workers are idempotent or clean up after themselves), least privilege (no
+// service-account token, the restricted pod security profile, a read-only root
+// filesystem) and the worker's last error, or its result, as the termination message.
 func buildWorkerJob(spec workerJobSpec) *batchv1.Job {
 	opts := spec.Options
 	deadline := defaultActiveDeadline
@@ -275,7 +278,7 @@ func buildWorkerJob(spec workerJobSpec) *batchv1.Job {
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:       spec.Owner.GetNamespace(),
-			Name:            workerJobName(spec.Owner),
+			Name:            orDefault(spec.Name, workerJobName(spec.Owner)),
 			Labels:          jobLabels,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(spec.Owner, memoryv1alpha1.GroupVersion.WithKind(spec.Kind))},
 		},
