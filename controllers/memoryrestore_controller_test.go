@@ -182,8 +182,9 @@ func TestMemoryRestoreFromALocationRecordsTheJobSummary(t *testing.T) {
 		ManifestSHA256: sha, FormatVersion: 1, PackageID: m.PackageID, Shards: len(m.Shards), Embeddings: "Reembed",
 		Restored: 40, RestoredByType: map[string]int64{"semantic": 30, "episodic": 10, "procedural": 0},
 		Scopes: 7, MappedScopes: 0, Vectors: 40,
-		Skipped:   worker.SkippedCount{Tombstoned: 3, Expired: 1, Conflict: 2},
-		DetailKey: cfg.DetailKey,
+		Skipped:      worker.SkippedCount{Tombstoned: 3, Expired: 1, Conflict: 2, Invalid: 1},
+		FirstInvalid: `memory "m-9": content: must be a JSON object, got a string`,
+		DetailKey:    cfg.DetailKey,
 	}
 	msg, err := summary.TerminationMessage()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -201,14 +202,15 @@ func TestMemoryRestoreFromALocationRecordsTheJobSummary(t *testing.T) {
 	g.Expect(done.Status.Scopes).To(Equal(int64(7)))
 	g.Expect(done.Status.MappedScopes).To(BeZero())
 	g.Expect(done.Status.Vectors).To(Equal(int64(40)))
-	g.Expect(done.Status.Skipped).To(Equal(int64(6)))
-	g.Expect(done.Status.SkippedBy).To(Equal(&memoryv1alpha1.RestoreSkipped{Tombstoned: 3, Expired: 1, Conflict: 2}))
+	g.Expect(done.Status.Skipped).To(Equal(int64(7)))
+	g.Expect(done.Status.SkippedBy).To(Equal(&memoryv1alpha1.RestoreSkipped{Tombstoned: 3, Expired: 1, Conflict: 2, Invalid: 1}))
+	g.Expect(done.Status.FirstInvalid).To(Equal(summary.FirstInvalid))
 	g.Expect(done.Status.Detail).To(Equal(&memoryv1alpha1.ObjectLocation{Endpoint: f.s3.Endpoint, Bucket: "memory-test", Key: cfg.DetailKey}))
 	g.Expect(done.Status.Package).To(Equal(&memoryv1alpha1.SnapshotLocation{Endpoint: f.s3.Endpoint, Bucket: "memory-test", Prefix: prefix}))
 	g.Expect(done.Status.Duration).To(Equal("1m30s"))
 	g.Expect(done.Status.CompletionTime.Time).To(BeTemporally("==", end.Time))
 	g.Expect(restoreCondition(done, memoryv1alpha1.ConditionCompleted).Message).To(Equal(fmt.Sprintf(
-		"Restored 40 memories in 7 scopes into MemoryStore bot from s3://memory-test/%s; skipped 6 (tombstoned 3, expired 1, conflict 2); "+
+		"Restored 40 memories in 7 scopes into MemoryStore bot from s3://memory-test/%s; skipped 7 (tombstoned 3, expired 1, conflict 2, invalid 1); "+
 			"40 vectors (Reembed); per-scope detail in s3://memory-test/%s", prefix, cfg.DetailKey)))
 	g.Eventually(func() []string { return eventReasons(ns, restore.Name) }).WithTimeout(waitTimeout).
 		Should(ContainElements(memoryv1alpha1.ReasonJobCreated, memoryv1alpha1.ReasonSucceeded))

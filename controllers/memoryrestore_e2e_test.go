@@ -80,7 +80,7 @@ func TestMemoryRestoreEndToEndThroughTheWorker(t *testing.T) {
 	g.Expect(got.Status.Vectors).To(Equal(sum.Vectors))
 	skipped := memoryv1alpha1.RestoreSkipped{
 		Denylisted: sum.Skipped.Denylisted, Tombstoned: sum.Skipped.Tombstoned, Unmapped: sum.Skipped.Unmapped,
-		Expired: sum.Skipped.Expired, Type: sum.Skipped.Type, Conflict: sum.Skipped.Conflict,
+		Expired: sum.Skipped.Expired, Type: sum.Skipped.Type, Conflict: sum.Skipped.Conflict, Invalid: sum.Skipped.Invalid,
 	}
 	g.Expect(got.Status.Skipped).To(Equal(skipped.Total()))
 	if skipped.Total() == 0 {

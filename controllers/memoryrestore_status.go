@@ -77,8 +77,9 @@ func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.Rest
 	}
 	skipped := memoryv1alpha1.RestoreSkipped{
 		Denylisted: sum.Skipped.Denylisted, Tombstoned: sum.Skipped.Tombstoned, Unmapped: sum.Skipped.Unmapped,
-		Expired: sum.Skipped.Expired, Type: sum.Skipped.Type, Conflict: sum.Skipped.Conflict,
+		Expired: sum.Skipped.Expired, Type: sum.Skipped.Type, Conflict: sum.Skipped.Conflict, Invalid: sum.Skipped.Invalid,
 	}
+	s.FirstInvalid = sum.FirstInvalid
 	s.Skipped, s.SkippedBy = skipped.Total(), nil
 	if s.Skipped > 0 {
 		s.SkippedBy = &skipped
@@ -117,7 +118,7 @@ func skippedDetail(s memoryv1alpha1.RestoreSkipped) string {
 		n    int64
 	}{
 		{"denylisted", s.Denylisted}, {"tombstoned", s.Tombstoned}, {"unmapped", s.Unmapped},
-		{"expired", s.Expired}, {"type", s.Type}, {"conflict", s.Conflict},
+		{"expired", s.Expired}, {"type", s.Type}, {"conflict", s.Conflict}, {"invalid", s.Invalid},
 	} {
 		if c.n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", c.name, c.n))

@@ -97,5 +97,5 @@ func (s *MemoryRestoreSpec) UnmappedOrDefault() UnmappedPolicy {
 
 // Total is the number of memories skipped, all reasons together.
 func (s RestoreSkipped) Total() int64 {
-	return s.Denylisted + s.Tombstoned + s.Unmapped + s.Expired + s.Type + s.Conflict
+	return s.Denylisted + s.Tombstoned + s.Unmapped + s.Expired + s.Type + s.Conflict + s.Invalid
 }

@@ -268,6 +268,10 @@ type RestoreSkipped struct {
 	// target's was newer or the same).
 	// +optional
 	Conflict int64 `json:"conflict,omitempty"`
+	// Invalid: the memory failed validation (status.firstInvalid says why), for
+	// instance content that is not a JSON object or an ID longer than 128 characters.
+	// +optional
+	Invalid int64 `json:"invalid,omitempty"`
 }
 
 // MemoryRestoreStatus is what the run did. Per-scope detail is in the object that
@@ -319,6 +323,9 @@ type MemoryRestoreStatus struct {
 	Skipped int64 `json:"skipped,omitempty"`
 	// +optional
 	SkippedBy *RestoreSkipped `json:"skippedBy,omitempty"`
+	// FirstInvalid describes the first memory skipped as invalid, when there was one.
+	// +optional
+	FirstInvalid string `json:"firstInvalid,omitempty"`
 	// Detail is the object with per-scope results (zstd-compressed JSON lines), next to
 	// the package.
 	// +optional

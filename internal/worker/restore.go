@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/klauspost/compress/zstd"
@@ -110,9 +111,10 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		Restored: res.Restored, Scopes: res.Scopes, MappedScopes: res.MappedScopes, Vectors: res.Vectors,
 		Skipped: SkippedCount{
 			Denylisted: res.Skipped.Denylisted, Tombstoned: res.Skipped.Tombstoned, Unmapped: res.Skipped.Unmapped,
-			Expired: res.Skipped.Expired, Type: res.Skipped.Type, Conflict: res.Skipped.Conflict,
+			Expired: res.Skipped.Expired, Type: res.Skipped.Type, Conflict: res.Skipped.Conflict, Invalid: res.Skipped.Invalid,
 		},
-		DetailKey: detailKey,
+		FirstInvalid: truncateUTF8(res.FirstInvalid, maxFirstInvalid),
+		DetailKey:    detailKey,
 	}
 	if len(res.RestoredByType) > 0 {
 		sum.RestoredByType = map[string]int64{}
@@ -286,4 +288,15 @@ func (d *detailUpload) finish(runErr error) string {
 		return ""
 	}
 	return d.key
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -361,6 +361,9 @@ type RestoreSummary struct {
 	// Vectors written, reused or computed.
 	Vectors int64        `json:"vectors"`
 	Skipped SkippedCount `json:"skipped"`
+	// FirstInvalid describes the first memory skipped as invalid (at most
+	// maxFirstInvalid bytes).
+	FirstInvalid string `json:"firstInvalid,omitempty"`
 
 	// DetailKey is the detail object as written (in the package's bucket); empty when
 	// it could not be written.
@@ -375,7 +378,12 @@ type SkippedCount struct {
 	Expired    int64 `json:"expired,omitempty"`
 	Type       int64 `json:"type,omitempty"`
 	Conflict   int64 `json:"conflict,omitempty"`
+	Invalid    int64 `json:"invalid,omitempty"`
 }
+
+// maxFirstInvalid bounds RestoreSummary.FirstInvalid, so the summary always fits in a
+// termination message.
+const maxFirstInvalid = 256
 
 // TerminationMessage encodes the summary for the termination log, refusing one that
 // would not fit.
@@ -411,7 +419,7 @@ func ParseRestoreSummary(msg string) (RestoreSummary, error) {
 		return RestoreSummary{}, fmt.Errorf("restore summary: embeddings %q is not one of %s", s.Embeddings, strings.Join(embeddingsPolicies, ", "))
 	}
 	counts := []int64{s.Restored, s.Scopes, s.MappedScopes, s.Vectors, int64(s.Shards), s.Skipped.Denylisted,
-		s.Skipped.Tombstoned, s.Skipped.Unmapped, s.Skipped.Expired, s.Skipped.Type, s.Skipped.Conflict}
+		s.Skipped.Tombstoned, s.Skipped.Unmapped, s.Skipped.Expired, s.Skipped.Type, s.Skipped.Conflict, s.Skipped.Invalid}
 	for t, n := range s.RestoredByType {
 		if !memory.Type(t).Valid() {
 			return RestoreSummary{}, fmt.Errorf("restore summary: unknown memory type %q", t)

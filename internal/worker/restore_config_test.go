@@ -101,8 +101,9 @@ func TestRestoreSummaryRoundTrip(t *testing.T) {
 		DryRun: true, Embeddings: "Reembed",
 		Restored: 1200, RestoredByType: map[string]int64{"semantic": 1000, "episodic": 200},
 		Scopes: 40, MappedScopes: 38, Vectors: 1200,
-		Skipped:   SkippedCount{Denylisted: 1, Tombstoned: 2, Unmapped: 3, Expired: 4, Type: 5, Conflict: 6},
-		DetailKey: "p/restores/r-1/detail.jsonl.zst",
+		Skipped:      SkippedCount{Denylisted: 1, Tombstoned: 2, Unmapped: 3, Expired: 4, Type: 5, Conflict: 6, Invalid: 7},
+		FirstInvalid: `memory "m-1": content: must be a JSON object, got a string`,
+		DetailKey:    "p/restores/r-1/detail.jsonl.zst",
 	}
 	msg, err := want.TerminationMessage()
 	if err != nil {
@@ -116,12 +117,14 @@ func TestRestoreSummaryRoundTrip(t *testing.T) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
 	}
 	// The largest summary there can be (every count at its maximum, the longest
-	// detail key an object can have) still fits a termination message.
+	// detail key an object can have, a first-invalid message of characters that JSON
+	// escapes six-fold) still fits a termination message.
 	const maxInt = int64(^uint64(0) >> 1)
 	big := RestoreSummary{ManifestSHA256: testSHA, FormatVersion: 99, PackageID: strings.Repeat("f", 32), Shards: 1 << 30,
 		DryRun: true, Embeddings: "Reembed", Restored: maxInt, Scopes: maxInt, MappedScopes: maxInt, Vectors: maxInt,
 		RestoredByType: map[string]int64{"working": maxInt, "episodic": maxInt, "semantic": maxInt, "procedural": maxInt},
-		Skipped:        SkippedCount{maxInt, maxInt, maxInt, maxInt, maxInt, maxInt},
+		Skipped:        SkippedCount{maxInt, maxInt, maxInt, maxInt, maxInt, maxInt, maxInt},
+		FirstInvalid:   truncateUTF8(strings.Repeat("\x01", 2*maxFirstInvalid), maxFirstInvalid),
 		DetailKey:      strings.Repeat("k", 1024)}
 	if _, err := big.TerminationMessage(); err != nil {
 		t.Errorf("largest summary: %v", err)
