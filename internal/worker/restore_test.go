@@ -1,13 +1,19 @@
 package worker
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/klauspost/compress/zstd"
@@ -179,4 +185,103 @@ func TestRestoreWorkerRefusesBadInputBeforeWriting(t *testing.T) {
 	if got := scopesOf(t, f, target); len(got) != 0 {
 		t.Fatalf("refused restores wrote %v", got)
 	}
+}
+
+// TestRestoreProcessKilledThenRerunCompletes runs the real binary, kills it (SIGKILL,
+// as an evicted pod) once batches have committed, then runs it again as a new
+// MemoryRestore would (another detail object): the target ends exactly as after one
+// uninterrupted restore.
+func TestRestoreProcessKilledThenRerunCompletes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and restores 60k memories")
+	}
+	f := newFixture(t)
+	ctx := context.Background()
+	const n = 60_000
+	i := 0
+	if _, err := f.store.Import(ctx, func() (memory.Item, bool, error) {
+		if i == n {
+			return memory.Item{}, false, nil
+		}
+		i++
+		return mem(fmt.Sprintf("m%07d", i), fmt.Sprintf("user:%06d", i/10), memory.Semantic, "",
+			fmt.Sprintf("memory number %d about coffee and trains", i), time.Duration(i)*time.Second), true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	snap := f.config("kill-restore/")
+	snap.ShardTargetBytes = 1 << 20
+	if _, err := RunSnapshot(ctx, snap, f.sec, RunOptions{Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	config := func(schema, detail string) RestoreConfig {
+		c := f.restoreConfig(schema, "kill-restore/")
+		c.PrefixMap = []ScopeRule{{From: "user:", To: "user:legacy-"}}
+		c.Embeddings = "Defer"
+		c.DetailKey = "kill-restore/restores/" + detail + "/" + restoreDetailSuffix
+		return c
+	}
+
+	// The reference: one uninterrupted run.
+	ref := f.targetSchema(t)
+	if _, err := RunRestore(ctx, config(ref, "ref"), f.restoreSecrets(), RunOptions{Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+
+	bin := buildBinary(t)
+	target := f.targetSchema(t)
+	run := func(detail string) *exec.Cmd {
+		cmd := exec.Command(bin, append([]string{"restore"}, config(target, detail).Args()...)...)
+		sec := f.restoreSecrets()
+		cmd.Env = append(os.Environ(), EnvPostgresURI+"="+sec.PostgresURI, EnvSourceS3AccessKey+"="+sec.SourceS3AccessKey,
+			EnvSourceS3SecretKey+"="+sec.SourceS3SecretKey, EnvSourceKey+"="+sec.SourceKey)
+		return cmd
+	}
+	cmd := run("first")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it once some batches have committed: the restore is then midway.
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		var read, restored, skipped int64
+		if _, err := fmt.Sscanf(sc.Text(), "read %d, restored %d, skipped %d", &read, &restored, &skipped); err == nil && restored >= 10_000 {
+			break
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	partial := len(scopesOf(t, f, target))
+	if partial == 0 || partial >= n {
+		t.Fatalf("killed run left %d of %d memories: not midway", partial, n)
+	}
+
+	if out, err := run("second").CombinedOutput(); err != nil {
+		t.Fatalf("second run: %v\n%s", err, out)
+	}
+	want, got := exportItems(t, f, ref), exportItems(t, f, target)
+	if len(got) != n || !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the rerun: %d memories (want %d), equal to the reference: %v", len(got), n, reflect.DeepEqual(got, want))
+	}
+	if !strings.HasPrefix(got[0].Scope, "user:legacy-") {
+		t.Fatalf("scope %q was not mapped", got[0].Scope)
+	}
+}
+
+// exportItems reads every memory of a schema, in export order.
+func exportItems(t *testing.T, f *fixtureEnv, schema string) []memory.Item {
+	t.Helper()
+	var out []memory.Item
+	err := pgstore.New(f.pool, schema).Export(context.Background(), pgstore.ExportFilter{IncludeArchived: true}, func(it memory.Item) error {
+		out = append(out, it)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -376,11 +376,7 @@ func TestSnapshotProcessKilledMidUploadLeavesNoManifest(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "memory-operator")
-	build := exec.Command("go", "build", "-o", bin, "github.com/amemory/memory-operator")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	cfg := f.config("crash/")
 	cfg.ShardTargetBytes = 4 << 20 // several shards, so uploads are under way when killed
 	run := func() *exec.Cmd {
@@ -427,6 +423,17 @@ func TestSnapshotProcessKilledMidUploadLeavesNoManifest(t *testing.T) {
 	if got := r.Manifest().Counts.Items; got != n || len(r.Manifest().Shards) < 2 {
 		t.Fatalf("items = %d in %d shards, want %d in several", got, len(r.Manifest().Shards), n)
 	}
+}
+
+// buildBinary builds memory-operator for tests that run the real process.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "memory-operator")
+	build := exec.Command("go", "build", "-o", bin, "github.com/amemory/memory-operator")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 func TestSnapshotReportsUnusableDestinations(t *testing.T) {
