@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,9 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/memory"
 )
 
 // validArchival is an archival spec the API server accepts.
@@ -163,4 +167,32 @@ func TestArchivalAdmissionAcceptsValidSpecs(t *testing.T) {
 			g.Expect(*got.Spec.Archival.JobsHistoryLimit).To(Equal(int32(memoryv1alpha1.DefaultJobsHistoryLimit)), "defaulted")
 		})
 	}
+}
+
+// The acme sample, with its archival, is accepted as it is and means what its comments
+// say.
+func TestArchivalSampleIsValid(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "config", "samples", "memory_v1alpha1_memorystore.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	sample := &memoryv1alpha1.MemoryStore{}
+	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(sample); err != nil {
+		t.Fatal(err)
+	}
+	sample.Namespace = newNamespace(t)
+	create(t, sample)
+	g := NewWithT(t)
+	a := getStore(g, client.ObjectKeyFromObject(sample)).Spec.Archival
+	g.Expect(a).NotTo(BeNil())
+	threshold, halfLives, err := archivalParameters(a)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(threshold).To(Equal(0.05))
+	g.Expect(halfLives[memory.Episodic]).To(Equal(60 * 24 * time.Hour))
+	g.Expect(halfLives[memory.Working]).To(Equal(memory.DefaultHalfLives()[memory.Working]))
+	g.Expect(a.ColdStorageEnabled()).To(BeTrue())
+	g.Expect(a.ColdStorage.DeleteAfter.Duration).To(Equal(90 * 24 * time.Hour))
+	_, err = parseSchedule(a.Schedule)
+	g.Expect(err).NotTo(HaveOccurred())
 }
