@@ -250,9 +250,24 @@ func TestArchivalRecordsAFailedRun(t *testing.T) {
 	slot2 := slot.Add(24 * time.Hour)
 	clk.SetTime(slot2.Add(time.Minute))
 	reconcileArchival(t, r, store)
-	g.Expect(archiveJobNames(g, store)).To(Equal([]string{name, archiveJobName(store, slot2)}))
+	name2 := archiveJobName(store, slot2)
+	g.Expect(archiveJobNames(g, store)).To(Equal([]string{name, name2}))
 	_, c = archivalOf(g, store)
 	g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonRunning))
+
+	// Its Job is deleted before it finished: a failed run, never started again.
+	g.Expect(k8sClient.Delete(context.Background(), getJob(g, ns, name2),
+		client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+	reconcileArchival(t, r, store)
+	st, c = archivalOf(g, store)
+	g.Expect(st.ActiveJob).To(BeEmpty())
+	g.Expect(st.LastRun.JobName).To(Equal(name2))
+	g.Expect(st.LastRun.Result).To(Equal(memoryv1alpha1.ArchivalRunFailed))
+	g.Expect(st.LastRun.Message).To(Equal("Job " + name2 + " was deleted before it finished; the next slot runs again and completes what it left"))
+	g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonFailed))
+	g.Expect(archiveJobNames(g, store)).To(Equal([]string{name}))
+	v, _ = metricValue(g, "memory_operator_archival_runs_total", storeLabels(store, "result", "failed"))
+	g.Expect(v).To(Equal(2.0))
 }
 
 func TestArchivalWaitsForTheStoreToBeReady(t *testing.T) {

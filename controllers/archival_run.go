@@ -196,7 +196,7 @@ func (r *ArchivalReconciler) followRun(ctx context.Context, store *memoryv1alpha
 	st := want.ensureStatus()
 	if job == nil {
 		now := nowFrom(r.Clock)
-		r.recordRun(store, want, &memoryv1alpha1.ArchivalRun{
+		r.recordRun(ctx, want, &memoryv1alpha1.ArchivalRun{
 			JobName: name, CompletionTime: now, Result: memoryv1alpha1.ArchivalRunFailed,
 			Message: fmt.Sprintf("Job %s was deleted before it finished; the next slot runs again and completes what it left", name),
 		})
@@ -215,12 +215,12 @@ func (r *ArchivalReconciler) followRun(ctx context.Context, store *memoryv1alpha
 	if err != nil {
 		return nil, err
 	}
-	r.recordRun(store, want, run)
+	r.recordRun(ctx, want, run)
 	return nil, nil
 }
 
 // recordRun makes run the last run, and has it announced once status is written.
-func (r *ArchivalReconciler) recordRun(store *memoryv1alpha1.MemoryStore, want *archivalState, run *memoryv1alpha1.ArchivalRun) {
+func (r *ArchivalReconciler) recordRun(ctx context.Context, want *archivalState, run *memoryv1alpha1.ArchivalRun) {
 	st := want.ensureStatus()
 	st.ActiveJob = ""
 	st.LastRun = run
@@ -228,8 +228,7 @@ func (r *ArchivalReconciler) recordRun(store *memoryv1alpha1.MemoryStore, want *
 		st.LastSuccessTime = run.CompletionTime.DeepCopy()
 	}
 	want.finished = run
-	logf.Log.WithName("archival").Info("Archive run ended", "store", client.ObjectKeyFromObject(store),
-		"job", run.JobName, "result", run.Result, "archived", run.Archived)
+	logf.FromContext(ctx).Info("Archive run ended", "job", run.JobName, "result", run.Result, "archived", run.Archived)
 }
 
 // runResult is what a finished archive Job did: for a failed Job its reason and the
@@ -362,7 +361,7 @@ func (r *ArchivalReconciler) startRun(ctx context.Context, store *memoryv1alpha1
 		// Retrying the same Job is refused the same way: the slot fails, the next one
 		// tries again with whatever the spec says then.
 		st.LastScheduleTime = &metav1.Time{Time: slot}
-		r.recordRun(store, want, &memoryv1alpha1.ArchivalRun{JobName: name, CompletionTime: nowFrom(r.Clock),
+		r.recordRun(ctx, want, &memoryv1alpha1.ArchivalRun{JobName: name, CompletionTime: nowFrom(r.Clock),
 			Result: memoryv1alpha1.ArchivalRunFailed, DryRun: store.Spec.Archival.DryRun,
 			Message: fmt.Sprintf("The API server rejected Job %s: %v", name, err)})
 		return nil, nil
