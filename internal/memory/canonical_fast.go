@@ -60,18 +60,18 @@ func appendCanonicalFast(dst, raw []byte) ([]byte, byte, error) {
 }
 
 func (c *fastCanon) value(out []byte, depth int) ([]byte, error) {
-	switch b := c.sc.Next(); {
-	case b == '{':
+	switch c.sc.Next() {
+	case '{':
 		return c.object(out, depth+1)
-	case b == '[':
+	case '[':
 		return c.array(out, depth+1)
-	case b == '"':
+	case '"':
 		var ok bool
 		if c.scratch, ok = c.sc.String(c.scratch[:0]); !ok || bytes.IndexByte(c.scratch, 0) >= 0 {
 			return out, errNotFast{} // NUL: jsonb cannot store it
 		}
 		return jsonscan.AppendString(out, c.scratch), nil
-	case b == 't' || b == 'f' || b == 'n':
+	case 't', 'f', 'n':
 		for _, lit := range [...]string{"true", "false", "null"} {
 			if c.sc.Literal(lit) {
 				return append(out, lit...), nil

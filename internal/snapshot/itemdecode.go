@@ -61,37 +61,7 @@ func decodeItemFast(line []byte, it *memory.Item) bool {
 			return false
 		}
 		seen |= bit
-		switch bit {
-		case fID:
-			ok = decodeString(&sc, &it.MemoryID)
-		case fType:
-			var s string
-			ok = decodeString(&sc, &s)
-			it.MemoryType = memory.Type(s)
-		case fScope:
-			ok = decodeString(&sc, &it.Scope)
-		case fKey:
-			ok = decodeString(&sc, &it.Key)
-		case fSource:
-			ok = decodeString(&sc, &it.Source)
-		case fContent:
-			ok = decodeRaw(&sc, &it.Content)
-		case fScore:
-			ok = decodeFloat(&sc, &it.BaseScore)
-		case fCreated:
-			ok = decodeTime(&sc, &it.CreatedAt)
-		case fUpdated:
-			ok = decodeTime(&sc, &it.UpdatedAt)
-		case fExpires:
-			ok = decodeTimePtr(&sc, &it.ExpiresAt)
-		case fArchived:
-			ok = decodeTimePtr(&sc, &it.ArchivedAt)
-		case fHistory:
-			ok = decodeHistory(&sc, &it.History)
-		case fEmbedding:
-			ok = decodeEmbedding(&sc, &it.Embedding)
-		}
-		if !ok {
+		if !decodeItemField(&sc, it, bit) {
 			return false
 		}
 		if sc.Consume(',') {
@@ -99,6 +69,42 @@ func decodeItemFast(line []byte, it *memory.Item) bool {
 		}
 		return sc.Consume('}') && sc.AtEnd()
 	}
+}
+
+// decodeItemField decodes the value of the field whose bit is given.
+func decodeItemField(sc *jsonscan.Scanner, it *memory.Item, bit uint32) bool {
+	switch bit {
+	case fID:
+		return decodeString(sc, &it.MemoryID)
+	case fType:
+		var s string
+		ok := decodeString(sc, &s)
+		it.MemoryType = memory.Type(s)
+		return ok
+	case fScope:
+		return decodeString(sc, &it.Scope)
+	case fKey:
+		return decodeString(sc, &it.Key)
+	case fSource:
+		return decodeString(sc, &it.Source)
+	case fContent:
+		return decodeRaw(sc, &it.Content)
+	case fScore:
+		return decodeFloat(sc, &it.BaseScore)
+	case fCreated:
+		return decodeTime(sc, &it.CreatedAt)
+	case fUpdated:
+		return decodeTime(sc, &it.UpdatedAt)
+	case fExpires:
+		return decodeTimePtr(sc, &it.ExpiresAt)
+	case fArchived:
+		return decodeTimePtr(sc, &it.ArchivedAt)
+	case fHistory:
+		return decodeHistory(sc, &it.History)
+	case fEmbedding:
+		return decodeEmbedding(sc, &it.Embedding)
+	}
+	return false
 }
 
 func itemField(name string) (uint32, bool) {

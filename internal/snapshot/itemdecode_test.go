@@ -15,15 +15,14 @@ func itemLines(t testing.TB) []string {
 	at := time.Date(2026, 11, 30, 5, 6, 7, 123456789, time.UTC)
 	full := memory.Item{MemoryID: "m1", MemoryType: memory.Semantic, Scope: "user:1024", Key: "pref.é",
 		Content: json.RawMessage(`{"text":"a \"quoted\" \u00e9 \ud83d\ude00","n":[1,2.5e3,-0,{"x":null}]}`),
-		Source: "agent@1", BaseScore: 0.75, CreatedAt: at, UpdatedAt: at.Add(time.Hour), ExpiresAt: &at, ArchivedAt: &at,
-		History: []memory.Revision{{Content: json.RawMessage(`{"a":1}`), Source: "s", BaseScore: 1e-7, UpdatedAt: at, SupersededAt: at}},
+		Source:  "agent@1", BaseScore: 0.75, CreatedAt: at, UpdatedAt: at.Add(time.Hour), ExpiresAt: &at, ArchivedAt: &at,
+		History:   []memory.Revision{{Content: json.RawMessage(`{"a":1}`), Source: "s", BaseScore: 1e-7, UpdatedAt: at, SupersededAt: at}},
 		Embedding: []float32{0.5, -1.25, 3e-8, 1e20}}
 	b, err := appendItem(nil, &full)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := []string{string(b)}
-	for _, l := range []string{
+	return append([]string{string(b)},
 		`{}`, `{"memory_id":"a"}`, ` { "memory_id" : "a" , "scope" : "s" } `, `{"memory_id":"a","memory_id":"b"}`,
 		`{"Memory_ID":"a"}`, `{"unknown":1,"memory_id":"a"}`, `{"memory_id":null}`, `{"memory_id":1}`,
 		`{"memory_id":"\u0041\ud800x\n\u0000"}`, "{\"memory_id\":\"\xff\xfe\"}", `{"content":null}`, `{"content":"str"}`,
@@ -35,11 +34,8 @@ func itemLines(t testing.TB) []string {
 		`{"history":[{"content":{"a":1}},{"base_score":2}]}`, `{"history":{}}`, `{"embedding":null}`, `{"embedding":[]}`,
 		`{"embedding":[1,2,3]}`, `{"embedding":[1e39]}`, `{"embedding":[1,]}`, `{"embedding":["1"]}`,
 		`{"memory_id":"a"} x`, `{"memory_id":"a"}{}`, `[]`, `null`, ``, `{"memory_id":"a",}`, `{,}`,
-		`{"key":"` + strings.Repeat("k", 300) + `"}`,
-	} {
-		lines = append(lines, l)
-	}
-	return lines
+		`{"key":"`+strings.Repeat("k", 300)+`"}`,
+	)
 }
 
 func TestUnmarshalItemMatchesEncodingJSON(t *testing.T) {
