@@ -148,9 +148,8 @@ func (a *archiveRun) processDeletions(ctx context.Context, holdForCold bool) err
 	}, a.index.delete)
 	a.sum.VectorsDeleted += res.Deleted
 	a.sum.Recovered += res.Recovered
-	if res.Deleted > 0 || res.Revived > 0 {
-		a.progress("deleted %d vectors (%d left by an earlier run); %d memories revived meanwhile kept theirs",
-			res.Deleted, res.Recovered, res.Revived)
+	if res.Deleted > 0 {
+		a.progress("deleted %d vectors (%d left by an earlier run)", res.Deleted, res.Recovered)
 	}
 	return err
 }

@@ -349,8 +349,7 @@ func testArchiveRun(t *testing.T, engine string) {
 	if v := e.vectors(t, kept); len(v) != len(kept) {
 		t.Fatalf("%d of %d live memories kept their vectors", len(v), len(kept))
 	}
-	var pending int64
-	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{e.schema, "index_deletions"}.Sanitize()).Scan(&pending); err != nil || pending != 0 {
+	if pending, err := e.store.PendingIndexDeletions(ctx); err != nil || pending != 0 {
 		t.Fatalf("pending deletions = %d, %v", pending, err)
 	}
 	e.assertInvisible(t, want.archived)

@@ -4,32 +4,38 @@ package pgstore
 //
 // PostgreSQL is the truth and the vector index (Milvus, or the vectors table) is
 // derived from it, but the two cannot share a transaction. So every change that takes
-// vectors out of the index records the deletion it owes in the SAME transaction:
+// vectors out of the index leaves, in the SAME transaction, a durable record of the
+// deletions it owes, and ProcessIndexDeletions works them off in batches, advancing
+// the record only after the index delete succeeded. A crash at any point leaves either
+// the change undone or the deletions recorded, and the next run finishes them. Readers
+// never see the gap: recall and search read PostgreSQL, which already says archived
+// (or gone).
 //
+// There are two records, because archival marks many rows and purging deletes few:
+//
+//	archive_runs(archived_at PK, marked, recorded_at, vectors_after, vectors_deleted_at,
+//	             cold_package, cold_items, cold_written_at)
 //	index_deletions(memory_id PK, scope, recorded_at)
 //
-// MarkArchived, PurgeExpired and DeleteArchived write it; ProcessIndexDeletions works
-// it off in batches and removes each entry only after the index delete succeeded. A
-// crash at any point leaves either the change undone or the deletion recorded, and the
-// next run finishes it. Until then nothing is inconsistent to readers: recall and
-// search read PostgreSQL, which already says archived (or gone).
+// MarkArchived adds one archive_runs row per run, keyed by the run's clock: every
+// memory it archived has archived_at = that time, so the run's pending deletions are
+// "memories archived at archived_at with memory_id > vectors_after", found through the
+// (archived_at, memory_id) index, with no per-row bookkeeping in the marking
+// statement. PurgeExpired deletes rows, so it records each one in index_deletions.
 //
 // A memory can come back while its deletion is pending: Put supersedes it with
-// archived_at NULL, Unarchive rehydrates it. ProcessIndexDeletions therefore deletes
-// the vector only when the memory is still archived or gone, and holds those rows FOR
-// SHARE while the index deletes: a concurrent revival (Put locks FOR UPDATE, Unarchive
-// updates) waits for the batch to commit and then writes its vector after the delete,
-// never before it.
+// archived_at NULL, Unarchive rehydrates it, a restore re-inserts a purged one. Its
+// vector must then stay. A run's batch selects only memories still archived at the
+// run's time and locks them (FOR SHARE) for the index delete; index_deletions entries
+// whose memory is live again are dropped without a delete. A concurrent revival (Put
+// locks FOR UPDATE, Unarchive updates) waits for the batch to commit and writes its
+// vector after the delete, never before it.
 //
-// Archived memories may later be deleted from PostgreSQL, but only with a cold copy:
-//
-//	archive_runs(archived_at PK, marked, cold_package, cold_items, cold_written_at)
-//
-// has a row per run that archived something, keyed by the run's clock (every memory it
-// archived has archived_at = that time). The cold copy of a run is recorded only after
-// its package's manifest was written (RecordColdCopy), and DeleteArchived deletes only
-// memories whose archived_at names a run with a recorded copy. A re-run at the same
-// clock that archives more memories clears the record, so the copy is written again.
+// Archived memories may later be deleted from PostgreSQL, but only once their vectors
+// are gone and their cold copy is recorded: RecordColdCopy is called after the
+// package's manifest is written, and DeleteArchived deletes only memories of runs with
+// both. A re-run at the same clock that archives more memories clears both, so they
+// are done again.
 //
 // Every statement here is set-based; archival never touches a scope with a tombstone.
 
@@ -68,9 +74,9 @@ func (s *Store) notTombstoned(m string) string {
 }
 
 // MarkArchived archives, in one statement, every live memory whose effective score at
-// now is below threshold: archived_at := now (to the microsecond), a pending vector
-// deletion recorded for each (see the package comment on archival), the run added to
-// archive_runs and an audit_log record ("archive") written. Live means not archived,
+// now is below threshold: archived_at := now (to the microsecond), the run recorded in
+// archive_runs (which makes their vector deletions pending, see the comment on
+// archival at the top of this file) and an audit_log record ("archive") written. Live means not archived,
 // not expired at now (expired memories are purged, not archived) and not in a
 // tombstoned scope.
 //
@@ -97,15 +103,12 @@ func (s *Store) MarkArchived(ctx context.Context, now time.Time, threshold float
 		sql = `WITH marked AS (
 				UPDATE ` + s.t.memories + ` m SET archived_at = $1::timestamptz
 				WHERE ` + live + ` AND ` + below + `
-				RETURNING m.memory_id, m.scope, m.memory_type
-			), recorded AS (
-				INSERT INTO ` + s.t.indexDeletions + ` (memory_id, scope)
-				SELECT memory_id, scope FROM marked
-				ON CONFLICT (memory_id) DO NOTHING
+				RETURNING m.memory_type
 			), run AS (
 				INSERT INTO ` + s.t.archiveRuns + ` AS r (archived_at, marked)
 				SELECT $1::timestamptz, count(*) FROM marked HAVING count(*) > 0
 				ON CONFLICT (archived_at) DO UPDATE SET marked = r.marked + EXCLUDED.marked,
+					vectors_after = '', vectors_deleted_at = NULL,
 					cold_package = NULL, cold_items = NULL, cold_written_at = NULL
 			), audit AS (
 				INSERT INTO ` + s.t.auditLog + ` (action, detail)
@@ -145,8 +148,8 @@ func (s *Store) MarkArchived(ctx context.Context, now time.Time, threshold float
 type DeletionOptions struct {
 	// BatchSize is how many IDs one call of the index delete gets (0: DefaultDeletionBatch).
 	BatchSize int
-	// HoldForCold leaves alone the deletions of memories whose archival run has no
-	// cold copy yet, so that the copy can still take their vectors from the index.
+	// HoldForCold leaves alone the runs without a cold copy yet, so that the copy can
+	// still take their vectors from the index.
 	HoldForCold bool
 	// RecordedBefore: deletions recorded before it (by the database's clock, see
 	// ServerTime) count as Recovered.
@@ -159,36 +162,71 @@ type DeletionResult struct {
 	Deleted int64
 	// Recovered of them were recorded before DeletionOptions.RecordedBefore.
 	Recovered int64
-	// Revived deletions were dropped without deleting: their memory is live again.
-	Revived int64
 }
 
-// ProcessIndexDeletions works off the pending vector deletions in batches of memory
-// IDs, in ID order: per batch, one transaction locks the memories that still exist
-// (FOR SHARE), calls deleteVectors with the IDs whose memory is archived or gone, and
-// removes the batch's entries only when that call succeeded. On an error the batch
-// stays recorded (earlier batches are done) and the error is returned; running it
-// again finishes the job. deleteVectors must be idempotent (vector.Index.Delete is).
+// ProcessIndexDeletions works off the pending vector deletions: the archival runs'
+// (in run order, then memory_id order), then the purged memories'. Each batch is one
+// transaction that locks the batch's memories (FOR SHARE), calls deleteVectors with
+// the IDs of those archived or gone, and advances the record only when that call
+// succeeded. On an error earlier batches stay done and the error is returned; running
+// it again finishes the job. deleteVectors must be idempotent (vector.Index.Delete is).
 func (s *Store) ProcessIndexDeletions(ctx context.Context, opts DeletionOptions,
 	deleteVectors func(ctx context.Context, ids []string) error) (DeletionResult, error) {
 	var res DeletionResult
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = DefaultDeletionBatch
 	}
+	hold := ``
+	if opts.HoldForCold {
+		hold = ` AND cold_written_at IS NOT NULL`
+	}
+	rows, err := s.pool.Query(ctx, `SELECT archived_at, vectors_after, recorded_at < $1::timestamptz FROM `+s.t.archiveRuns+`
+		WHERE vectors_deleted_at IS NULL`+hold+` ORDER BY archived_at`, opts.RecordedBefore)
+	if err != nil {
+		return res, fmt.Errorf("pgstore: pending vector deletions: %w", err)
+	}
+	type run struct {
+		at    time.Time
+		after string
+		old   bool
+	}
+	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (run, error) {
+		var x run
+		return x, r.Scan(&x.at, &x.after, &x.old)
+	})
+	if err != nil {
+		return res, fmt.Errorf("pgstore: pending vector deletions: %w", err)
+	}
+	for _, r := range runs {
+		for done := false; !done; {
+			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				var n int
+				var err error
+				n, r.after, done, err = s.runDeletionBatch(ctx, tx, r.at, r.after, opts.BatchSize, deleteVectors)
+				res.Deleted += int64(n)
+				if r.old {
+					res.Recovered += int64(n)
+				}
+				return err
+			})
+			if err != nil {
+				return res, fmt.Errorf("pgstore: vector deletions of the archival run at %s: %w", r.at.UTC().Format(time.RFC3339Nano), err)
+			}
+		}
+	}
 	after := ""
 	for {
-		var b deletionBatch
+		var b entryBatch
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			var err error
-			b, err = s.deletionBatch(ctx, tx, opts, after, deleteVectors)
+			b, err = s.entryDeletionBatch(ctx, tx, opts, after, deleteVectors)
 			return err
 		})
 		if err != nil {
 			return res, fmt.Errorf("pgstore: pending vector deletions: %w", err)
 		}
-		res.Deleted += b.res.Deleted
-		res.Recovered += b.res.Recovered
-		res.Revived += b.res.Revived
+		res.Deleted += b.deleted
+		res.Recovered += b.recovered
 		if b.n < opts.BatchSize {
 			return res, nil
 		}
@@ -196,24 +234,48 @@ func (s *Store) ProcessIndexDeletions(ctx context.Context, opts DeletionOptions,
 	}
 }
 
-// deletionBatch is one batch of ProcessIndexDeletions: n entries after `after`, the
-// last of them last.
-type deletionBatch struct {
-	n    int
-	last string
-	res  DeletionResult
+// runDeletionBatch deletes the vectors of the next batch of a run's memories, those
+// still archived at the run's time with memory_id > after, and records the progress;
+// done says the run has no more.
+func (s *Store) runDeletionBatch(ctx context.Context, tx pgx.Tx, at time.Time, after string, batch int,
+	deleteVectors func(ctx context.Context, ids []string) error) (n int, last string, done bool, err error) {
+	// FOR SHARE: a row revived meanwhile fails the WHERE when re-checked after the lock
+	// and drops out; one revived later waits for this transaction.
+	rows, err := tx.Query(ctx, `SELECT memory_id FROM `+s.t.memories+`
+		WHERE archived_at = $1 AND memory_id > $2 ORDER BY memory_id LIMIT $3 FOR SHARE`, at, after, batch)
+	if err != nil {
+		return 0, after, false, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, after, false, err
+	}
+	if len(ids) > 0 {
+		if err := deleteVectors(ctx, ids); err != nil {
+			return 0, after, false, err
+		}
+		last = ids[len(ids)-1]
+	} else {
+		last = after
+	}
+	done = len(ids) < batch
+	_, err = tx.Exec(ctx, `UPDATE `+s.t.archiveRuns+` SET vectors_after = $2,
+		vectors_deleted_at = CASE WHEN $3::bool THEN now() END WHERE archived_at = $1`, at, last, done)
+	return len(ids), last, done, err
 }
 
-func (s *Store) deletionBatch(ctx context.Context, tx pgx.Tx, opts DeletionOptions, after string,
-	deleteVectors func(ctx context.Context, ids []string) error) (deletionBatch, error) {
-	var b deletionBatch
-	hold := ``
-	if opts.HoldForCold {
-		hold = ` AND NOT EXISTS (SELECT 1 FROM ` + s.t.memories + ` m JOIN ` + s.t.archiveRuns + ` r ON r.archived_at = m.archived_at
-			WHERE m.memory_id = d.memory_id AND r.cold_written_at IS NULL)`
-	}
-	rows, err := tx.Query(ctx, `SELECT d.memory_id, d.recorded_at < $3::timestamptz FROM `+s.t.indexDeletions+` d
-		WHERE d.memory_id > $1`+hold+` ORDER BY d.memory_id LIMIT $2`, after, opts.BatchSize, opts.RecordedBefore)
+// entryBatch is one batch of index_deletions entries: n entries, the last of them last.
+type entryBatch struct {
+	n                  int
+	last               string
+	deleted, recovered int64
+}
+
+func (s *Store) entryDeletionBatch(ctx context.Context, tx pgx.Tx, opts DeletionOptions, after string,
+	deleteVectors func(ctx context.Context, ids []string) error) (entryBatch, error) {
+	var b entryBatch
+	rows, err := tx.Query(ctx, `SELECT memory_id, recorded_at < $3::timestamptz FROM `+s.t.indexDeletions+`
+		WHERE memory_id > $1 ORDER BY memory_id LIMIT $2`, after, opts.BatchSize, opts.RecordedBefore)
 	if err != nil {
 		return b, err
 	}
@@ -234,8 +296,8 @@ func (s *Store) deletionBatch(ctx context.Context, tx pgx.Tx, opts DeletionOptio
 	}
 	b.n, b.last = len(ids), ids[len(ids)-1]
 
-	// Locking re-reads the latest committed version of each row, so a revival that
-	// committed meanwhile is seen below, and one that comes later waits for the commit.
+	// A memory of that ID may exist again (a restore re-inserted it): lock and keep it
+	// if it is live, as for runs.
 	if rows, err = tx.Query(ctx, `SELECT memory_id FROM `+s.t.memories+` WHERE memory_id = ANY($1) FOR SHARE`, ids); err != nil {
 		return b, err
 	}
@@ -254,7 +316,7 @@ func (s *Store) deletionBatch(ctx context.Context, tx pgx.Tx, opts DeletionOptio
 		if !slices.Contains(live, e.id) {
 			del = append(del, e.id)
 			if e.old {
-				b.res.Recovered++
+				b.recovered++
 			}
 		}
 	}
@@ -266,16 +328,20 @@ func (s *Store) deletionBatch(ctx context.Context, tx pgx.Tx, opts DeletionOptio
 	if _, err := tx.Exec(ctx, `DELETE FROM `+s.t.indexDeletions+` WHERE memory_id = ANY($1)`, ids); err != nil {
 		return b, err
 	}
-	b.res.Deleted, b.res.Revived = int64(len(del)), int64(len(live))
+	b.deleted = int64(len(del))
 	return b, nil
 }
 
-// PendingIndexDeletions counts the recorded vector deletions ProcessIndexDeletions
-// would pass to the index now (those of memories archived or gone, not revived).
+// PendingIndexDeletions counts the vector deletions ProcessIndexDeletions would pass to
+// the index now.
 func (s *Store) PendingIndexDeletions(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.t.indexDeletions+` d
-		WHERE NOT EXISTS (SELECT 1 FROM `+s.t.memories+` m WHERE m.memory_id = d.memory_id AND m.archived_at IS NULL)`).Scan(&n)
+	err := s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM `+s.t.indexDeletions+` d
+			WHERE NOT EXISTS (SELECT 1 FROM `+s.t.memories+` m WHERE m.memory_id = d.memory_id AND m.archived_at IS NULL))
+		+ (SELECT count(*) FROM `+s.t.archiveRuns+` r JOIN `+s.t.memories+` m
+			ON m.archived_at = r.archived_at AND m.memory_id > r.vectors_after
+			WHERE r.vectors_deleted_at IS NULL)`).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: pending vector deletions: %w", err)
 	}
@@ -328,6 +394,8 @@ type ArchiveRun struct {
 	// Marked is how many memories the run archived; StillArchived how many of them are
 	// archived (at this time) and stored now.
 	Marked, StillArchived int64
+	// VectorsDeletedAt is when the run's vector deletions were done (nil: pending).
+	VectorsDeletedAt *time.Time
 	// ColdPackage is the prefix of the package holding the run's cold copy, with
 	// ColdItems items (of this and any other run it covers), written at ColdWrittenAt;
 	// empty and nil while the copy is missing.
@@ -340,25 +408,30 @@ type ArchiveRun struct {
 func (s *Store) ArchiveRuns(ctx context.Context) ([]ArchiveRun, error) {
 	rows, err := s.pool.Query(ctx, `SELECT r.archived_at, r.marked,
 			(SELECT count(*) FROM `+s.t.memories+` m WHERE m.archived_at = r.archived_at),
-			coalesce(r.cold_package, ''), coalesce(r.cold_items, 0), r.cold_written_at
+			r.vectors_deleted_at, coalesce(r.cold_package, ''), coalesce(r.cold_items, 0), r.cold_written_at
 		FROM `+s.t.archiveRuns+` r ORDER BY r.archived_at`)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: archive runs: %w", err)
 	}
 	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ArchiveRun, error) {
 		var a ArchiveRun
-		err := r.Scan(&a.ArchivedAt, &a.Marked, &a.StillArchived, &a.ColdPackage, &a.ColdItems, &a.ColdWrittenAt)
+		err := r.Scan(&a.ArchivedAt, &a.Marked, &a.StillArchived, &a.VectorsDeletedAt, &a.ColdPackage, &a.ColdItems, &a.ColdWrittenAt)
 		a.ArchivedAt = a.ArchivedAt.UTC()
-		if a.ColdWrittenAt != nil {
-			t := a.ColdWrittenAt.UTC()
-			a.ColdWrittenAt = &t
-		}
+		a.VectorsDeletedAt, a.ColdWrittenAt = utcPtr(a.VectorsDeletedAt), utcPtr(a.ColdWrittenAt)
 		return a, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: archive runs: %w", err)
 	}
 	return runs, nil
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // PrepareColdCopy returns the clocks of the runs whose memories a cold package at
@@ -408,13 +481,14 @@ func (s *Store) RecordColdCopy(ctx context.Context, prefix string, runs []time.T
 }
 
 // DeleteArchived deletes from PostgreSQL, in one statement, the memories archived
-// before `before` by a run whose cold copy is recorded (and still archived at that
-// run's time, so never one revived since), outside tombstoned scopes, and writes an
-// audit_log record ("delete-archived", with actor, before and the count). Their
-// vectors left the index when they were archived. It returns how many it deleted (with
-// dryRun, would delete, writing nothing).
+// before `before` by a run whose vectors are deleted and whose cold copy is recorded
+// (and still archived at that run's time, so never one revived since), outside
+// tombstoned scopes, and writes an audit_log record ("delete-archived", with actor,
+// before and the count). It returns how many it deleted (with dryRun, would delete,
+// writing nothing).
 func (s *Store) DeleteArchived(ctx context.Context, before time.Time, actor string, dryRun bool) (int64, error) {
-	cond := `m.archived_at = r.archived_at AND r.cold_written_at IS NOT NULL AND m.archived_at < $1::timestamptz AND ` + s.notTombstoned("m")
+	cond := `m.archived_at = r.archived_at AND r.cold_written_at IS NOT NULL AND r.vectors_deleted_at IS NOT NULL
+		AND m.archived_at < $1::timestamptz AND ` + s.notTombstoned("m")
 	sql := `SELECT count(*) FROM ` + s.t.memories + ` m JOIN ` + s.t.archiveRuns + ` r ON ` + cond
 	args := []any{before}
 	if !dryRun {
@@ -439,7 +513,8 @@ func (s *Store) DeleteArchived(ctx context.Context, before time.Time, actor stri
 // Unarchive rehydrates archived memories of scope in place (archived_at := NULL) and
 // returns them, in memory_id order, so that the caller can put their vectors back (see
 // service.Memory.Rehydrate). IDs that are not archived memories of scope are ignored.
-// Their pending vector deletions are dropped. A rehydrated memory keeps its
+// Their pending vector deletions lapse (they are no longer archived). A rehydrated
+// memory keeps its
 // updated_at, hence its score: an archival run with the same threshold archives it
 // again unless it is re-stated meanwhile.
 func (s *Store) Unarchive(ctx context.Context, scope string, ids ...string) ([]memory.Item, error) {
@@ -453,8 +528,6 @@ func (s *Store) Unarchive(ctx context.Context, scope string, ids ...string) ([]m
 			UPDATE `+s.t.memories+` SET archived_at = NULL
 			WHERE scope = $1 AND memory_id = ANY($2) AND archived_at IS NOT NULL
 			RETURNING `+memoryCols+`
-		), dropped AS (
-			DELETE FROM `+s.t.indexDeletions+` WHERE memory_id IN (SELECT memory_id FROM u)
 		)
 		SELECT `+memoryCols+` FROM u ORDER BY memory_id`, scope, ids)
 	if err != nil {

@@ -152,28 +152,27 @@ func TestMarkArchivedMatchesGoScore(t *testing.T) {
 		t.Fatalf("archived %d memories, want exactly the %d below the threshold; extra/missing: %v",
 			len(got), len(want), symmetricDiff(got, want))
 	}
-	// Each one owes its vector deletion, and the run is recorded without a cold copy.
+	// Each one owes its vector deletion (through the run, no per-row record), and the
+	// run is recorded without a cold copy.
+	if n, err := s.PendingIndexDeletions(ctx); err != nil || n != int64(len(want)) {
+		t.Fatalf("pending vector deletions = %d, %v; want the %d archived", n, err, len(want))
+	}
 	var recorded []string
-	rows, err := pool.Query(ctx, `SELECT memory_id FROM `+s.t.indexDeletions+` ORDER BY memory_id`)
-	if err != nil {
+	if _, err := s.ProcessIndexDeletions(ctx, DeletionOptions{BatchSize: 100}, func(_ context.Context, ids []string) error {
+		recorded = append(recorded, ids...)
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		recorded = append(recorded, id)
-	}
 	if !slices.Equal(recorded, want) {
-		t.Fatalf("index_deletions holds %d IDs, want the %d archived", len(recorded), len(want))
+		t.Fatalf("vector deletions for %d IDs, want the %d archived; extra/missing %v", len(recorded), len(want), symmetricDiff(recorded, want))
 	}
 	runs, err := s.ArchiveRuns(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(runs) != 1 || !runs[0].ArchivedAt.Equal(now) || runs[0].Marked != res.Archived || runs[0].StillArchived != res.Archived ||
-		runs[0].ColdPackage != "" || runs[0].ColdWrittenAt != nil {
+		runs[0].VectorsDeletedAt == nil || runs[0].ColdPackage != "" || runs[0].ColdWrittenAt != nil {
 		t.Fatalf("archive runs = %+v", runs)
 	}
 	if n := countRows(t, pool, s.t.auditLog, `action = 'archive' AND (detail->>'archived')::bigint = $1`, res.Archived); n != 1 {
@@ -349,6 +348,9 @@ func TestProcessIndexDeletions(t *testing.T) {
 	if n, _ := s.PendingIndexDeletions(ctx); n != 24 {
 		t.Fatalf("pending after revivals = %d, want 24", n)
 	}
+	if n := countRows(t, pool, s.t.indexDeletions, ""); n != 0 {
+		t.Fatalf("marking wrote %d per-row records", n)
+	}
 
 	// A failing index: batches before the failure are done, the rest stays recorded.
 	var calls [][]string
@@ -388,11 +390,34 @@ func TestProcessIndexDeletions(t *testing.T) {
 		}
 		all = append(all, c...)
 	}
-	if res.Deleted != 14 || res.Recovered != 14 || res.Revived != 1 || len(all) != 14 {
-		t.Fatalf("second pass = %+v (%d IDs), want 14 deleted and recovered, 1 revived (slot)", res, len(all))
+	if res.Deleted != 14 || res.Recovered != 14 || len(all) != 14 {
+		t.Fatalf("second pass = %+v (%d IDs), want 14 deleted and recovered", res, len(all))
 	}
-	if slices.Contains(all, "m00") || slices.Contains(all, "keep") {
+	if slices.Contains(all, "m00") || slices.Contains(all, "keep") || slices.Contains(all, "slot") {
 		t.Fatalf("deleted vectors of live memories: %v", all)
+	}
+	if n, _ := s.PendingIndexDeletions(ctx); n != 0 {
+		t.Fatalf("pending after the second pass: %d", n)
+	}
+	if runs, _ := s.ArchiveRuns(ctx); len(runs) != 1 || runs[0].VectorsDeletedAt == nil {
+		t.Fatalf("the run is not marked done: %+v", runs)
+	}
+	// A purged memory's deletion is recorded per row and dropped, not deleted, when a
+	// memory of that ID exists again (a restore brought it back).
+	exp := item("exp", "user:a", memory.Working, "", `{"exp":1}`, 1, time.Hour)
+	exp.ExpiresAt = ptr(now.Add(-time.Minute))
+	importSlice(t, s, []memory.Item{exp, item("exp2", "user:a", memory.Working, "", `{"exp":2}`, 1, time.Hour)})
+	if _, err := pool.Exec(ctx, `UPDATE `+s.t.memories+` SET expires_at = $1 WHERE memory_id = 'exp2'`, now.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PurgeExpired(ctx, now, "t", false); err != nil || n != 2 {
+		t.Fatalf("purge = %d, %v", n, err)
+	}
+	exp.ExpiresAt = nil
+	importSlice(t, s, []memory.Item{exp})
+	calls = nil
+	if res, err := s.ProcessIndexDeletions(ctx, DeletionOptions{}, del); err != nil || res.Deleted != 1 || len(calls) != 1 || !slices.Equal(calls[0], []string{"exp2"}) {
+		t.Fatalf("purged deletions = %+v, %v, calls %v; want only exp2", res, err, calls)
 	}
 	if n := countRows(t, pool, s.t.indexDeletions, ""); n != 0 {
 		t.Fatalf("index_deletions left: %d", n)
@@ -521,6 +546,14 @@ func TestColdCopyAndDeleteArchived(t *testing.T) {
 	if err := s.RecordColdCopy(ctx, "archive/run-1/", runs, int64(len(cold))); err != nil {
 		t.Fatal(err)
 	}
+	// The cold copy alone is not enough: the vectors must be gone first.
+	if n, err := s.DeleteArchived(ctx, t1.Add(1000*day), "r", true); err != nil || n != 0 {
+		t.Fatalf("delete with vectors pending = %d, %v", n, err)
+	}
+	noop := func(context.Context, []string) error { return nil }
+	if _, err := s.ProcessIndexDeletions(ctx, DeletionOptions{}, noop); err != nil {
+		t.Fatal(err)
+	}
 	rs, _ := s.ArchiveRuns(ctx)
 	if len(rs) != 1 || rs[0].ColdPackage != "archive/run-1/" || rs[0].ColdItems != 11 || rs[0].ColdWrittenAt == nil {
 		t.Fatalf("runs = %+v", rs)
@@ -564,8 +597,11 @@ func TestColdCopyAndDeleteArchived(t *testing.T) {
 		t.Fatalf("re-run = %+v, %v", res, err)
 	}
 	rs, _ = s.ArchiveRuns(ctx)
-	if len(rs) != 1 || rs[0].ColdWrittenAt != nil || rs[0].Marked != 13 || rs[0].StillArchived != 3 {
+	if len(rs) != 1 || rs[0].ColdWrittenAt != nil || rs[0].VectorsDeletedAt != nil || rs[0].Marked != 13 || rs[0].StillArchived != 3 {
 		t.Fatalf("after a re-run at the same clock: %+v", rs)
+	}
+	if n, _ := s.PendingIndexDeletions(ctx); n != 3 {
+		t.Fatalf("pending after a re-run at the same clock = %d, want all 3 again", n)
 	}
 	if err := s.RecordColdCopy(ctx, "archive/run-1/", []time.Time{t1}, 3); err != nil {
 		t.Fatal(err)
@@ -579,7 +615,7 @@ func TestColdCopyAndDeleteArchived(t *testing.T) {
 }
 
 func TestUnarchive(t *testing.T) {
-	s, pool := newStore(t)
+	s, _ := newStore(t)
 	ctx := t.Context()
 	importSlice(t, s, []memory.Item{
 		item("a", "user:a", memory.Episodic, "", `{"a":1}`, 0.1, 100*day),
@@ -600,8 +636,8 @@ func TestUnarchive(t *testing.T) {
 			t.Fatalf("returned %+v", it)
 		}
 	}
-	if n := countRows(t, pool, s.t.indexDeletions, ""); n != 0 {
-		t.Fatalf("pending deletions of rehydrated memories: %d", n)
+	if n, err := s.PendingIndexDeletions(ctx); err != nil || n != 0 {
+		t.Fatalf("pending deletions of rehydrated memories: %d, %v", n, err)
 	}
 	if rec, _ := s.Recall(ctx, RecallQuery{Scope: "user:a", Now: now}); len(rec) != 2 {
 		t.Fatalf("recall after rehydration = %d memories, want 2", len(rec))

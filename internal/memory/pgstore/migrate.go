@@ -72,27 +72,32 @@ CREATE TABLE {{t "store_meta"}} (
 `,
 	// 2: scheduled archival (see archive.go).
 	`
--- Vector deletions owed to the index, recorded in the transaction that archived, purged
--- or deleted the memory; removed once the index has done them.
+-- Vector deletions owed to the index for memories deleted from this table (purged),
+-- recorded in the transaction that deleted them; removed once the index has done them.
 CREATE TABLE {{t "index_deletions"}} (
 	memory_id   text COLLATE "C" PRIMARY KEY,
 	scope       text COLLATE "C" NOT NULL,
 	recorded_at timestamptz NOT NULL DEFAULT now()
 );
 
--- One row per archival run that archived something (its archived_at), and where and
--- when its cold copy was written. Memories are deleted only after that is recorded.
+-- One row per archival run that archived something, keyed by its clock (the archived_at
+-- of what it archived): how far the deletion of their vectors got (memory_id order),
+-- and where and when their cold copy was written.
 CREATE TABLE {{t "archive_runs"}} (
-	archived_at     timestamptz PRIMARY KEY,
-	marked          bigint NOT NULL CHECK (marked >= 0),
-	cold_package    text,
-	cold_items      bigint,
-	cold_written_at timestamptz,
+	archived_at        timestamptz PRIMARY KEY,
+	marked             bigint NOT NULL CHECK (marked >= 0),
+	recorded_at        timestamptz NOT NULL DEFAULT now(),
+	vectors_after      text COLLATE "C" NOT NULL DEFAULT '',
+	vectors_deleted_at timestamptz,
+	cold_package       text,
+	cold_items         bigint,
+	cold_written_at    timestamptz,
 	CHECK ((cold_package IS NULL) = (cold_written_at IS NULL))
 );
 
--- Partial: live memories (nearly all) cost these indexes nothing.
-CREATE INDEX {{i "memories_archived_at_idx"}} ON {{t "memories"}} (archived_at) WHERE archived_at IS NOT NULL;
+-- Partial: live memories (nearly all) cost these indexes nothing. The first walks a
+-- run's memories in memory_id order.
+CREATE INDEX {{i "memories_archived_idx"}} ON {{t "memories"}} (archived_at, memory_id) WHERE archived_at IS NOT NULL;
 CREATE INDEX {{i "memories_expires_at_idx"}} ON {{t "memories"}} (expires_at) WHERE expires_at IS NOT NULL;
 `,
 }

@@ -82,6 +82,9 @@ func TestMigrate(t *testing.T) {
 	want := []string{
 		"archive_runs | archived_at | timestamp with time zone | NO | ",
 		"archive_runs | marked | bigint | NO | ",
+		"archive_runs | recorded_at | timestamp with time zone | NO | now()",
+		"archive_runs | vectors_after | text | NO | ''::text",
+		"archive_runs | vectors_deleted_at | timestamp with time zone | YES | ",
 		"archive_runs | cold_package | text | YES | ",
 		"archive_runs | cold_items | bigint | YES | ",
 		"archive_runs | cold_written_at | timestamp with time zone | YES | ",
@@ -135,7 +138,7 @@ func TestMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantIdx := []string{
-		"memories_archived_at_idx: CREATE INDEX memories_archived_at_idx ON S.memories USING btree (archived_at) WHERE (archived_at IS NOT NULL)",
+		"memories_archived_idx: CREATE INDEX memories_archived_idx ON S.memories USING btree (archived_at, memory_id) WHERE (archived_at IS NOT NULL)",
 		"memories_expires_at_idx: CREATE INDEX memories_expires_at_idx ON S.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL)",
 		"memories_scope_hash_uq: CREATE UNIQUE INDEX memories_scope_hash_uq ON S.memories USING btree (scope, content_hash) WHERE (key IS NULL)",
 		"memories_scope_id_idx: CREATE INDEX memories_scope_id_idx ON S.memories USING btree (scope, memory_id)",
