@@ -9,6 +9,12 @@
 //   - peak RSS of the worker at the larger size
 //   - restore of the package with an exact map of every scope, against
 //     psql "\copy ... from" of the same rows into an identical empty indexed table
+//   - archival: scan and mark over 1M memories (about 10% archived, pgstore.MarkArchived,
+//     the archive worker's step 2), against one set-based SQL UPDATE with the same
+//     predicate on an identical copy; the Milvus deletes of the archived memories'
+//     vectors are timed separately
+//
+// -sections picks what runs (snapshot covers snapshot, restore and peak RSS).
 package main
 
 import (
@@ -40,8 +46,21 @@ func main() {
 	items := flag.Int("items", 200_000, "memories in the timed comparison")
 	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
+	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
+	sections := flag.String("sections", "snapshot,archive", "comma-separated sections to run: snapshot (with restore and peak RSS), archive")
 	flag.Parse()
-	if err := run(*items, *rssItems, *bin); err != nil {
+	want := map[string]bool{}
+	for _, s := range strings.Split(*sections, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "snapshot", "archive":
+			want[s] = true
+		case "":
+		default:
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive)\n", s)
+			os.Exit(2)
+		}
+	}
+	if err := run(want, *items, *rssItems, *archiveItems, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -56,7 +75,7 @@ type env struct {
 	bin, work                           string
 }
 
-func run(items, rssItems int, bin string) error {
+func run(sections map[string]bool, items, rssItems, archiveItems int, bin string) error {
 	ctx := context.Background()
 	e := &env{dsn: os.Getenv("MEMORY_TEST_PG_DSN"), s3Endpoint: os.Getenv("MEMORY_TEST_S3_ENDPOINT"),
 		s3Access: os.Getenv("MEMORY_TEST_S3_ACCESS_KEY"), s3Secret: os.Getenv("MEMORY_TEST_S3_SECRET_KEY"), bin: bin}
@@ -79,6 +98,22 @@ func run(items, rssItems int, bin string) error {
 	}
 	defer func() { _ = os.RemoveAll(e.work) }()
 
+	if sections["snapshot"] {
+		if err := e.benchSnapshot(ctx, items, rssItems); err != nil {
+			return err
+		}
+	}
+	if sections["archive"] && archiveItems > 0 {
+		if err := e.benchArchive(ctx, archiveItems); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchSnapshot compares the snapshot worker with \copy | zstd and pg_dump, then
+// restores its package, and measures both workers' peak RSS at rssItems.
+func (e *env) benchSnapshot(ctx context.Context, items, rssItems int) error {
 	fmt.Printf("Snapshot and restore benchmark: %d memories (timed), %d (snapshot peak RSS)\n\n", items, rssItems)
 	schema := "bench_small"
 	if err := e.generate(ctx, schema, items); err != nil {
