@@ -75,8 +75,8 @@ func (s *Store) notTombstoned(m string) string {
 
 // MarkArchived archives, in one statement, every live memory whose effective score at
 // now is below threshold: archived_at := now (to the microsecond), the run recorded in
-// archive_runs (which makes their vector deletions pending, see the comment on
-// archival at the top of this file) and an audit_log record ("archive") written. Live means not archived,
+// archive_runs (which makes their vector deletions pending, see the comment at the top
+// of this file) and an audit_log record ("archive") written. Live means not archived,
 // not expired at now (expired memories are purged, not archived) and not in a
 // tombstoned scope.
 //
