@@ -282,7 +282,8 @@ type ArchiveSummary struct {
 	// Now is the run's clock (archived_at of the memories it archived).
 	Now    time.Time `json:"now"`
 	DryRun bool      `json:"dryRun,omitempty"`
-	// Scanned is the number of live (not archived, not tombstoned) memories scored.
+	// Scanned is the number of live (not archived, not expired, not tombstoned)
+	// memories scored.
 	Scanned int64 `json:"scanned"`
 	// Archived memories, in total and by type.
 	Archived       int64            `json:"archived"`
