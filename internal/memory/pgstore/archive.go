@@ -513,11 +513,12 @@ func (s *Store) DeleteArchived(ctx context.Context, before time.Time, actor stri
 // Unarchive rehydrates archived memories of scope in place (archived_at := NULL) and
 // returns them, in memory_id order, so that the caller can put their vectors back (see
 // service.Memory.Rehydrate). IDs that are not archived memories of scope are ignored.
-// Their pending vector deletions lapse (they are no longer archived). A rehydrated
-// memory keeps its
-// updated_at, hence its score: an archival run with the same threshold archives it
-// again unless it is re-stated meanwhile.
-func (s *Store) Unarchive(ctx context.Context, scope string, ids ...string) ([]memory.Item, error) {
+// Their pending vector deletions lapse (they are no longer archived).
+//
+// Rehydrating counts as re-stating the memory: updated_at moves to now (never back), so
+// its age, and the decay of its score, restart. Otherwise the next archival run, with
+// the same threshold, would archive it again at once.
+func (s *Store) Unarchive(ctx context.Context, scope string, now time.Time, ids ...string) ([]memory.Item, error) {
 	if err := memory.ValidateScope(scope); err != nil {
 		return nil, fmt.Errorf("pgstore: unarchive: %w", err)
 	}
@@ -525,11 +526,11 @@ func (s *Store) Unarchive(ctx context.Context, scope string, ids ...string) ([]m
 		return nil, nil
 	}
 	rows, err := s.pool.Query(ctx, `WITH u AS (
-			UPDATE `+s.t.memories+` SET archived_at = NULL
+			UPDATE `+s.t.memories+` SET archived_at = NULL, updated_at = greatest(updated_at, $3)
 			WHERE scope = $1 AND memory_id = ANY($2) AND archived_at IS NOT NULL
 			RETURNING `+memoryCols+`
 		)
-		SELECT `+memoryCols+` FROM u ORDER BY memory_id`, scope, ids)
+		SELECT `+memoryCols+` FROM u ORDER BY memory_id`, scope, ids, now.Truncate(time.Microsecond))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: unarchive: %w", err)
 	}

@@ -342,7 +342,7 @@ func TestProcessIndexDeletions(t *testing.T) {
 	// vector may be deleted.
 	revived := item("slot-new", "user:a", memory.Episodic, "home", `{"city":"Lisbon"}`, 0.9, 0)
 	mustPut(t, s, revived, Superseded)
-	if got, err := s.Unarchive(ctx, "user:a", "m00"); err != nil || len(got) != 1 {
+	if got, err := s.Unarchive(ctx, "user:a", now, "m00"); err != nil || len(got) != 1 {
 		t.Fatalf("Unarchive = %v, %v", ids(got), err)
 	}
 	if n, _ := s.PendingIndexDeletions(ctx); n != 24 {
@@ -441,7 +441,7 @@ func TestProcessIndexDeletionsHoldsRevival(t *testing.T) {
 	revived := make(chan error, 1)
 	_, err := s.ProcessIndexDeletions(ctx, DeletionOptions{}, func(context.Context, []string) error {
 		go func() {
-			_, err := s.Unarchive(context.Background(), "user:a", "a")
+			_, err := s.Unarchive(context.Background(), "user:a", now, "a")
 			revived <- err
 		}()
 		select {
@@ -563,10 +563,10 @@ func TestColdCopyAndDeleteArchived(t *testing.T) {
 	}
 
 	// m0 is revived: it never goes, even though its run has a cold copy.
-	if got, err := s.Unarchive(ctx, "user:a", "m0", "live", "m1-of-another-scope"); err != nil || len(got) != 1 || got[0].MemoryID != "m0" || got[0].ArchivedAt != nil {
+	if got, err := s.Unarchive(ctx, "user:a", now, "m0", "live", "m1-of-another-scope"); err != nil || len(got) != 1 || got[0].MemoryID != "m0" || got[0].ArchivedAt != nil {
 		t.Fatalf("Unarchive = %+v, %v", got, err)
 	}
-	if got, err := s.Unarchive(ctx, "user:b", "m1"); err != nil || len(got) != 0 {
+	if got, err := s.Unarchive(ctx, "user:b", now, "m1"); err != nil || len(got) != 0 {
 		t.Fatalf("Unarchive from another scope = %v, %v", ids(got), err)
 	}
 	// "before" is strict: archived at t1 is not before t1.
@@ -621,20 +621,25 @@ func TestUnarchive(t *testing.T) {
 		item("a", "user:a", memory.Episodic, "", `{"a":1}`, 0.1, 100*day),
 		item("b", "user:a", memory.Episodic, "", `{"b":1}`, 0.1, 100*day),
 	})
-	if _, err := s.MarkArchived(ctx, now, 0.5, archiveHalfLives, false); err != nil {
+	if _, err := s.MarkArchived(ctx, now, 0.05, archiveHalfLives, false); err != nil {
 		t.Fatal(err)
 	}
 	if rec, _ := s.Recall(ctx, RecallQuery{Scope: "user:a", Now: now}); len(rec) != 0 {
 		t.Fatalf("recall returns archived memories: %v", rec)
 	}
-	got, err := s.Unarchive(ctx, "user:a", "b", "a", "missing")
+	later := now.Add(time.Hour)
+	got, err := s.Unarchive(ctx, "user:a", later, "b", "a", "missing")
 	if err != nil || !slices.Equal(ids(got), []string{"a", "b"}) {
 		t.Fatalf("Unarchive = %v, %v", ids(got), err)
 	}
 	for _, it := range got {
-		if it.ArchivedAt != nil || it.Scope != "user:a" || len(it.Content) == 0 {
+		if it.ArchivedAt != nil || it.Scope != "user:a" || len(it.Content) == 0 || !it.UpdatedAt.Equal(later) {
 			t.Fatalf("returned %+v", it)
 		}
+	}
+	// Their age restarted: the next run, with the same threshold, keeps them.
+	if res, err := s.MarkArchived(ctx, later, 0.05, archiveHalfLives, false); err != nil || res.Archived != 0 {
+		t.Fatalf("a run right after rehydration archived %d (%v)", res.Archived, err)
 	}
 	if n, err := s.PendingIndexDeletions(ctx); err != nil || n != 0 {
 		t.Fatalf("pending deletions of rehydrated memories: %d, %v", n, err)
@@ -642,10 +647,10 @@ func TestUnarchive(t *testing.T) {
 	if rec, _ := s.Recall(ctx, RecallQuery{Scope: "user:a", Now: now}); len(rec) != 2 {
 		t.Fatalf("recall after rehydration = %d memories, want 2", len(rec))
 	}
-	if got, err := s.Unarchive(ctx, "user:a", "a"); err != nil || len(got) != 0 {
+	if got, err := s.Unarchive(ctx, "user:a", later, "a"); err != nil || len(got) != 0 {
 		t.Fatalf("second Unarchive = %v, %v", ids(got), err)
 	}
-	if _, err := s.Unarchive(ctx, "no scope", "a"); err == nil {
+	if _, err := s.Unarchive(ctx, "no scope", later, "a"); err == nil {
 		t.Fatal("Unarchive with an invalid scope succeeded")
 	}
 }

@@ -466,7 +466,8 @@ func (m *Memory) Recall(ctx context.Context, q pgstore.RecallQuery) ([]pgstore.S
 }
 
 // Rehydrate brings archived memories of scope back in place: pgstore.Store.Unarchive
-// clears their archived_at (and drops their pending vector deletions), then their
+// clears their archived_at and restarts their age (updated_at := now; the pending
+// vector deletions of the archival no longer apply to them), then their
 // vectors are embedded and upserted as Remember does, with the read-back check. Until
 // then Search and Recall leave them out, as every archived memory.
 //
@@ -475,7 +476,7 @@ func (m *Memory) Recall(ctx context.Context, q pgstore.RecallQuery) ([]pgstore.S
 // are not memories of scope are ignored. It returns the memories that are live after
 // the call (rehydrated now or before), in ID order.
 func (m *Memory) Rehydrate(ctx context.Context, scope string, ids []string) ([]memory.Item, error) {
-	items, err := m.store.Unarchive(ctx, scope, ids...)
+	items, err := m.store.Unarchive(ctx, scope, time.Now(), ids...)
 	if err != nil {
 		return nil, fmt.Errorf("memory service: rehydrate: %w", err)
 	}
