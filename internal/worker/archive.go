@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,10 +24,6 @@ const DefaultArchiveBatch = 1000
 
 // archiveSchemaVersion is the store schema version archival needs (pgstore migration 2).
 const archiveSchemaVersion = 2
-
-// milvusConnectTimeout bounds connecting to Milvus: the SDK dials blocking and would
-// retry an unreachable server for as long as the context lives. Tests shorten it.
-var milvusConnectTimeout = 30 * time.Second
 
 // RunArchive runs one archival of the store, the steps of ArchiveConfig in order. Every
 // step is set-based in PostgreSQL and safe to interrupt: vector deletions are recorded
@@ -339,14 +334,9 @@ func (x *archiveIndex) milvusIndex(ctx context.Context) (*milvus.Index, error) {
 	if x.mix != nil {
 		return x.mix, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, milvusConnectTimeout)
-	defer cancel()
-	c, err := milvus.Connect(cctx, x.cfg.MilvusAddress)
+	c, err := connectMilvus(ctx, x.cfg.MilvusAddress)
 	if err != nil {
-		if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("no answer within %s: %w", milvusConnectTimeout, err)
-		}
-		return nil, fmt.Errorf("connecting to Milvus %s: %w", x.cfg.MilvusAddress, err)
+		return nil, err
 	}
 	x.c = c
 	x.mix = milvus.New(c, x.cfg.Collection, x.spec())

@@ -158,9 +158,9 @@ func targetIndex(ctx context.Context, cfg RestoreConfig, pool *pgxpool.Pool) (ve
 	if cfg.VectorEngine != "Milvus" {
 		return pgindex.New(pool, cfg.Schema, spec), func() {}, nil
 	}
-	c, err := milvus.Connect(ctx, cfg.MilvusAddress)
+	c, err := connectMilvus(ctx, cfg.MilvusAddress)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to Milvus %s: %w", cfg.MilvusAddress, err)
+		return nil, nil, err
 	}
 	return milvus.New(c, cfg.Collection, spec), func() { _ = c.Close() }, nil
 }

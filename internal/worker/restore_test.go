@@ -285,3 +285,37 @@ func exportItems(t *testing.T, f *fixtureEnv, schema string) []memory.Item {
 	}
 	return out
 }
+
+// An unreachable Milvus fails the snapshot and restore workers within the connect
+// timeout, saying so, instead of leaving their Jobs hanging until their deadline.
+func TestWorkersGiveUpOnAnUnreachableMilvus(t *testing.T) {
+	defer func(d time.Duration) { milvusConnectTimeout = d }(milvusConnectTimeout)
+	milvusConnectTimeout = time.Second
+	f := newFixture(t)
+	f.seed(t, f.pgIndex(t))
+	ctx := context.Background()
+	addr := closedAddr(t)
+
+	snap := f.config("unreachable/")
+	snap.VectorEngine, snap.MilvusAddress, snap.Collection, snap.IncludeEmbeddings = "Milvus", addr, "mem_x", true
+	start := time.Now()
+	_, err := RunSnapshot(ctx, snap, f.sec, RunOptions{Now: testNow})
+	want := "connecting to Milvus " + addr + ": no answer within 1s"
+	if err == nil || !strings.Contains(err.Error(), want) || time.Since(start) > 20*time.Second {
+		t.Fatalf("snapshot: %v after %s, want %q", err, time.Since(start), want)
+	}
+
+	if _, err := RunSnapshot(ctx, f.config("reachable/"), f.sec, RunOptions{Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	rc := f.restoreConfig(f.targetSchema(t), "reachable/")
+	rc.DetailKey = "reachable/restores/x/" + restoreDetailSuffix
+	rc.VectorEngine, rc.MilvusAddress, rc.Collection = "Milvus", addr, "mem_x"
+	start = time.Now()
+	if _, err := RunRestore(ctx, rc, f.restoreSecrets(), RunOptions{Now: testNow}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("restore: %v after %s, want %q", err, time.Since(start), want)
+	}
+	if got := scopesOf(t, f, rc.Schema); len(got) != 0 {
+		t.Fatalf("the failed restore wrote %d memories", len(got))
+	}
+}

@@ -118,9 +118,9 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 	if cfg.IncludeEmbeddings {
 		opts.Embedding = &snapshot.EmbeddingInfo{Model: cfg.EmbeddingModel, Dimension: cfg.Dimension, Metric: strings.ToLower(cfg.Metric)}
 		if cfg.VectorEngine == "Milvus" {
-			c, err := milvus.Connect(ctx, cfg.MilvusAddress)
+			c, err := connectMilvus(ctx, cfg.MilvusAddress)
 			if err != nil {
-				return nil, fmt.Errorf("connecting to Milvus %s: %w", cfg.MilvusAddress, err)
+				return nil, err
 			}
 			defer func() { _ = c.Close() }()
 			fetcher = milvus.New(c, cfg.Collection, vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(cfg.Metric)})
