@@ -2,7 +2,9 @@
 # The demo: a local stack on loopback — a Kubernetes control plane (etcd and
 # kube-apiserver, no kubelet), PostgreSQL 15, MinIO and Milvus Lite — the operator
 # running against it, and a sample MemoryStore applied and shown Ready. Then an "agent"
-# uses the connection Secret the operator wrote to store and read a memory.
+# uses the connection Secret the operator wrote to store and read a memory; the store is
+# snapshotted, restored into a second store with a user ID mapped, and archived on a
+# schedule. Jobs run through hack/run-job.sh (there is no kubelet).
 #
 #   make demo                 # runs it and tears everything down
 #   DEMO_KEEP=1 make demo     # leaves the stack running until Ctrl-C
@@ -189,6 +191,31 @@ say "The new store, through its own connection Secret"
 psql "$(kubectl -n "$NS" get secret acme-v2-memory -o jsonpath='{.data.uri}' | base64 -d)" -q \
 	-c 'SELECT memory_id, scope, key, content FROM memories ORDER BY memory_id'
 kubectl -n "$NS" delete memorystore acme-v2 --timeout=60s >/dev/null
+
+say "Archival: an old, unimportant memory leaves recall and the vector index on schedule"
+psql "$uri" -v ON_ERROR_STOP=1 -q <<'SQL'
+INSERT INTO memories (memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at) VALUES
+ ('demo-5', 'episodic', 'user:1024', NULL, '{"event": "asked about opening hours"}', '\x05', 'demo', 0.3, now() - interval '400 days', now() - interval '400 days');
+SQL
+kubectl -n "$NS" patch memorystore acme --type merge \
+	-p '{"spec":{"archival":{"schedule":"* * * * *","threshold":"0.05"}}}' >/dev/null
+echo "(archival every minute, threshold 0.05: episodic memories halve every 30 days, so demo-5 scores 0.3 * 0.5^(400/30) ≈ 0.00003)"
+job=""
+for _ in $(seq 1 150); do
+	job=$(kubectl -n "$NS" get jobs -l memory.amemory.io/store=acme -o name 2>/dev/null | grep -- '-archive-' | head -n 1 || true)
+	[[ -n $job ]] && break
+	sleep 0.5
+done
+[[ -n $job ]] || { kubectl -n "$NS" get memorystore acme -o yaml; exit 1; }
+job=${job#job.batch/}
+hack/run-job.sh "$NS" "$job"
+for _ in $(seq 1 60); do
+	[[ -n $(kubectl -n "$NS" get memorystore acme -o jsonpath='{.status.archival.lastRun.completionTime}') ]] && break
+	sleep 0.5
+done
+kubectl -n "$NS" get memorystore acme -o jsonpath='last run {.status.archival.lastRun.jobName}: {.status.archival.lastRun.result}, scanned {.status.archival.lastRun.scanned}, archived {.status.archival.lastRun.archived} {.status.archival.lastRun.archivedByType}; next run {.status.archival.nextScheduleTime}{"\n"}'
+psql "$uri" -q -c "SELECT memory_id, scope, archived_at IS NOT NULL AS archived FROM memories WHERE scope = 'user:1024' ORDER BY memory_id"
+kubectl -n "$NS" patch memorystore acme --type merge -p '{"spec":{"archival":{"suspend":true}}}' >/dev/null
 
 if [[ -n ${DEMO_KEEP:-} ]]; then
 	say "The stack keeps running. In another shell: export KUBECONFIG=$KUBECONFIG; press Ctrl-C to stop"
