@@ -120,6 +120,7 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 		ConflictPolicy:       string(spec.ConflictPolicyOrDefault()),
 		Embeddings:           string(spec.EmbeddingsOrDefault()),
 		DryRun:               spec.DryRun,
+		Rehydrate:            spec.Rehydrate,
 		DetailKey:            worker.RestoreDetailKey(in.Source.Package.Prefix, runFolder(restore)),
 	}
 	for _, t := range spec.EffectiveTypes() {

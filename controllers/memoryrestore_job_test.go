@@ -138,6 +138,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				r.Spec.ConflictPolicy = memoryv1alpha1.ConflictOverwrite
 				r.Spec.Embeddings = memoryv1alpha1.EmbeddingsReembed
 				r.Spec.DryRun = true
+				r.Spec.Rehydrate = true
 				r.Spec.Job = memoryv1alpha1.JobOptions{ActiveDeadlineSeconds: ptr.To[int64](600), Resources: resources,
 					Tolerations: tolerations, NodeSelector: map[string]string{"pool": "batch"}}
 			}),
@@ -152,7 +153,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				EmbeddingModel: "bge-small", Dimension: 384, Metric: "COSINE", Embedder: "OpenAI", EmbedderEndpoint: "http://tei:8080",
 				MapFile: "/etc/memory-operator/mapping/ids", MapFormat: "jsonl", Unmapped: "Keep",
 				Denylist: []string{"user:admin", "session:*"}, Types: []string{"working", "semantic"},
-				ConflictPolicy: "Overwrite", Embeddings: "Reembed", DryRun: true,
+				ConflictPolicy: "Overwrite", Embeddings: "Reembed", DryRun: true, Rehydrate: true,
 				DetailKey: "agents/nightly-0a1b2c3d/restores/migrate-5a6b7c8d/detail.jsonl.zst",
 			},
 			wantEnv: map[string][2]string{
@@ -322,7 +323,7 @@ func TestRestoreSummaryInStatus(t *testing.T) {
 	recordRestoreSummary(restore, worker.RestoreSummary{
 		ManifestSHA256: manifestSHA, FormatVersion: 1, PackageID: "p1", Shards: 2, DryRun: true, Embeddings: "Reuse",
 		Restored: 12, RestoredByType: map[string]int64{"semantic": 12, "working": 0}, Scopes: 3, MappedScopes: 2, Vectors: 12,
-		Skipped: worker.SkippedCount{Denylisted: 4, Unmapped: 1, Type: 5},
+		Rehydrated: 7, Skipped: worker.SkippedCount{Denylisted: 4, Unmapped: 1, Type: 5},
 	})
 	s := restore.Status
 	g.Expect(s.RestoredByType).To(Equal(map[string]int64{"semantic": 12}))
@@ -330,12 +331,14 @@ func TestRestoreSummaryInStatus(t *testing.T) {
 	g.Expect(s.SkippedBy).To(Equal(&memoryv1alpha1.RestoreSkipped{Denylisted: 4, Unmapped: 1, Type: 5}))
 	g.Expect(s.Detail).To(BeNil(), "the worker wrote no detail")
 	g.Expect(restoreResultMessage(restore)).To(Equal("Dry run: would restore 12 memories in 3 scopes into MemoryStore support-bot " +
-		"from snapshot/nightly; 2 scopes mapped; skipped 10 (denylisted 4, unmapped 1, type 5); 12 vectors (Reuse)"))
+		"from snapshot/nightly; 2 scopes mapped; skipped 10 (denylisted 4, unmapped 1, type 5); 7 archived memories rehydrated; 12 vectors (Reuse)"))
+	g.Expect(s.Rehydrated).To(Equal(int64(7)))
 
 	// Nothing skipped: no breakdown.
 	recordRestoreSummary(restore, worker.RestoreSummary{ManifestSHA256: manifestSHA, FormatVersion: 1, Embeddings: "Defer", DetailKey: "k"})
 	g.Expect(restore.Status.Skipped).To(BeZero())
 	g.Expect(restore.Status.SkippedBy).To(BeNil())
 	g.Expect(restore.Status.RestoredByType).To(BeNil())
+	g.Expect(restore.Status.Rehydrated).To(BeZero())
 	g.Expect(restore.Status.Detail).To(Equal(&memoryv1alpha1.ObjectLocation{Endpoint: "minio:9000", Bucket: "memory", Key: "k"}))
 }

@@ -65,6 +65,7 @@ func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.Rest
 	}
 	s.Embeddings = memoryv1alpha1.EmbeddingsPolicy(sum.Embeddings)
 	s.Restored, s.Scopes, s.MappedScopes, s.Vectors = sum.Restored, sum.Scopes, sum.MappedScopes, sum.Vectors
+	s.Rehydrated = sum.Rehydrated
 	s.RestoredByType = nil
 	for t, n := range sum.RestoredByType {
 		if n == 0 {
@@ -103,6 +104,9 @@ func restoreResultMessage(restore *memoryv1alpha1.MemoryRestore) string {
 	}
 	if s.SkippedBy != nil {
 		msg += fmt.Sprintf("; skipped %d (%s)", s.Skipped, skippedDetail(*s.SkippedBy))
+	}
+	if s.Rehydrated > 0 {
+		msg += fmt.Sprintf("; %d archived memories rehydrated", s.Rehydrated)
 	}
 	msg += fmt.Sprintf("; %d vectors (%s)", s.Vectors, s.Embeddings)
 	if s.Detail != nil {

@@ -224,6 +224,13 @@ type MemoryRestoreSpec struct {
 	// +optional
 	DryRun bool `json:"dryRun,omitempty"`
 
+	// Rehydrate brings memories that are archived in the package back live: restore an
+	// archival's cold package with it to undo the archival. Each such memory that the
+	// target ends up holding with the package's value is un-archived (its age restarts)
+	// and indexed; one whose value in the target differs is left as it is.
+	// +optional
+	Rehydrate bool `json:"rehydrate,omitempty"`
+
 	// Job shapes the worker Job.
 	// +optional
 	Job JobOptions `json:"job,omitempty"`
@@ -318,6 +325,9 @@ type MemoryRestoreStatus struct {
 	// Vectors is how many vectors were written (reused or computed).
 	// +optional
 	Vectors int64 `json:"vectors,omitempty"`
+	// Rehydrated is how many archived memories are live again (spec.rehydrate).
+	// +optional
+	Rehydrated int64 `json:"rehydrated,omitempty"`
 	// Skipped is the total of skippedBy.
 	// +optional
 	Skipped int64 `json:"skipped,omitempty"`

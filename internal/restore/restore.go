@@ -82,6 +82,13 @@ type Options struct {
 	ReuseFallback EmbeddingsPolicy
 	// DryRun does everything but write (see the package documentation).
 	DryRun bool
+	// Rehydrate brings memories that are archived in the package back live (restoring
+	// an archival's cold package, see the archive worker): once its batch has
+	// committed, each such memory that the target now holds with the package's value
+	// (inserted, replaced or unchanged) is un-archived in place (pgstore.Unarchive:
+	// its age restarts) and indexed like any restored memory. A memory whose target
+	// value differs (the conflict policy kept the target's) is left as it is.
+	Rehydrate bool
 	// Parallelism is how many shards are restored at once (default 1). It is capped
 	// at half the target pool's connections: a batch holds one connection for its
 	// transaction, and a PostgreSQL vector index needs another.
@@ -177,6 +184,9 @@ type Result struct {
 	Vectors        int64 `json:"vectors"`
 	Embedded       int64 `json:"embedded"`
 	VectorsDeleted int64 `json:"vectorsDeleted,omitempty"`
+	// Rehydrated memories were archived in the target and are live again (Rehydrate;
+	// in a dry run: the package's archived memories that would be).
+	Rehydrated int64 `json:"rehydrated,omitempty"`
 	// Tombstones is the number of package tombstones added to the target.
 	Tombstones int `json:"tombstones"`
 	// Batches is the number of batches committed (in a dry run: merged).

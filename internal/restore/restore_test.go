@@ -1116,3 +1116,92 @@ func TestRestoreParallelBatchesKeepOrder(t *testing.T) {
 		t.Fatalf("no slot collided: %+v", results[0])
 	}
 }
+
+// Rehydrate brings a package's archived memories back live: into a fresh store, and
+// into a store that holds them archived; a rerun changes nothing; a dry run only counts.
+func TestRestoreRehydrate(t *testing.T) {
+	e := newEnv(t)
+	items := dataset(20, 11)
+	archivedAt := testNow.Add(-24 * time.Hour)
+	var archived []string
+	for i := range items {
+		if i%2 == 0 {
+			items[i].ArchivedAt = &archivedAt
+		}
+		if it := items[i]; it.ArchivedAt != nil && (it.ExpiresAt == nil || it.ExpiresAt.After(testNow)) { // expired ones are not restored
+			archived = append(archived, it.MemoryID)
+		}
+	}
+	slices.Sort(archived)
+	pkg := e.writePackage(t, "p/cold/", items, pkgOptions{key: testKey})
+	opts := func(s *store, rehydrate bool) restore.Options {
+		return restore.Options{Reader: pkg, Target: s.Store, Index: s.index, Embedder: embed.NewHashing(dim),
+			Types: memory.AllTypes(), Rehydrate: rehydrate, Now: testNow}
+	}
+	// live returns the memories that are live, and those with a vector.
+	live := func(s *store) (liveIDs, indexed []string) {
+		vecs := s.vectorsOf(t)
+		for _, it := range s.exportAll(t) {
+			if it.ArchivedAt == nil {
+				liveIDs = append(liveIDs, it.MemoryID)
+				if it.UpdatedAt.Before(testNow) && slices.Contains(archived, it.MemoryID) {
+					t.Fatalf("%s was rehydrated but its age did not restart (updated_at %s)", it.MemoryID, it.UpdatedAt)
+				}
+			}
+			if vecs[it.MemoryID] != nil {
+				indexed = append(indexed, it.MemoryID)
+			}
+		}
+		slices.Sort(liveIDs)
+		slices.Sort(indexed)
+		return liveIDs, indexed
+	}
+	all := make([]string, 0, len(items))
+	for _, it := range items {
+		if it.ExpiresAt == nil || it.ExpiresAt.After(testNow) {
+			all = append(all, it.MemoryID)
+		}
+	}
+	slices.Sort(all)
+
+	t.Run("into a fresh store", func(t *testing.T) {
+		dst := e.newStore(t)
+		res := run(t, opts(dst, true))
+		if res.Rehydrated != int64(len(archived)) {
+			t.Fatalf("rehydrated %d, want %d", res.Rehydrated, len(archived))
+		}
+		liveIDs, indexed := live(dst)
+		if !slices.Equal(liveIDs, all) || !slices.Equal(indexed, all) {
+			t.Fatalf("live %v, indexed %v; want all %v", liveIDs, indexed, all)
+		}
+	})
+
+	t.Run("into a store that holds them archived", func(t *testing.T) {
+		dst := e.newStore(t)
+		run(t, opts(dst, false))
+		if liveIDs, indexed := live(dst); len(liveIDs) != len(all)-len(archived) || len(indexed) != len(liveIDs) {
+			t.Fatalf("without Rehydrate: %d live, %d indexed", len(liveIDs), len(indexed))
+		}
+		before := dst.dump(t)
+		dry := opts(dst, true)
+		dry.DryRun = true
+		if res := run(t, dry); res.Rehydrated != int64(len(archived)) {
+			t.Fatalf("dry run rehydrated %d, want %d", res.Rehydrated, len(archived))
+		}
+		assertSameDump(t, dst.dump(t), before)
+
+		res := run(t, opts(dst, true))
+		if res.Rehydrated != int64(len(archived)) || res.Unchanged != int64(len(all)) {
+			t.Fatalf("rehydrated %d (want %d), unchanged %d (want %d)", res.Rehydrated, len(archived), res.Unchanged, len(all))
+		}
+		liveIDs, indexed := live(dst)
+		if !slices.Equal(liveIDs, all) || !slices.Equal(indexed, all) {
+			t.Fatalf("live %v, indexed %v; want all %v", liveIDs, indexed, all)
+		}
+		after := dst.dump(t)
+		if res := run(t, opts(dst, true)); res.Rehydrated != 0 {
+			t.Fatalf("rerun rehydrated %d", res.Rehydrated)
+		}
+		assertSameDump(t, dst.dump(t), after)
+	})
+}

@@ -80,7 +80,7 @@ type shardRun struct {
 	skipped                                                                   Skipped
 	byType                                                                    map[memory.Type]int64
 	scopesIn, mappedScopes                                                    int64
-	vectors, embedded, vectorsDeleted, batches                                int64
+	vectors, embedded, vectorsDeleted, batches, rehydrated                    int64
 	firstInvalid                                                              string
 	detail                                                                    bytes.Buffer
 	reported                                                                  struct{ read, restored, skipped int64 }
@@ -98,6 +98,9 @@ type mergeBatch struct {
 	err     error
 	// Vector counts, set by writeVectors (which runs again when the merge retries).
 	vectors, embedded, deleted int64
+	// rehydrated counts memories un-archived after the commit (Options.Rehydrate), and
+	// rehydratedVectors, rehydratedEmbedded the vectors written for them.
+	rehydrated, rehydratedVectors, rehydratedEmbedded int64
 }
 
 func (sh *shardRun) run(ctx context.Context, info snapshot.ShardInfo) error {
@@ -225,6 +228,9 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 			Policy: sh.r.o.Conflict, DryRun: sh.r.o.DryRun,
 			BeforeCommit: func(ctx context.Context, res *pgstore.MergeResult) error { return sh.r.writeVectors(ctx, b, res) },
 		})
+		if b.err == nil && sh.r.o.Rehydrate {
+			b.err = sh.r.rehydrate(ctx, b)
+		}
 	}()
 	return nil
 }
@@ -297,8 +303,9 @@ func (sh *shardRun) tally(b *mergeBatch) {
 			sh.mapped++
 		}
 	}
-	sh.vectors += b.vectors
-	sh.embedded += b.embedded
+	sh.vectors += b.vectors + b.rehydratedVectors
+	sh.embedded += b.embedded + b.rehydratedEmbedded
+	sh.rehydrated += b.rehydrated
 	sh.vectorsDeleted += b.deleted
 	sh.batches++
 }
@@ -439,6 +446,7 @@ func (sh *shardRun) addTo(res *Result) {
 	res.Vectors += sh.vectors
 	res.Embedded += sh.embedded
 	res.VectorsDeleted += sh.vectorsDeleted
+	res.Rehydrated += sh.rehydrated
 	res.Batches += sh.batches
 	for t, n := range sh.byType {
 		if res.RestoredByType == nil {
@@ -470,4 +478,63 @@ func (d *detailWriter) done(idx int, b []byte) error {
 			_, d.err = d.w.Write(b)
 		}
 	}
+}
+
+// rehydrate brings the batch's package-archived memories back live once the batch has
+// committed (Options.Rehydrate): those the target holds with the package's value are
+// un-archived in place, then indexed. Indexing all of them, not only those
+// un-archived now, repairs the index when an earlier attempt stopped in between, and
+// un-archiving first means an archival run in progress no longer deletes the vectors
+// written here. In a dry run it only counts.
+func (r *runner) rehydrate(ctx context.Context, b *mergeBatch) error {
+	res := b.res
+	byScope := map[string][]string{}
+	var scopes []string
+	var eligible []int
+	for i, o := range res.Outcomes {
+		if b.items[i].ArchivedAt == nil || (!o.Written() && o != pgstore.MergeUnchanged) {
+			continue
+		}
+		sc := b.items[i].Scope
+		if _, ok := byScope[sc]; !ok {
+			scopes = append(scopes, sc)
+		}
+		byScope[sc] = append(byScope[sc], res.IDs[i])
+		eligible = append(eligible, i)
+	}
+	if r.o.DryRun {
+		b.rehydrated = int64(len(eligible))
+		return nil
+	}
+	for _, sc := range scopes {
+		back, err := r.o.Target.Unarchive(ctx, sc, r.o.Now, byScope[sc]...)
+		if err != nil {
+			return fmt.Errorf("rehydrating: %w", err)
+		}
+		b.rehydrated += int64(len(back))
+	}
+	if r.o.Index == nil || len(eligible) == 0 {
+		return nil
+	}
+	var w vectorWork
+	dim := r.o.Index.Spec().Dimension
+	for _, i := range eligible {
+		it := &b.items[i]
+		e := vector.Entry{ID: res.IDs[i], Scope: it.Scope, Type: string(it.MemoryType)}
+		switch {
+		case r.plan.reuse && len(it.Embedding) == dim:
+			e.Vector = it.Embedding
+		case r.plan.fallback == Defer:
+			continue
+		default:
+			w.embedAt = append(w.embedAt, len(w.entries))
+			w.texts = append(w.texts, it.EmbeddingText())
+		}
+		w.entries = append(w.entries, e)
+	}
+	b.rehydratedVectors, b.rehydratedEmbedded = int64(len(w.entries)), int64(len(w.texts))
+	if err := r.applyVectors(ctx, w); err != nil {
+		return fmt.Errorf("rehydrating: %w", err)
+	}
+	return nil
 }

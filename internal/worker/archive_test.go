@@ -649,3 +649,49 @@ func TestArchiveProcess(t *testing.T) {
 		t.Fatal("the summary carries a secret")
 	}
 }
+
+// TestRehydrateFromTheColdPackage undoes an archival declaratively: the run's cold
+// package, restored into the same store with Rehydrate (what a MemoryRestore with
+// spec.rehydrate does), brings every archived memory back live, with its vector.
+func TestRehydrateFromTheColdPackage(t *testing.T) {
+	e := newArchiveEnv(t, "Milvus", 200)
+	ctx := context.Background()
+	want := e.expect(t, testNow)
+	cfg := e.config("run-1")
+	if _, err := RunArchive(ctx, cfg, e.agent, RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.archivedAt(t, testNow); len(got) == 0 || !slices.Equal(got, want.archived) {
+		t.Fatalf("archived %d memories, want %d", len(got), len(want.archived))
+	}
+	if v := e.vectors(t, want.archived); len(v) != 0 {
+		t.Fatalf("%d archived memories kept their vectors", len(v))
+	}
+
+	rc := RestoreConfig{
+		RestoreNamespace: "team-a", RestoreName: "rehydrate",
+		Source:          *cfg.Cold,
+		TargetNamespace: "team-a", TargetName: "bot", Tenant: "acme", Schema: e.schema,
+		VectorEngine: "Milvus", MilvusAddress: e.milvus, Collection: e.coll,
+		EmbeddingModel: "memory-operator/hashing-v1", Dimension: 8, Metric: "COSINE", Embedder: "Hashing",
+		Unmapped: "Keep", ConflictPolicy: "KeepNewer", Embeddings: "Reuse",
+		Types:     []string{"working", "episodic", "semantic", "procedural"},
+		Rehydrate: true,
+		DetailKey: cfg.Cold.Prefix + "restores/rehydrate/" + restoreDetailSuffix,
+	}
+	sec := RestoreSecrets{PostgresURI: e.agent.PostgresURI, SourceS3AccessKey: e.sec.S3AccessKey,
+		SourceS3SecretKey: e.sec.S3SecretKey, SourceKey: e.sec.EncryptionKey}
+	sum, err := RunRestore(ctx, rc, sec, RunOptions{Now: testNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Rehydrated != int64(len(want.archived)) || sum.Restored != 0 {
+		t.Fatalf("summary %+v: want %d rehydrated, nothing else written", sum, len(want.archived))
+	}
+	if got := e.archivedAt(t, testNow); len(got) != 0 {
+		t.Fatalf("%d memories still archived", len(got))
+	}
+	if v := e.vectors(t, want.archived); len(v) != len(want.archived) {
+		t.Fatalf("%d of %d rehydrated memories have a vector", len(v), len(want.archived))
+	}
+}

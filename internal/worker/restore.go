@@ -94,7 +94,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		Reader: reader, Target: pgstore.New(pool, cfg.Schema), Index: index, Embedder: embedder,
 		Mapping: mapper, Denylist: cfg.Denylist, Types: types, Now: ro.Now,
 		Conflict: restore.ConflictPolicy(cfg.ConflictPolicy), Embeddings: restore.EmbeddingsPolicy(cfg.Embeddings),
-		DryRun: cfg.DryRun, Parallelism: restoreParallelism, Detail: detail,
+		DryRun: cfg.DryRun, Rehydrate: cfg.Rehydrate, Parallelism: restoreParallelism, Detail: detail,
 		Progress: func(p restore.Progress) {
 			if ro.Progress != nil {
 				fmt.Fprintf(ro.Progress, "read %d, restored %d, skipped %d\n", p.Read, p.Restored, p.Skipped)
@@ -108,7 +108,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 	sum = RestoreSummary{
 		ManifestSHA256: manifestSHA, FormatVersion: res.FormatVersion, PackageID: res.PackageID, Shards: res.Shards,
 		DryRun: res.DryRun, Embeddings: string(res.Embeddings),
-		Restored: res.Restored, Scopes: res.Scopes, MappedScopes: res.MappedScopes, Vectors: res.Vectors,
+		Restored: res.Restored, Scopes: res.Scopes, MappedScopes: res.MappedScopes, Vectors: res.Vectors, Rehydrated: res.Rehydrated,
 		Skipped: SkippedCount{
 			Denylisted: res.Skipped.Denylisted, Tombstoned: res.Skipped.Tombstoned, Unmapped: res.Skipped.Unmapped,
 			Expired: res.Skipped.Expired, Type: res.Skipped.Type, Conflict: res.Skipped.Conflict, Invalid: res.Skipped.Invalid,

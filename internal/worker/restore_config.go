@@ -107,6 +107,8 @@ type RestoreConfig struct {
 	ConflictPolicy, Embeddings string
 	// DryRun writes nothing to the target; the detail object and summary are written.
 	DryRun bool
+	// Rehydrate brings the package's archived memories back live (restore.Options.Rehydrate).
+	Rehydrate bool
 
 	// DetailKey is the object, in Source.Bucket, that receives the per-scope detail
 	// (zstd-compressed JSON lines).
@@ -169,6 +171,9 @@ func (c RestoreConfig) Args() []string {
 	if c.DryRun {
 		args = append(args, "--dry-run")
 	}
+	if c.Rehydrate {
+		args = append(args, "--rehydrate")
+	}
 	return args
 }
 
@@ -211,6 +216,7 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.ConflictPolicy, "conflict-policy", "KeepNewer", "KeepNewer, Overwrite or Skip")
 	fs.StringVar(&c.Embeddings, "embeddings", "Reuse", "Reuse, Reembed or Defer")
 	fs.BoolVar(&c.DryRun, "dry-run", false, "write nothing to the target")
+	fs.BoolVar(&c.Rehydrate, "rehydrate", false, "bring the package's archived memories back live")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -359,8 +365,10 @@ type RestoreSummary struct {
 	Scopes       int64 `json:"scopes"`
 	MappedScopes int64 `json:"mappedScopes"`
 	// Vectors written, reused or computed.
-	Vectors int64        `json:"vectors"`
-	Skipped SkippedCount `json:"skipped"`
+	Vectors int64 `json:"vectors"`
+	// Rehydrated archived memories are live again (Rehydrate).
+	Rehydrated int64        `json:"rehydrated,omitempty"`
+	Skipped    SkippedCount `json:"skipped"`
 	// FirstInvalid describes the first memory skipped as invalid (at most
 	// maxFirstInvalid bytes).
 	FirstInvalid string `json:"firstInvalid,omitempty"`
@@ -418,7 +426,7 @@ func ParseRestoreSummary(msg string) (RestoreSummary, error) {
 	if !slices.Contains(embeddingsPolicies, s.Embeddings) {
 		return RestoreSummary{}, fmt.Errorf("restore summary: embeddings %q is not one of %s", s.Embeddings, strings.Join(embeddingsPolicies, ", "))
 	}
-	counts := []int64{s.Restored, s.Scopes, s.MappedScopes, s.Vectors, int64(s.Shards), s.Skipped.Denylisted,
+	counts := []int64{s.Restored, s.Scopes, s.MappedScopes, s.Vectors, s.Rehydrated, int64(s.Shards), s.Skipped.Denylisted,
 		s.Skipped.Tombstoned, s.Skipped.Unmapped, s.Skipped.Expired, s.Skipped.Type, s.Skipped.Conflict, s.Skipped.Invalid}
 	for t, n := range s.RestoredByType {
 		if !memory.Type(t).Valid() {

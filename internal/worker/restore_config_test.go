@@ -22,7 +22,7 @@ func TestRestoreArgsRoundTrip(t *testing.T) {
 			PrefixMap: []ScopeRule{{From: "user:legacy-", To: "user:"}},
 			MapFile:   MappingDir + "/users.csv", MapFormat: MapFormatCSV, Unmapped: "Fail",
 			Denylist: []string{"user:admin", "session:*"}, Types: []string{"working", "semantic"},
-			ConflictPolicy: "Overwrite", Embeddings: "Reembed", DryRun: true,
+			ConflictPolicy: "Overwrite", Embeddings: "Reembed", DryRun: true, Rehydrate: true,
 			DetailKey: "agents/nightly-1f0e4c9a/restores/migrate-5a6b7c8d/detail.jsonl.zst",
 		},
 		{
@@ -100,7 +100,7 @@ func TestRestoreSummaryRoundTrip(t *testing.T) {
 		ManifestSHA256: testSHA, FormatVersion: 1, PackageID: "00112233445566778899aabbccddeeff", Shards: 3,
 		DryRun: true, Embeddings: "Reembed",
 		Restored: 1200, RestoredByType: map[string]int64{"semantic": 1000, "episodic": 200},
-		Scopes: 40, MappedScopes: 38, Vectors: 1200,
+		Scopes: 40, MappedScopes: 38, Vectors: 1200, Rehydrated: 12,
 		Skipped:      SkippedCount{Denylisted: 1, Tombstoned: 2, Unmapped: 3, Expired: 4, Type: 5, Conflict: 6, Invalid: 7},
 		FirstInvalid: `memory "m-1": content: must be a JSON object, got a string`,
 		DetailKey:    "p/restores/r-1/detail.jsonl.zst",
@@ -121,7 +121,7 @@ func TestRestoreSummaryRoundTrip(t *testing.T) {
 	// escapes six-fold) still fits a termination message.
 	const maxInt = int64(^uint64(0) >> 1)
 	big := RestoreSummary{ManifestSHA256: testSHA, FormatVersion: 99, PackageID: strings.Repeat("f", 32), Shards: 1 << 30,
-		DryRun: true, Embeddings: "Reembed", Restored: maxInt, Scopes: maxInt, MappedScopes: maxInt, Vectors: maxInt,
+		DryRun: true, Embeddings: "Reembed", Restored: maxInt, Scopes: maxInt, MappedScopes: maxInt, Vectors: maxInt, Rehydrated: maxInt,
 		RestoredByType: map[string]int64{"working": maxInt, "episodic": maxInt, "semantic": maxInt, "procedural": maxInt},
 		Skipped:        SkippedCount{maxInt, maxInt, maxInt, maxInt, maxInt, maxInt, maxInt},
 		FirstInvalid:   truncateUTF8(strings.Repeat("\x01", 2*maxFirstInvalid), maxFirstInvalid),
