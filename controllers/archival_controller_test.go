@@ -396,7 +396,7 @@ func TestArchivalReportsAnInvalidSchedule(t *testing.T) {
 	} {
 		store := validStore(ns, fmt.Sprintf("typo-%d", i))
 		store.Spec.Archival = validArchival()
-		store.Spec.Archival.Schedule = tc.schedule
+		store.Spec.Archival.Schedule = memoryv1alpha1.CronSchedule(tc.schedule)
 		create(t, store)
 		store = getStore(g, client.ObjectKeyFromObject(store))
 		r := newArchivalReconciler(clocktesting.NewFakePassiveClock(store.CreationTimestamp.Add(48 * time.Hour)))

@@ -57,7 +57,7 @@ func (r *ArchivalReconciler) schedule(ctx context.Context, store *memoryv1alpha1
 	active *batchv1.Job, want *archivalState) (ctrl.Result, error) {
 	st := want.ensureStatus()
 	now := r.Clock.Now()
-	sched, err := parseSchedule(spec.Schedule)
+	sched, err := parseSchedule(string(spec.Schedule))
 	if err == nil && sched.Next(now).IsZero() {
 		err = errors.New("it matches no time in the next five years")
 	}
@@ -110,7 +110,7 @@ func (r *ArchivalReconciler) schedule(ctx context.Context, store *memoryv1alpha1
 
 	next := sched.Next(archivalCursor(store, st))
 	st.NextScheduleTime = &metav1.Time{Time: next}
-	setArchivalCondition(store, want, active, spec.Schedule, next)
+	setArchivalCondition(store, want, active, string(spec.Schedule), next)
 	return ctrl.Result{RequeueAfter: max(next.Sub(now), time.Second)}, nil
 }
 

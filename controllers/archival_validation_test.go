@@ -193,6 +193,6 @@ func TestArchivalSampleIsValid(t *testing.T) {
 	g.Expect(halfLives[memory.Working]).To(Equal(memory.DefaultHalfLives()[memory.Working]))
 	g.Expect(a.ColdStorageEnabled()).To(BeTrue())
 	g.Expect(a.ColdStorage.DeleteAfter.Duration).To(Equal(90 * 24 * time.Hour))
-	_, err = parseSchedule(a.Schedule)
+	_, err = parseSchedule(string(a.Schedule))
 	g.Expect(err).NotTo(HaveOccurred())
 }

@@ -53,6 +53,10 @@ func TestMemoryStoreAdmissionRejectsInvalidSpecs(t *testing.T) {
 			s.Spec.Backend.ObjectStorage = &memoryv1alpha1.ObjectStorageSpec{Endpoint: "minio:9000", Bucket: "Bad_Bucket",
 				CredentialsSecret: memoryv1alpha1.ObjectStorageCredentials{Name: "s3"}}
 		}, "spec.backend.objectStorage.bucket"},
+		{"snapshot schedule in prose", func(s *memoryv1alpha1.MemoryStore) {
+			s.Spec.SnapshotSchedule = &memoryv1alpha1.SnapshotSchedule{Schedule: "every day at 3",
+				Template: memoryv1alpha1.SnapshotParameters{Encryption: memoryv1alpha1.SnapshotEncryption{Unencrypted: true}}}
+		}, "schedule must be five cron fields"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

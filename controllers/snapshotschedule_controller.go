@@ -109,7 +109,7 @@ func (r *SnapshotScheduleReconciler) reconcileSchedule(ctx context.Context, stor
 		want.snapshots = &memoryv1alpha1.SnapshotScheduleStatus{}
 	}
 	now := r.Clock.Now()
-	sched, err := parseSchedule(spec.Schedule)
+	sched, err := parseSchedule(string(spec.Schedule))
 	if err == nil && sched.Next(now).IsZero() {
 		err = errors.New("it matches no time in the next five years")
 	}

@@ -30,7 +30,7 @@ func scheduledStore(t *testing.T, namespace, name, schedule string, mutate func(
 	t.Helper()
 	store := validStore(namespace, name)
 	store.Spec.SnapshotSchedule = &memoryv1alpha1.SnapshotSchedule{
-		Schedule: schedule,
+		Schedule: memoryv1alpha1.CronSchedule(schedule),
 		Template: memoryv1alpha1.SnapshotParameters{
 			Encryption:        memoryv1alpha1.SnapshotEncryption{Unencrypted: true},
 			CompressionLevel:  3,
@@ -227,7 +227,7 @@ func TestSnapshotScheduleSuspended(t *testing.T) {
 
 func TestSnapshotScheduleReportsAnInvalidSchedule(t *testing.T) {
 	ns := newNamespace(t)
-	store := scheduledStore(t, ns, "typo", "every day at 3", nil)
+	store := scheduledStore(t, ns, "typo", "61 3 * * *", nil) // the right shape, so admitted; minute 61 does not exist
 	// The MemoryStore reconciler writes the same status; wait for its Ready condition.
 	waitForCondition(t, client.ObjectKeyFromObject(store), memoryv1alpha1.ConditionReady, metav1.ConditionFalse, memoryv1alpha1.ReasonSecretNotFound)
 	clock := clocktesting.NewFakePassiveClock(store.CreationTimestamp.Add(48 * time.Hour))
@@ -238,7 +238,7 @@ func TestSnapshotScheduleReportsAnInvalidSchedule(t *testing.T) {
 	c := scheduleCondition(g, store)
 	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 	g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonInvalidSchedule))
-	g.Expect(c.Message).To(Equal(`Schedule "every day at 3" is not valid: expected exactly 5 fields, found 4: [every day at 3]`))
+	g.Expect(c.Message).To(Equal(`Schedule "61 3 * * *" is not valid: end of range (61) above maximum (59): 61`))
 	g.Expect(scheduledSnapshotsOf(g, store)).To(BeEmpty())
 	g.Expect(getStore(g, client.ObjectKeyFromObject(store)).Status.Snapshots.NextScheduleTime).To(BeNil())
 	g.Eventually(func() []string { return eventReasons(ns, store.Name) }).WithTimeout(waitTimeout).

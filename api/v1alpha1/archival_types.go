@@ -11,12 +11,7 @@ import (
 // vector index and marked archived in PostgreSQL, so recall no longer returns it; it is
 // not deleted. The same run purges expired memories.
 type ArchivalSpec struct {
-	// Schedule in cron format: five fields ("0 3 * * *"), or @hourly, @daily, @weekly,
-	// @monthly, @yearly, @every <duration>. Times are UTC.
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=100
-	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every +([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+|[0-9A-Za-z*?/,-]+( +[0-9A-Za-z*?/,-]+){4})$')",message="schedule must be five cron fields (\"0 3 * * *\") or a descriptor (@daily, @every 6h)"
-	Schedule string `json:"schedule"`
+	Schedule CronSchedule `json:"schedule"`
 
 	// Suspend stops starting new runs; a run already started finishes.
 	// +optional

@@ -125,14 +125,19 @@ type MemoryStoreSpec struct {
 	ConnectionSecretName string `json:"connectionSecretName,omitempty"`
 }
 
+// CronSchedule is a schedule in cron format: five fields ("0 3 * * *"), or @hourly,
+// @daily, @weekly, @monthly, @yearly, @every <duration>. Times are UTC. Admission
+// checks its shape; the controllers' parser checks the rest (a field out of range gets
+// the InvalidSchedule reason).
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=100
+// +kubebuilder:validation:XValidation:rule="self.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every +([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+|[0-9A-Za-z*?/,-]+( +[0-9A-Za-z*?/,-]+){4})$')",message="schedule must be five cron fields (\"0 3 * * *\") or a descriptor (@daily, @every 6h)"
+type CronSchedule string
+
 // SnapshotSchedule makes the operator create a MemorySnapshot per cron slot, named after
 // the slot, never two for one slot and none while the previous one still runs.
 type SnapshotSchedule struct {
-	// Schedule in cron format: five fields ("0 3 * * *"), or @hourly, @daily, @weekly,
-	// @every <duration>. Times are UTC.
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=100
-	Schedule string `json:"schedule"`
+	Schedule CronSchedule `json:"schedule"`
 
 	// Suspend stops creating new snapshots; existing ones are kept.
 	// +optional
