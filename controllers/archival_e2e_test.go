@@ -9,11 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	. "github.com/onsi/gomega"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/embed"
@@ -70,7 +68,8 @@ func TestArchivalEndToEndThroughTheWorker(t *testing.T) {
 	// The test plays the pod: the worker with the Job's arguments and Secrets.
 	cfg, err := jobArchiveConfig(job)
 	g.Expect(err).NotTo(HaveOccurred())
-	sum, err := worker.RunArchive(ctx, cfg, archiveJobSecrets(t, job), worker.RunOptions{Version: "test"})
+	sum, err := worker.RunArchive(ctx, cfg, worker.SecretsFrom(jobSecretEnv(t, job, worker.EnvPostgresURI, worker.EnvS3AccessKey,
+		worker.EnvS3SecretKey, worker.EnvEncryptionKey)), worker.RunOptions{Version: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sum.Archived).To(Equal(int64(2)))
 	g.Expect(sum.ArchivedByType).To(Equal(map[string]int64{"episodic": 1, "working": 1}))
@@ -136,38 +135,4 @@ func storeService(t *testing.T, store *memoryv1alpha1.MemoryStore) (*service.Mem
 		t.Fatal(err)
 	}
 	return m, pool
-}
-
-// archiveJobSecrets reads the values of the Secrets the archive Job's environment
-// references, as the kubelet would to start its pod.
-func archiveJobSecrets(t *testing.T, job *batchv1.Job) worker.Secrets {
-	t.Helper()
-	var sec worker.Secrets
-	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
-		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-			t.Fatalf("env %s is not from a Secret", e.Name)
-		}
-		ref := e.ValueFrom.SecretKeyRef
-		s := &corev1.Secret{}
-		if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: job.Namespace, Name: ref.Name}, s); err != nil {
-			t.Fatalf("the pod could not start: %v", err)
-		}
-		v, ok := s.Data[ref.Key]
-		if !ok {
-			t.Fatalf("Secret %s has no key %q", ref.Name, ref.Key)
-		}
-		switch e.Name {
-		case worker.EnvPostgresURI:
-			sec.PostgresURI = string(v)
-		case worker.EnvS3AccessKey:
-			sec.S3AccessKey = string(v)
-		case worker.EnvS3SecretKey:
-			sec.S3SecretKey = string(v)
-		case worker.EnvEncryptionKey:
-			sec.EncryptionKey = string(v)
-		default:
-			t.Fatalf("unexpected env %s", e.Name)
-		}
-	}
-	return sec
 }

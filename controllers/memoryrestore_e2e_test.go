@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -61,7 +62,8 @@ func TestMemoryRestoreEndToEndThroughTheWorker(t *testing.T) {
 	g.Expect(cfg.MapFile).To(BeEmpty())
 	g.Expect(cfg.Schema).To(Equal(tgt.Status.Postgres.Schema))
 	g.Expect(cfg.ExpectManifestSHA256).To(Equal(done.Status.ManifestSHA256))
-	sum, err := worker.RunRestore(ctx, cfg, restoreJobSecrets(t, job), worker.RunOptions{Version: "test", Now: time.Now()})
+	sum, err := worker.RunRestore(ctx, cfg, worker.RestoreSecretsFrom(jobSecretEnv(t, job, worker.EnvPostgresURI, worker.EnvSourceS3AccessKey,
+		worker.EnvSourceS3SecretKey, worker.EnvSourceKey, worker.EnvEmbedderAPIKey)), worker.RunOptions{Version: "test", Now: time.Now()})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sum.Restored).To(Equal(int64(3)))
 	g.Expect(sum.Scopes).To(Equal(int64(2)))
@@ -155,14 +157,18 @@ func restoreJobArgs(t *testing.T, job *batchv1.Job) []string {
 	return nil
 }
 
-// restoreJobSecrets reads the values of the Secrets the restore Job's environment
-// references, as the kubelet would to start its pod.
-func restoreJobSecrets(t *testing.T, job *batchv1.Job) worker.RestoreSecrets {
+// jobSecretEnv reads the values of the Secrets a worker Job's environment references,
+// as the kubelet would to start its pod, and returns them as a getenv. Every variable
+// must come from a Secret and be one of names.
+func jobSecretEnv(t *testing.T, job *batchv1.Job, names ...string) func(string) string {
 	t.Helper()
-	var sec worker.RestoreSecrets
+	env := map[string]string{}
 	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
 		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 			t.Fatalf("env %s is not from a Secret", e.Name)
+		}
+		if !slices.Contains(names, e.Name) {
+			t.Fatalf("unexpected env %s", e.Name)
 		}
 		ref := e.ValueFrom.SecretKeyRef
 		s := &corev1.Secret{}
@@ -173,20 +179,7 @@ func restoreJobSecrets(t *testing.T, job *batchv1.Job) worker.RestoreSecrets {
 		if !ok {
 			t.Fatalf("Secret %s has no key %q", ref.Name, ref.Key)
 		}
-		switch e.Name {
-		case worker.EnvPostgresURI:
-			sec.PostgresURI = string(v)
-		case worker.EnvSourceS3AccessKey:
-			sec.SourceS3AccessKey = string(v)
-		case worker.EnvSourceS3SecretKey:
-			sec.SourceS3SecretKey = string(v)
-		case worker.EnvSourceKey:
-			sec.SourceKey = string(v)
-		case worker.EnvEmbedderAPIKey:
-			sec.EmbedderAPIKey = string(v)
-		default:
-			t.Fatalf("unexpected env %s", e.Name)
-		}
+		env[e.Name] = string(v)
 	}
-	return sec
+	return func(name string) string { return env[name] }
 }

@@ -315,21 +315,26 @@ func (s *Scanner) skipString() bool {
 	return false
 }
 
-// AppendString appends str as encoding/json writes a string with HTML escaping off:
+// AppendString appends s as encoding/json writes a string with HTML escaping off:
 // quotes, backslashes and control characters escaped (\b \f \n \r \t by name, others
 // as \u00xx), U+2028 and U+2029 escaped, invalid UTF-8 as \ufffd, the rest as is.
-func AppendString(dst, str []byte) []byte {
+func AppendString(dst []byte, s string) []byte { return appendString(dst, s, utf8.DecodeRuneInString) }
+
+// AppendBytes is AppendString of a string held in a byte slice.
+func AppendBytes(dst, s []byte) []byte { return appendString(dst, s, utf8.DecodeRune) }
+
+func appendString[S string | []byte](dst []byte, s S, decode func(S) (rune, int)) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(str); {
-		b := str[i]
+	for i := 0; i < len(s); {
+		b := s[i]
 		if b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' {
 				i++
 				continue
 			}
-			dst = append(dst, str[start:i]...)
+			dst = append(dst, s[start:i]...)
 			switch b {
 			case '"', '\\':
 				dst = append(dst, '\\', b)
@@ -350,13 +355,13 @@ func AppendString(dst, str []byte) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRune(str[i:])
+		r, size := decode(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:
-			dst = append(dst, str[start:i]...)
+			dst = append(dst, s[start:i]...)
 			dst = append(dst, `\ufffd`...)
 		case r == '\u2028' || r == '\u2029':
-			dst = append(dst, str[start:i]...)
+			dst = append(dst, s[start:i]...)
 			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
 		default:
 			i += size
@@ -365,6 +370,6 @@ func AppendString(dst, str []byte) []byte {
 		i += size
 		start = i
 	}
-	dst = append(dst, str[start:]...)
+	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }

@@ -70,7 +70,7 @@ func (c *fastCanon) value(out []byte, depth int) ([]byte, error) {
 		if c.scratch, ok = c.sc.String(c.scratch[:0]); !ok || bytes.IndexByte(c.scratch, 0) >= 0 {
 			return out, errNotFast{} // NUL: jsonb cannot store it
 		}
-		return jsonscan.AppendString(out, c.scratch), nil
+		return jsonscan.AppendBytes(out, c.scratch), nil
 	case 't', 'f', 'n':
 		for _, lit := range [...]string{"true", "false", "null"} {
 			if c.sc.Literal(lit) {
@@ -143,7 +143,7 @@ func (c *fastCanon) object(out []byte, depth int) ([]byte, error) {
 		}
 		key := out[keyStart:len(out):len(out)]
 		memStart := len(out)
-		out = jsonscan.AppendString(out, key)
+		out = jsonscan.AppendBytes(out, key)
 		if !c.sc.Consume(':') {
 			return out, errNotFast{}
 		}

@@ -7,8 +7,8 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
+	"github.com/amemory/memory-operator/internal/jsonscan"
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -21,21 +21,21 @@ import (
 func appendItem(dst []byte, it *memory.Item) ([]byte, error) {
 	var err error
 	dst = append(dst, `{"memory_id":`...)
-	dst = appendString(dst, it.MemoryID)
+	dst = jsonscan.AppendString(dst, it.MemoryID)
 	dst = append(dst, `,"memory_type":`...)
-	dst = appendString(dst, string(it.MemoryType))
+	dst = jsonscan.AppendString(dst, string(it.MemoryType))
 	dst = append(dst, `,"scope":`...)
-	dst = appendString(dst, it.Scope)
+	dst = jsonscan.AppendString(dst, it.Scope)
 	if it.Key != "" {
 		dst = append(dst, `,"key":`...)
-		dst = appendString(dst, it.Key)
+		dst = jsonscan.AppendString(dst, it.Key)
 	}
 	dst = append(dst, `,"content":`...)
 	if dst, err = appendRaw(dst, it.Content, "content"); err != nil {
 		return dst, err
 	}
 	dst = append(dst, `,"source":`...)
-	dst = appendString(dst, it.Source)
+	dst = jsonscan.AppendString(dst, it.Source)
 	dst = append(dst, `,"base_score":`...)
 	if dst, err = appendFloat(dst, it.BaseScore, 64, "base_score"); err != nil {
 		return dst, err
@@ -94,7 +94,7 @@ func appendRevision(dst []byte, r *memory.Revision) ([]byte, error) {
 		return dst, err
 	}
 	dst = append(dst, `,"source":`...)
-	dst = appendString(dst, r.Source)
+	dst = jsonscan.AppendString(dst, r.Source)
 	dst = append(dst, `,"base_score":`...)
 	if dst, err = appendFloat(dst, r.BaseScore, 64, "history.base_score"); err != nil {
 		return dst, err
@@ -153,62 +153,6 @@ func appendFloat(dst []byte, f float64, bits int, field string) ([]byte, error) 
 		}
 	}
 	return dst, nil
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string the way encoding/json does without HTML
-// escaping: \" \\ \b \f \n \r \t, other control characters as \u00XX, U+2028 and
-// U+2029 escaped, invalid UTF-8 replaced by \ufffd.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }
 
 // maxNesting matches encoding/json's limit on nested arrays and objects.

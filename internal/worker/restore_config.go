@@ -329,13 +329,16 @@ type RestoreSecrets struct {
 }
 
 // RestoreSecretsFromEnv reads the restore worker's secrets from the process environment.
-func RestoreSecretsFromEnv() RestoreSecrets {
+func RestoreSecretsFromEnv() RestoreSecrets { return RestoreSecretsFrom(os.Getenv) }
+
+// RestoreSecretsFrom reads the restore worker's secrets through getenv.
+func RestoreSecretsFrom(getenv func(string) string) RestoreSecrets {
 	return RestoreSecrets{
-		PostgresURI:       os.Getenv(EnvPostgresURI),
-		SourceS3AccessKey: os.Getenv(EnvSourceS3AccessKey),
-		SourceS3SecretKey: os.Getenv(EnvSourceS3SecretKey),
-		SourceKey:         os.Getenv(EnvSourceKey),
-		EmbedderAPIKey:    os.Getenv(EnvEmbedderAPIKey),
+		PostgresURI:       getenv(EnvPostgresURI),
+		SourceS3AccessKey: getenv(EnvSourceS3AccessKey),
+		SourceS3SecretKey: getenv(EnvSourceS3SecretKey),
+		SourceKey:         getenv(EnvSourceKey),
+		EmbedderAPIKey:    getenv(EnvEmbedderAPIKey),
 	}
 }
 

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -237,24 +235,12 @@ func TestRestoreProcessKilledThenRerunCompletes(t *testing.T) {
 			EnvSourceS3SecretKey+"="+sec.SourceS3SecretKey, EnvSourceKey+"="+sec.SourceKey)
 		return cmd
 	}
-	cmd := run("first")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	// Kill it once some batches have committed: the restore is then midway.
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
+	killOnProgress(t, run("first"), func(line string) bool {
 		var read, restored, skipped int64
-		if _, err := fmt.Sscanf(sc.Text(), "read %d, restored %d, skipped %d", &read, &restored, &skipped); err == nil && restored >= 10_000 {
-			break
-		}
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+		_, err := fmt.Sscanf(line, "read %d, restored %d, skipped %d", &read, &restored, &skipped)
+		return err == nil && restored >= 10_000
+	})
 	partial := len(scopesOf(t, f, target))
 	if partial == 0 || partial >= n {
 		t.Fatalf("killed run left %d of %d memories: not midway", partial, n)

@@ -29,12 +29,15 @@ type Secrets struct {
 }
 
 // SecretsFromEnv reads the worker's secrets from the process environment.
-func SecretsFromEnv() Secrets {
+func SecretsFromEnv() Secrets { return SecretsFrom(os.Getenv) }
+
+// SecretsFrom reads the snapshot and archive workers' secrets through getenv.
+func SecretsFrom(getenv func(string) string) Secrets {
 	return Secrets{
-		PostgresURI:   os.Getenv(EnvPostgresURI),
-		S3AccessKey:   os.Getenv(EnvS3AccessKey),
-		S3SecretKey:   os.Getenv(EnvS3SecretKey),
-		EncryptionKey: os.Getenv(EnvEncryptionKey),
+		PostgresURI:   getenv(EnvPostgresURI),
+		S3AccessKey:   getenv(EnvS3AccessKey),
+		S3SecretKey:   getenv(EnvS3SecretKey),
+		EncryptionKey: getenv(EnvEncryptionKey),
 	}
 }
 

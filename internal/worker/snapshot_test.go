@@ -386,23 +386,8 @@ func TestSnapshotProcessKilledMidUploadLeavesNoManifest(t *testing.T) {
 		return cmd
 	}
 
-	cmd := run()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	// Kill it as soon as it reports progress: shards are being uploaded then.
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "exported ") {
-			break
-		}
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	killOnProgress(t, run(), func(line string) bool { return strings.HasPrefix(line, "exported ") })
 
 	objects := snapshot.NewMinioObjects(f.s3, f.bucket)
 	if _, err := snapshot.Open(ctx, objects, "crash/", key(t)); !errors.Is(err, snapshot.ErrIncomplete) {
@@ -423,6 +408,27 @@ func TestSnapshotProcessKilledMidUploadLeavesNoManifest(t *testing.T) {
 	if got := r.Manifest().Counts.Items; got != n || len(r.Manifest().Shards) < 2 {
 		t.Fatalf("items = %d in %d shards, want %d in several", got, len(r.Manifest().Shards), n)
 	}
+}
+
+// killOnProgress starts cmd and kills it with SIGKILL (as an evicted pod) at the first
+// line of its progress (stderr) that matches.
+func killOnProgress(t *testing.T, cmd *exec.Cmd, match func(line string) bool) {
+	t.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if match(sc.Text()) {
+			break
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
 }
 
 // buildBinary builds memory-operator for tests that run the real process.
