@@ -196,17 +196,7 @@ func TestRestoreProcessKilledThenRerunCompletes(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	const n = 60_000
-	i := 0
-	if _, err := f.store.Import(ctx, func() (memory.Item, bool, error) {
-		if i == n {
-			return memory.Item{}, false, nil
-		}
-		i++
-		return mem(fmt.Sprintf("m%07d", i), fmt.Sprintf("user:%06d", i/10), memory.Semantic, "",
-			fmt.Sprintf("memory number %d about coffee and trains", i), time.Duration(i)*time.Second), true, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	f.importGenerated(t, n)
 	snap := f.config("kill-restore/")
 	snap.ShardTargetBytes = 1 << 20
 	if _, err := RunSnapshot(ctx, snap, f.sec, RunOptions{Now: testNow}); err != nil {

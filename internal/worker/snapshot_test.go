@@ -365,17 +365,7 @@ func TestSnapshotProcessKilledMidUploadLeavesNoManifest(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	const n = 250_000
-	i := 0
-	if _, err := f.store.Import(ctx, func() (memory.Item, bool, error) {
-		if i == n {
-			return memory.Item{}, false, nil
-		}
-		i++
-		return mem(fmt.Sprintf("m%07d", i), fmt.Sprintf("user:%06d", i/10), memory.Semantic, "",
-			fmt.Sprintf("memory number %d about coffee and trains", i), time.Duration(i)*time.Second), true, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	f.importGenerated(t, n)
 	bin := buildBinary(t)
 	cfg := f.config("crash/")
 	cfg.ShardTargetBytes = 4 << 20 // several shards, so uploads are under way when killed
@@ -407,6 +397,22 @@ func TestSnapshotProcessKilledMidUploadLeavesNoManifest(t *testing.T) {
 	}
 	if got := r.Manifest().Counts.Items; got != n || len(r.Manifest().Shards) < 2 {
 		t.Fatalf("items = %d in %d shards, want %d in several", got, len(r.Manifest().Shards), n)
+	}
+}
+
+// importGenerated imports n generated memories, ten per user scope.
+func (f *fixtureEnv) importGenerated(t *testing.T, n int) {
+	t.Helper()
+	i := 0
+	if _, err := f.store.Import(context.Background(), func() (memory.Item, bool, error) {
+		if i == n {
+			return memory.Item{}, false, nil
+		}
+		i++
+		return mem(fmt.Sprintf("m%07d", i), fmt.Sprintf("user:%06d", i/10), memory.Semantic, "",
+			fmt.Sprintf("memory number %d about coffee and trains", i), time.Duration(i)*time.Second), true, nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
