@@ -18,8 +18,9 @@
 //  4. Shards are read in parallel (Options.Parallelism; shards hold disjoint scopes)
 //     and their items merged in batches (pgstore.Store.Merge: COPY into a staging
 //     table, one INSERT ... ON CONFLICT per batch), each batch one transaction whose
-//     vectors are written before it commits. While a batch is merged, the shard's
-//     next batch is read and checked.
+//     vectors are written before it commits. Batches end at scope boundaries; up to
+//     Parallelism of them are merged at once while the next ones are read, validated
+//     and hashed, and a batch whose target scopes overlap one in flight waits for it.
 //
 // # What is restored
 //

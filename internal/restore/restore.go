@@ -89,9 +89,10 @@ type Options struct {
 	// its age restarts) and indexed like any restored memory. A memory whose target
 	// value differs (the conflict policy kept the target's) is left as it is.
 	Rehydrate bool
-	// Parallelism is how many shards are restored at once (default 1). It is capped
-	// at half the target pool's connections: a batch holds one connection for its
-	// transaction, and a PostgreSQL vector index needs another.
+	// Parallelism is how many merge transactions run at once, and how many shards are
+	// read at once (default 1); a shard may have several batches in flight. It is
+	// capped at half the target pool's connections: a batch holds one connection for
+	// its transaction, and a PostgreSQL vector index needs another.
 	Parallelism int
 	// BatchSize is the number of items per merge transaction (DefaultBatchSize if 0).
 	BatchSize int
