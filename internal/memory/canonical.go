@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // CanonicalJSON returns a canonical encoding of the JSON value in raw: object keys
@@ -40,6 +42,9 @@ func canonicalSlow(raw []byte) ([]byte, error) {
 
 // decodeJSON decodes exactly one JSON value, keeping numbers as json.Number.
 func decodeJSON(raw []byte) (any, error) {
+	if err := checkStorableText(raw); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
@@ -178,4 +183,70 @@ func canonicalNumber(lit string) (string, error) {
 		out = "-" + out
 	}
 	return out, nil
+}
+
+// checkStorableText refuses JSON text that encoding/json would accept (replacing the
+// offending characters with U+FFFD) but PostgreSQL's jsonb refuses, since content is
+// stored as the bytes it arrived in: invalid UTF-8, and a \u escape of a UTF-16
+// surrogate that is not half of a pair. It looks only at escapes and byte encoding;
+// the JSON syntax is checked by the parser.
+func checkStorableText(raw []byte) error {
+	if !utf8.Valid(raw) {
+		i := 0
+		for i < len(raw) {
+			r, size := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			i += size
+		}
+		return fmt.Errorf("is not valid UTF-8 (byte 0x%02x at offset %d)", raw[i], i)
+	}
+	for i := 0; ; {
+		j := bytes.IndexByte(raw[i:], '\\')
+		if j < 0 {
+			return nil
+		}
+		i += j
+		if i+1 >= len(raw) || raw[i+1] != 'u' {
+			i += 2 // an escaped character, possibly a backslash
+			continue
+		}
+		r, ok := hex4(raw[i+2:])
+		switch {
+		case !ok:
+			i += 2 // not an escape the parser accepts; it says so
+		case utf16.IsSurrogate(r) && r < 0xdc00:
+			if r2, ok2 := hex4(raw[min(i+8, len(raw)):]); i+7 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' && ok2 && r2 >= 0xdc00 && r2 <= 0xdfff {
+				i += 12
+				continue
+			}
+			return fmt.Errorf("has a lone UTF-16 surrogate \\u%04x at offset %d (a high surrogate must be followed by a low one), which PostgreSQL jsonb cannot store", r, i)
+		case utf16.IsSurrogate(r):
+			return fmt.Errorf("has a lone UTF-16 surrogate \\u%04x at offset %d (a low surrogate must follow a high one), which PostgreSQL jsonb cannot store", r, i)
+		default:
+			i += 6
+		}
+	}
+}
+
+// hex4 decodes the four hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }

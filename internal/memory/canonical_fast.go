@@ -43,8 +43,12 @@ var fastCanons = sync.Pool{New: func() any { return &fastCanon{scratch: make([]b
 
 // appendCanonicalFast appends the canonical encoding of the single JSON value in raw
 // to dst and returns it with the value's first byte ('{' for an object). It also
-// refuses what jsonb cannot store (NUL in strings). Any error means "use the slow path".
+// refuses what jsonb cannot store (NUL in strings, invalid UTF-8, lone surrogates).
+// Any error means "use the slow path".
 func appendCanonicalFast(dst, raw []byte) ([]byte, byte, error) {
+	if checkStorableText(raw) != nil {
+		return dst, 0, errNotFast{}
+	}
 	c := fastCanons.Get().(*fastCanon)
 	defer func() {
 		c.sc, c.members = jsonscan.Scanner{}, c.members[:0]

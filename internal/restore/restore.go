@@ -460,8 +460,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{DryRun: o.DryRun, PackageID: man.PackageID, FormatVersion: o.Reader.StoredFormatVersion(),
 		Shards: len(man.Shards), Embeddings: plan.applied, Tombstones: len(tombstones)}
 	if !o.DryRun {
-		if err := o.Target.AddTombstones(ctx, tombstones); err != nil {
-			return nil, fmt.Errorf("restore: %w", err)
+		for start := 0; start < len(tombstones); start += pgstore.MaxApplyBatch {
+			if _, err := o.Target.ApplyTombstones(ctx, tombstones[start:min(start+pgstore.MaxApplyBatch, len(tombstones))],
+				pgstore.ApplyOptions{Actor: "restore", RecordIndexDeletions: true}); err != nil {
+				return nil, fmt.Errorf("restore: %w", err)
+			}
 		}
 	}
 	if o.Detail != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"maps"
 	"slices"
@@ -647,7 +648,7 @@ func TestRestoreDryRun(t *testing.T) {
 	for _, policy := range []restore.ConflictPolicy{restore.KeepNewer, restore.Overwrite, restore.Skip} {
 		t.Run(string(policy), func(t *testing.T) {
 			dst := conflictTarget(t, e)
-			if err := dst.AddTombstone(context.Background(), memory.Tombstone{Scope: "user:gone", ForgottenAt: testNow}); err != nil {
+			if _, err := dst.ApplyTombstones(context.Background(), []memory.Tombstone{{Scope: "user:gone", ForgottenAt: testNow}}, pgstore.ApplyOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			before := dst.dump(t)
@@ -703,7 +704,7 @@ func TestRestoreRefusesBadPackages(t *testing.T) {
 	if _, err := dst.Put(ctx, item("t", "user:9", memory.Semantic, "", `{"v":9}`, day)); err != nil {
 		t.Fatal(err)
 	}
-	if err := dst.AddTombstone(ctx, memory.Tombstone{Scope: "user:8", ForgottenAt: testNow}); err != nil {
+	if _, err := dst.ApplyTombstones(ctx, []memory.Tombstone{{Scope: "user:8", ForgottenAt: testNow}}, pgstore.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	before := dst.dump(t)
@@ -909,42 +910,61 @@ func (c *cancelingEmbedder) Embed(ctx context.Context, texts []string) ([][]floa
 	return c.Embedder.Embed(ctx, texts)
 }
 
-// forgettingIndex forgets a scope in the target the first time vectors are written
-// (while a batch holding that scope's items is being merged), then writes them.
+// forgettingIndex starts forgetting a scope in the target the first time vectors are
+// written (while a batch holding that scope's items is being merged), and waits until
+// the forget is held back by the batch before writing them.
 type forgettingIndex struct {
 	vector.Index
-	store *store
-	scope string
-	done  bool
+	store   *store
+	scope   string
+	started bool
+	done    chan error
 }
 
 func (f *forgettingIndex) Upsert(ctx context.Context, entries []vector.Entry) error {
-	if !f.done {
-		f.done = true
-		if _, err := f.store.Forget(ctx, f.scope, "user asked during the restore", "test"); err != nil {
-			return err
+	if !f.started {
+		f.started = true
+		go func() {
+			_, err := f.store.Forget(context.Background(), f.scope, "user asked during the restore", "test")
+			f.done <- err
+		}()
+		// The store's forget lock (pgstore's key: FNV-64a of its name and the schema).
+		h := fnv.New64a()
+		h.Write([]byte("memory-operator/pgstore/forget\x00" + f.store.schema))
+		key := h.Sum64()
+		for {
+			var waiting bool
+			if err := f.store.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+				AND classid = $1 AND objid = $2 AND objsubid = 1)`, uint32(key>>32), uint32(key)).Scan(&waiting); err != nil {
+				return err
+			}
+			if waiting {
+				break
+			}
+			select {
+			case err := <-f.done:
+				return fmt.Errorf("the forget did not wait for the batch being merged (err %v)", err)
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}
 	return f.Index.Upsert(ctx, entries)
 }
 
-// A scope forgotten while a restore runs stays forgotten: its items are not
-// committed, and no vector of it remains.
+// A scope forgotten while a restore runs stays forgotten: the forget waits for the
+// batch writing to it, then deletes what it wrote, and no vector of it remains.
 func TestRestoreScopeForgottenDuringRestore(t *testing.T) {
 	e := newEnv(t)
 	items := dataset(6, 9)
 	pkg := e.writePackage(t, "p/forget-during/", items, pkgOptions{key: testKey})
 	dst := e.newStore(t)
-	ix := &forgettingIndex{Index: dst.index, store: dst, scope: "user:1003"}
+	ix := &forgettingIndex{Index: dst.index, store: dst, scope: "user:1003", done: make(chan error, 1)}
 	res := run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: ix, Embedder: embed.NewHashing(dim)})
-	var inScope int64
-	for _, it := range items {
-		if it.Scope == "user:1003" && it.MemoryType != memory.Working && (it.ExpiresAt == nil || it.ExpiresAt.After(testNow)) {
-			inScope++
-		}
+	if err := <-ix.done; err != nil {
+		t.Fatal(err)
 	}
-	if inScope == 0 || res.Skipped.Tombstoned != inScope || res.Batches != 1 {
-		t.Fatalf("result %+v; %d items of the scope", res, inScope)
+	if res.Skipped.Tombstoned != 0 || res.Batches != 1 {
+		t.Fatalf("result %+v", res)
 	}
 	d := dst.dump(t)
 	for _, rows := range [][]string{d.memories, d.vectors} {
@@ -954,8 +974,16 @@ func TestRestoreScopeForgottenDuringRestore(t *testing.T) {
 			}
 		}
 	}
-	if len(d.vectors) != int(res.Vectors) {
-		t.Fatalf("%d vectors, result says %d", len(d.vectors), res.Vectors)
+	// Restoring the package again now skips the scope: its tombstone covers it.
+	again := run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: embed.NewHashing(dim)})
+	var inScope int64
+	for _, it := range items {
+		if it.Scope == "user:1003" && it.MemoryType != memory.Working && (it.ExpiresAt == nil || it.ExpiresAt.After(testNow)) {
+			inScope++
+		}
+	}
+	if inScope == 0 || again.Skipped.Tombstoned != inScope || again.Restored != 0 {
+		t.Fatalf("second restore %+v; %d items of the scope", again, inScope)
 	}
 }
 

@@ -37,7 +37,7 @@ package pgstore
 // both. A re-run at the same clock that archives more memories clears both, so they
 // are done again.
 //
-// Every statement here is set-based; archival never touches a scope with a tombstone.
+// Every statement here is set-based; archival never touches a memory a tombstone covers.
 
 import (
 	"context"
@@ -61,24 +61,25 @@ type MarkResult struct {
 	// microsecond.
 	ArchivedAt time.Time
 	// Scanned is the number of live memories scored: not archived, not expired at the
-	// run's clock, not in a tombstoned scope.
+	// run's clock, not covered by a tombstone.
 	Scanned int64
 	// Archived is the number of memories marked, in total and by type.
 	Archived int64
 	ByType   map[memory.Type]int64
 }
 
-// notTombstoned is true for a memories row m whose scope has no tombstone.
-func (s *Store) notTombstoned(m string) string {
-	return `NOT EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` t WHERE t.scope = ` + m + `.scope)`
-}
+// notTombstoned is true for a memories row m that no tombstone covers. Forget deletes
+// what a tombstone covers, so this holds for every stored memory; the check keeps
+// archival from ever copying or counting a forgotten memory should one appear. A
+// memory created after its scope was forgotten is archived and purged like any other.
+func (s *Store) notTombstoned(m string) string { return `NOT ` + s.covered(m) }
 
 // MarkArchived archives, in one statement, every live memory whose effective score at
 // now is below threshold: archived_at := now (to the microsecond), the run recorded in
 // archive_runs (which makes their vector deletions pending, see the comment at the top
 // of this file) and an audit_log record ("archive") written. Live means not archived,
-// not expired at now (expired memories are purged, not archived) and not in a
-// tombstoned scope.
+// not expired at now (expired memories are purged, not archived) and not covered by
+// a tombstone.
 //
 // The score is memory.HalfLives.Score's, computed in SQL (see scoreSQL): a type
 // missing from halfLives (or with a half-life <= 0) does not decay, so it is archived
@@ -213,6 +214,22 @@ func (s *Store) ProcessIndexDeletions(ctx context.Context, opts DeletionOptions,
 				return res, fmt.Errorf("pgstore: vector deletions of the archival run at %s: %w", r.at.UTC().Format(time.RFC3339Nano), err)
 			}
 		}
+	}
+	entries, err := s.ProcessDeletionEntries(ctx, opts, deleteVectors)
+	res.Deleted += entries.Deleted
+	res.Recovered += entries.Recovered
+	return res, err
+}
+
+// ProcessDeletionEntries works off the pending vector deletions recorded one by one
+// in index_deletions (purged memories, and memories a restored tombstone forgot),
+// as ProcessIndexDeletions does, leaving the archival runs' deletions alone (those
+// wait for their run's cold copy).
+func (s *Store) ProcessDeletionEntries(ctx context.Context, opts DeletionOptions,
+	deleteVectors func(ctx context.Context, ids []string) error) (DeletionResult, error) {
+	var res DeletionResult
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultDeletionBatch
 	}
 	after := ""
 	for {
@@ -358,8 +375,8 @@ func (s *Store) ServerTime(ctx context.Context) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-// PurgeExpired deletes, in one statement, the memories with expires_at <= now outside
-// tombstoned scopes, recording their vector deletions and an audit_log record
+// PurgeExpired deletes, in one statement, the memories with expires_at <= now that no
+// tombstone covers, recording their vector deletions and an audit_log record
 // ("purge-expired", with actor and the count, never content). It returns how many it
 // deleted (with dryRun, would delete, writing nothing).
 func (s *Store) PurgeExpired(ctx context.Context, now time.Time, actor string, dryRun bool) (int64, error) {
@@ -482,8 +499,8 @@ func (s *Store) RecordColdCopy(ctx context.Context, prefix string, runs []time.T
 
 // DeleteArchived deletes from PostgreSQL, in one statement, the memories archived
 // before `before` by a run whose vectors are deleted and whose cold copy is recorded
-// (and still archived at that run's time, so never one revived since), outside
-// tombstoned scopes, and writes an audit_log record ("delete-archived", with actor,
+// (and still archived at that run's time, so never one revived since) that no
+// tombstone covers, and writes an audit_log record ("delete-archived", with actor,
 // before and the count). It returns how many it deleted (with dryRun, would delete,
 // writing nothing).
 func (s *Store) DeleteArchived(ctx context.Context, before time.Time, actor string, dryRun bool) (int64, error) {

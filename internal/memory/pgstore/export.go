@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -38,8 +40,53 @@ type ExportFilter struct {
 
 // Export calls fn for every memory matching f, in (scope, memory_id) order, streaming
 // rows from the server: memory use does not grow with the table. It stops at and
-// returns the first error from fn.
+// returns the first error from fn. A snapshot that also carries tombstones reads both
+// through ReadCut instead.
 func (s *Store) Export(ctx context.Context, f ExportFilter, fn func(memory.Item) error) error {
+	return s.export(ctx, s.pool, f, fn)
+}
+
+// Cut is a consistent view of the store: its Export and EachTombstone read one
+// REPEATABLE READ snapshot of the database, so what they return is the store at one
+// moment, Time. A package written from one cut holds every memory and tombstone
+// committed before the snapshot and nothing committed after it: a scope forgotten
+// while it is read is in it either with its memories or with its tombstone.
+type Cut struct {
+	s  *Store
+	tx pgx.Tx
+	// Time is when the snapshot was taken (the server's clock at the start of the
+	// cut's first statement).
+	Time time.Time
+}
+
+// ReadCut runs fn with a Cut of the store, in a read-only REPEATABLE READ
+// transaction that ends when fn returns.
+func (s *Store) ReadCut(ctx context.Context, fn func(ctx context.Context, c *Cut) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("pgstore: beginning a consistent read: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	c := &Cut{s: s, tx: tx}
+	// The transaction's first statement takes its snapshot.
+	if err := tx.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&c.Time); err != nil {
+		return fmt.Errorf("pgstore: beginning a consistent read: %w", err)
+	}
+	c.Time = c.Time.UTC()
+	return fn(ctx, c)
+}
+
+// Export is Store.Export within the cut.
+func (c *Cut) Export(ctx context.Context, f ExportFilter, fn func(memory.Item) error) error {
+	return c.s.export(ctx, c.tx, f, fn)
+}
+
+// EachTombstone is Store.EachTombstone within the cut.
+func (c *Cut) EachTombstone(ctx context.Context, fn func(Tombstone) error) error {
+	return c.s.eachTombstone(ctx, c.tx, fn)
+}
+
+func (s *Store) export(ctx context.Context, q querier, f ExportFilter, fn func(memory.Item) error) error {
 	types, err := typeNames(f.Types)
 	if err != nil {
 		return fmt.Errorf("pgstore: export: %w", err)
@@ -98,7 +145,7 @@ func (s *Store) Export(ctx context.Context, f ExportFilter, fn func(memory.Item)
 	// the result when fn gives up early.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("pgstore: export: %w", err)
 	}

@@ -1,9 +1,39 @@
 package pgstore
 
+// Forgetting.
+//
+// A tombstone (scope, forgotten_at) forgets what its scope held up to forgotten_at:
+// every memory of the scope created at or before that time. A memory created later is
+// new consent (a user who came back) and is kept. This is the one meaning of a
+// tombstone on every path:
+//
+//   - Forget deletes every memory of the scope and records a tombstone at least as
+//     late as all of them, so what it deleted is covered;
+//   - Put (the write path, and so the gateway) refuses a memory the scope's tombstone
+//     covers (ErrForgotten) and stores any later one;
+//   - Merge (restores) and Import never write a covered memory (outcome
+//     MergeTombstoned);
+//   - ApplyTombstones (a restore bringing a package's tombstones) forgets, as Forget
+//     does, what the target holds that they cover;
+//   - archival scores, archives and purges later memories like any other;
+//   - snapshots carry the tombstones read in the same database snapshot as the
+//     memories (ReadCut).
+//
+// Tombstones are append-only: forgetting a scope again adds a row, and a scope's
+// tombstone is its latest row. Nothing in this package updates or deletes one, and
+// the agent role may only insert them, so no one but the operator can un-forget.
+//
+// Writers and forgetters are serialised per store by an advisory lock: Put, Merge and
+// Import take it shared for their transaction, Forget and ApplyTombstones exclusive.
+// A write therefore either commits before a forget (which then deletes it) or starts
+// after it (and sees its tombstone): a memory written concurrently with a forget never
+// survives it uncovered.
+
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +43,37 @@ import (
 
 // Tombstone records a forgotten scope.
 type Tombstone = memory.Tombstone
+
+// ErrForgotten is returned by Put for a memory created at or before its scope's
+// tombstone: it belongs to what was forgotten.
+var ErrForgotten = errors.New("pgstore: the scope was forgotten after this memory was created")
+
+// forgetLock is the advisory lock key of the store's write/forget lock.
+func (s *Store) forgetLock() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("memory-operator/pgstore/forget\x00"))
+	h.Write([]byte(s.schema))
+	return int64(h.Sum64())
+}
+
+// lockForWrite takes the forget lock shared: forgets wait for this transaction, and
+// it waits for forgets in progress. Call it first in the transaction, before any
+// statement whose snapshot must see tombstones committed by those forgets.
+func (s *Store) lockForWrite(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.forgetLock())
+	return err
+}
+
+// lockForForget takes the forget lock exclusively.
+func (s *Store) lockForForget(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.forgetLock())
+	return err
+}
+
+// covered is the SQL condition "the memory row m is covered by a tombstone".
+func (s *Store) covered(m string) string {
+	return `EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` tb WHERE tb.scope = ` + m + `.scope AND tb.forgotten_at >= ` + m + `.created_at)`
+}
 
 // ForgetResult counts what Forget deleted.
 type ForgetResult struct {
@@ -24,37 +85,27 @@ type ForgetResult struct {
 	ForgottenAt time.Time
 }
 
-// Forget deletes every memory of scope and its vectors, records (or refreshes) the
-// scope's tombstone and writes an audit_log record (action "forget") with the actor,
-// the reason and the counts, never any content. It is one transaction.
+// Forget deletes every memory of scope and its vectors, records a tombstone and
+// writes an audit_log record (action "forget") with the actor, the reason and the
+// counts, never any content. It is one transaction. The tombstone's time is the
+// server's clock, or the latest created_at of the deleted memories when one lies
+// ahead of it, so that the tombstone covers everything it deleted; calling Forget
+// again records a later tombstone and another audit record.
 func (s *Store) Forget(ctx context.Context, scope, reason, actor string) (ForgetResult, error) {
 	if err := memory.ValidateScope(scope); err != nil {
 		return ForgetResult{}, fmt.Errorf("pgstore: forget: %w", err)
 	}
 	var res ForgetResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM `+s.t.vectors+` WHERE scope = $1
-			OR memory_id IN (SELECT memory_id FROM `+s.t.memories+` WHERE scope = $1)`, scope)
-		if err != nil {
+		if err := s.lockForForget(ctx, tx); err != nil {
 			return err
 		}
-		res.VectorsDeleted = tag.RowsAffected()
-		tag, err = tx.Exec(ctx, `DELETE FROM `+s.t.memories+` WHERE scope = $1`, scope)
-		if err != nil {
+		var at time.Time
+		if err := tx.QueryRow(ctx, `SELECT greatest(now(), max(created_at)) FROM `+s.t.memories+` WHERE scope = $1`, scope).Scan(&at); err != nil {
 			return err
 		}
-		res.Deleted = tag.RowsAffected()
-		if err := tx.QueryRow(ctx, `INSERT INTO `+s.t.tombstones+` AS t (scope, forgotten_at, reason)
-			VALUES ($1, now(), $2)
-			ON CONFLICT (scope) DO UPDATE SET forgotten_at = EXCLUDED.forgotten_at, reason = EXCLUDED.reason
-			RETURNING forgotten_at`, scope, reason).Scan(&res.ForgottenAt); err != nil {
-			return err
-		}
-		res.ForgottenAt = res.ForgottenAt.UTC()
-		_, err = tx.Exec(ctx, `INSERT INTO `+s.t.auditLog+` (action, scope, detail)
-			VALUES ('forget', $1, jsonb_build_object('actor', $2::text, 'reason', $3::text,
-				'deleted', $4::bigint, 'vectors_deleted', $5::bigint))`,
-			scope, actor, reason, res.Deleted, res.VectorsDeleted)
+		r, err := s.applyTombstones(ctx, tx, []Tombstone{{Scope: scope, ForgottenAt: at, Reason: reason}}, ApplyOptions{Actor: actor, always: true})
+		res = ForgetResult{Deleted: r.Forgotten, VectorsDeleted: r.VectorsDeleted, ForgottenAt: at.UTC()}
 		return err
 	})
 	if err != nil {
@@ -63,51 +114,204 @@ func (s *Store) Forget(ctx context.Context, scope, reason, actor string) (Forget
 	return res, nil
 }
 
-// AddTombstone records a tombstone without deleting anything, e.g. one carried by a
-// snapshot into the store it is restored to. An existing tombstone keeps the later
-// of the two times (and that time's reason).
-func (s *Store) AddTombstone(ctx context.Context, t Tombstone) error {
-	if err := memory.ValidateScope(t.Scope); err != nil {
-		return fmt.Errorf("pgstore: add tombstone: %w", err)
-	}
-	if t.ForgottenAt.IsZero() {
-		return errors.New("pgstore: add tombstone: forgotten_at is not set")
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.t.tombstones+` AS t (scope, forgotten_at, reason)
-		VALUES ($1, $2, $3)
-		ON CONFLICT (scope) DO UPDATE SET
-			forgotten_at = greatest(t.forgotten_at, EXCLUDED.forgotten_at),
-			reason = CASE WHEN EXCLUDED.forgotten_at > t.forgotten_at THEN EXCLUDED.reason ELSE t.reason END`,
-		t.Scope, t.ForgottenAt, t.Reason)
-	if err != nil {
-		return fmt.Errorf("pgstore: add tombstone %q: %w", t.Scope, err)
-	}
-	return nil
+// ApplyOptions configure ApplyTombstones.
+type ApplyOptions struct {
+	// Actor and Source go into the audit records (who, and for a restore the package).
+	Actor, Source string
+	// RecordIndexDeletions records the vector deletions owed to an external index
+	// (Milvus) for the memories deleted, in index_deletions, worked off by
+	// ProcessDeletionEntries. The vectors table (the embedded index) is always
+	// cleaned in the same transaction.
+	RecordIndexDeletions bool
+	// DryRun rolls the transaction back: the result says what would happen.
+	DryRun bool
+	// always writes an audit record for every tombstone, changed or not (Forget).
+	always bool
 }
 
-// Tombstones returns every tombstone, ordered by scope.
-func (s *Store) Tombstones(ctx context.Context) ([]Tombstone, error) {
-	rows, err := s.pool.Query(ctx, `SELECT scope, forgotten_at, reason FROM `+s.t.tombstones+` ORDER BY scope`)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: tombstones: %w", err)
+// ApplyResult says what ApplyTombstones did.
+type ApplyResult struct {
+	// Added tombstones were new, or later than the scope's tombstone.
+	Added int64
+	// Forgotten memories were deleted because a tombstone covers them;
+	// VectorsDeleted vectors rows with them.
+	Forgotten, VectorsDeleted int64
+}
+
+// MaxApplyBatch is the largest number of tombstones ApplyTombstones takes at once.
+const MaxApplyBatch = 10000
+
+// ApplyTombstones records tombstones (for instance a package's, on restore) and
+// forgets, exactly as Forget would, what their scopes hold up to their times: the
+// covered memories and their vectors are deleted and a "forget" audit record is
+// written for each scope where something changed (a new or later tombstone, deleted
+// memories). Memories created after a tombstone are kept. Several tombstones of one
+// scope count as the latest. It is one transaction under the forget lock; running it
+// again changes nothing.
+func (s *Store) ApplyTombstones(ctx context.Context, ts []Tombstone, opts ApplyOptions) (ApplyResult, error) {
+	if len(ts) > MaxApplyBatch {
+		return ApplyResult{}, fmt.Errorf("pgstore: apply tombstones: %d tombstones in one batch (at most %d)", len(ts), MaxApplyBatch)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Tombstone, error) {
+	for _, t := range ts {
+		if err := memory.ValidateScope(t.Scope); err != nil {
+			return ApplyResult{}, fmt.Errorf("pgstore: apply tombstones: %w", err)
+		}
+		if t.ForgottenAt.IsZero() {
+			return ApplyResult{}, fmt.Errorf("pgstore: apply tombstones: %s: forgotten_at is not set", t.Scope)
+		}
+	}
+	if len(ts) == 0 {
+		return ApplyResult{}, nil
+	}
+	var res ApplyResult
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("pgstore: apply tombstones: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := s.lockForForget(ctx, tx); err != nil {
+		return res, fmt.Errorf("pgstore: apply tombstones: %w", err)
+	}
+	if res, err = s.applyTombstones(ctx, tx, ts, opts); err != nil {
+		return ApplyResult{}, fmt.Errorf("pgstore: apply tombstones: %w", err)
+	}
+	if opts.DryRun {
+		return res, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return ApplyResult{}, fmt.Errorf("pgstore: apply tombstones: %w", err)
+	}
+	return res, nil
+}
+
+// applyTombstones is the one statement behind Forget and ApplyTombstones; tx holds the
+// forget lock.
+func (s *Store) applyTombstones(ctx context.Context, tx pgx.Tx, ts []Tombstone, opts ApplyOptions) (ApplyResult, error) {
+	scopes := make([]string, len(ts))
+	times := make([]time.Time, len(ts))
+	reasons := make([]string, len(ts))
+	for i, t := range ts {
+		scopes[i], times[i], reasons[i] = t.Scope, t.ForgottenAt.UTC().Truncate(time.Microsecond), t.Reason
+	}
+	record := ``
+	if opts.RecordIndexDeletions {
+		record = `, rec AS (
+			INSERT INTO ` + s.t.indexDeletions + ` (memory_id, scope)
+			SELECT memory_id, scope FROM del ON CONFLICT (memory_id) DO NOTHING
+		)`
+	}
+	changed := `per.added OR per.deleted > 0 OR per.vdeleted > 0`
+	if opts.always {
+		changed = `true`
+	}
+	// Every part sees the snapshot taken when the statement began: the vectors kept
+	// are exactly those of memories the tombstones do not cover.
+	sql := `WITH t AS (
+			SELECT DISTINCT ON (scope) scope, forgotten_at, reason
+			FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS x(scope, forgotten_at, reason)
+			ORDER BY scope, forgotten_at DESC
+		), ins AS (
+			INSERT INTO ` + s.t.tombstones + ` (scope, forgotten_at, reason)
+			SELECT t.scope, t.forgotten_at, t.reason FROM t
+			WHERE NOT EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` x WHERE x.scope = t.scope AND x.forgotten_at >= t.forgotten_at)
+			ON CONFLICT DO NOTHING
+			RETURNING scope
+		), del AS (
+			DELETE FROM ` + s.t.memories + ` m USING t WHERE m.scope = t.scope AND m.created_at <= t.forgotten_at
+			RETURNING m.memory_id, m.scope
+		), vdel AS (
+			DELETE FROM ` + s.t.vectors + ` v USING t WHERE v.scope = t.scope
+				AND NOT EXISTS (SELECT 1 FROM ` + s.t.memories + ` m WHERE m.memory_id = v.memory_id AND m.created_at > t.forgotten_at)
+			RETURNING v.scope
+		)` + record + `, per AS (
+			SELECT t.scope, t.reason, t.forgotten_at, i.scope IS NOT NULL AS added,
+				coalesce(d.n, 0) AS deleted, coalesce(v.n, 0) AS vdeleted
+			FROM t LEFT JOIN ins i ON i.scope = t.scope
+			LEFT JOIN (SELECT scope, count(*) AS n FROM del GROUP BY scope) d ON d.scope = t.scope
+			LEFT JOIN (SELECT scope, count(*) AS n FROM vdel GROUP BY scope) v ON v.scope = t.scope
+		), audit AS (
+			INSERT INTO ` + s.t.auditLog + ` (action, scope, detail)
+			SELECT 'forget', per.scope, jsonb_strip_nulls(jsonb_build_object('actor', $4::text, 'reason', per.reason,
+				'forgotten_at', per.forgotten_at, 'deleted', per.deleted, 'vectors_deleted', per.vdeleted,
+				'source', nullif($5::text, '')))
+			FROM per WHERE ` + changed + `
+		)
+		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM del), (SELECT count(*) FROM vdel)`
+	var res ApplyResult
+	err := tx.QueryRow(ctx, sql, scopes, times, reasons, opts.Actor, opts.Source).Scan(&res.Added, &res.Forgotten, &res.VectorsDeleted)
+	return res, err
+}
+
+// EachTombstone calls fn for each scope's tombstone (its latest), in scope order
+// (byte order), streaming them from the server.
+func (s *Store) EachTombstone(ctx context.Context, fn func(Tombstone) error) error {
+	return s.eachTombstone(ctx, s.pool, fn)
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func (s *Store) eachTombstone(ctx context.Context, q querier, fn func(Tombstone) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Rows of a scope arrive oldest first (the primary key's order): the last one of
+	// each scope is its tombstone.
+	rows, err := q.Query(ctx, `SELECT scope, forgotten_at, reason FROM `+s.t.tombstones+` ORDER BY scope, forgotten_at`)
+	if err != nil {
+		return fmt.Errorf("pgstore: tombstones: %w", err)
+	}
+	defer rows.Close()
+	var cur Tombstone
+	flush := func() error {
+		if cur.Scope == "" {
+			return nil
+		}
+		cur.ForgottenAt = cur.ForgottenAt.UTC()
+		return fn(cur)
+	}
+	for rows.Next() {
 		var t Tombstone
-		err := r.Scan(&t.Scope, &t.ForgottenAt, &t.Reason)
-		t.ForgottenAt = t.ForgottenAt.UTC()
-		return t, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: tombstones: %w", err)
+		if err := rows.Scan(&t.Scope, &t.ForgottenAt, &t.Reason); err != nil {
+			return fmt.Errorf("pgstore: tombstones: %w", err)
+		}
+		if t.Scope != cur.Scope {
+			if err := flush(); err != nil {
+				cancel()
+				return err
+			}
+		}
+		cur = t
 	}
-	return out, nil
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgstore: tombstones: %w", err)
+	}
+	return flush()
+}
+
+// Tombstones returns every scope's tombstone, ordered by scope. It holds them all in
+// memory; EachTombstone streams them.
+func (s *Store) Tombstones(ctx context.Context) ([]Tombstone, error) {
+	var out []Tombstone
+	err := s.EachTombstone(ctx, func(t Tombstone) error { out = append(out, t); return nil })
+	return out, err
+}
+
+// ForgottenAt returns the time of scope's tombstone, and false when it has none.
+func (s *Store) ForgottenAt(ctx context.Context, scope string) (time.Time, bool, error) {
+	var at *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT max(forgotten_at) FROM `+s.t.tombstones+` WHERE scope = $1`, scope).Scan(&at); err != nil {
+		return time.Time{}, false, fmt.Errorf("pgstore: tombstone of %q: %w", scope, err)
+	}
+	if at == nil {
+		return time.Time{}, false, nil
+	}
+	return at.UTC(), true, nil
 }
 
 // IsForgotten reports whether scope has a tombstone.
 func (s *Store) IsForgotten(ctx context.Context, scope string) (bool, error) {
-	var ok bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.t.tombstones+` WHERE scope = $1)`, scope).Scan(&ok); err != nil {
-		return false, fmt.Errorf("pgstore: is forgotten: %w", err)
-	}
-	return ok, nil
+	_, ok, err := s.ForgottenAt(ctx, scope)
+	return ok, err
 }

@@ -32,7 +32,8 @@ var memCopyCols = []string{"memory_id", "memory_type", "scope", "key", "content"
 // Import bulk-loads items from next until it reports ok == false. Items are validated
 // (no defaults are filled in) and loaded in batches (DefaultImportBatch items, one
 // transaction each): COPY into a temporary staging table, then INSERT ... ON CONFLICT
-// DO NOTHING into memories, so importing the same items again changes nothing.
+// DO NOTHING into memories, so importing the same items again changes nothing. A
+// memory that its scope's tombstone covers is skipped (see forget.go).
 // Embeddings on items go to the vectors table the same way, for the memories that
 // exist with the same ID and scope after the batch. Memory use is bounded by the batch
 // size. On error the batches already committed stay; a rerun completes the import.
@@ -96,6 +97,9 @@ func (s *Store) Import(ctx context.Context, next func() (memory.Item, bool, erro
 
 func (s *Store) importBatchTx(ctx context.Context, mrows, vrows [][]any) (inserted, vectors int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.lockForWrite(ctx, tx); err != nil {
+			return err
+		}
 		cols := memoryCols + `, content_hash`
 		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+memStage.Sanitize()+
 			` (LIKE `+s.t.memories+` INCLUDING DEFAULTS) ON COMMIT DROP`); err != nil {
@@ -105,7 +109,7 @@ func (s *Store) importBatchTx(ctx context.Context, mrows, vrows [][]any) (insert
 			return fmt.Errorf("copying memories: %w", err)
 		}
 		tag, err := tx.Exec(ctx, `INSERT INTO `+s.t.memories+` (`+cols+`)
-			SELECT `+cols+` FROM `+memStage.Sanitize()+` ON CONFLICT DO NOTHING`)
+			SELECT `+cols+` FROM `+memStage.Sanitize()+` s WHERE NOT `+s.covered("s")+` ON CONFLICT DO NOTHING`)
 		if err != nil {
 			return fmt.Errorf("inserting memories: %w", err)
 		}

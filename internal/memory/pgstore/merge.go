@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -60,7 +59,8 @@ const (
 	// MergeIDInUse: the item's memory_id belongs to a memory of another scope or
 	// slot. Memory IDs are stable, so the memory is never moved: nothing was written.
 	MergeIDInUse
-	// MergeTombstoned: the item's scope has a tombstone. Nothing was written.
+	// MergeTombstoned: the item's scope has a tombstone that covers it (the item was
+	// created at or before it). Nothing was written.
 	MergeTombstoned
 	// MergeInvalid: the item failed validation (MergeResult.Errs says why). Nothing
 	// was written.
@@ -109,7 +109,7 @@ type MergeResult struct {
 }
 
 // mergeAttempts bounds the retries of a batch that lost a race with concurrent
-// writers (a unique violation, a deadlock, a tombstone written meanwhile).
+// writers (a unique violation, a deadlock).
 const mergeAttempts = 5
 
 // errMergeRace makes Merge retry the batch.
@@ -190,9 +190,10 @@ func PrepareMerge(items []memory.Item) *PreparedBatch {
 // An item meets a stored memory through its (scope, key) slot (items with a key),
 // its content in the scope (items without a key: the same content hash), or else its
 // memory_id. A slot or content match merges into the stored memory, which keeps its
-// memory_id; a memory_id match in another scope or slot is MergeIDInUse. Items are
-// never written into a scope with a tombstone (checked again, under a lock, just
-// before the commit, so a Forget that commits meanwhile is honoured).
+// memory_id; a memory_id match in another scope or slot is MergeIDInUse. An item that
+// its scope's tombstone covers (created at or before it, see forget.go) is never
+// written (MergeTombstoned); the batch holds the forget lock shared, so a Forget
+// waits for it and no tombstone appears while it runs.
 //
 // Merge is idempotent: merging the same items again changes nothing (outcomes
 // MergeUnchanged, or MergeSkipped for values kept out by the policy). Histories are
@@ -280,6 +281,11 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, sql string, opt
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
+	// Forgets wait for this batch, and it for forgets in progress: the merge
+	// statement below sees every tombstone that will exist when it commits.
+	if err := s.lockForWrite(ctx, tx); err != nil {
+		return err
+	}
 	// The merge statement's estimated cost (thousands of index probes) is above
 	// jit_above_cost, but compiling it costs more than running it.
 	if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
@@ -328,41 +334,7 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, sql string, opt
 	if opts.DryRun {
 		return tx.Rollback(ctx)
 	}
-	if err := s.checkTombstonesBeforeCommit(ctx, tx, rows, res); err != nil {
-		return err
-	}
 	return tx.Commit(ctx)
-}
-
-// checkTombstonesBeforeCommit locks the tombstones against new ones (SHARE mode lets
-// other merges through and holds back Forget's insert until this transaction ends)
-// and fails the attempt with errMergeRace when a scope written to was forgotten
-// meanwhile; the retry then reports its items as MergeTombstoned.
-func (s *Store) checkTombstonesBeforeCommit(ctx context.Context, tx pgx.Tx, rows []mergeRow, res *MergeResult) error {
-	seen := map[string]bool{}
-	var scopes []string
-	for _, r := range rows {
-		if res.Outcomes[r.pos].Written() || res.Outcomes[r.pos] == MergeKept {
-			if !seen[r.it.Scope] {
-				seen[r.it.Scope] = true
-				scopes = append(scopes, r.it.Scope)
-			}
-		}
-	}
-	if len(scopes) == 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `LOCK TABLE `+s.t.tombstones+` IN SHARE MODE`); err != nil {
-		return err
-	}
-	var forgotten bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.t.tombstones+` WHERE scope = ANY($1))`, scopes).Scan(&forgotten); err != nil {
-		return err
-	}
-	if forgotten {
-		return fmt.Errorf("%w: a scope was forgotten during the merge", errMergeRace)
-	}
-	return nil
 }
 
 // mergeRound runs the merge statement over the staged rows of one round and records
@@ -450,7 +422,7 @@ func historyUnion(arrays string) string {
 //   - src finds each staged item's memory: by slot ((scope, key), or (scope,
 //     content_hash) without a key), else by memory_id when that memory has the same
 //     scope and slot; a memory_id used elsewhere is id_in_use. It also notes a
-//     tombstone on the scope. Within a round no two items share a memory_id or a
+//     tombstone covering the item. Within a round no two items share a memory_id or a
 //     slot (PrepareMerge plans the rounds so), hence no two writable items share a
 //     destination memory: slots are unique in the table, and an item whose own ID
 //     is another slot's memory is id_in_use.
@@ -500,7 +472,7 @@ func (s *Store) mergeSQL(p ConflictPolicy) string {
 				coalesce(slot.memory_id, CASE WHEN same_slot THEN byid.memory_id END) AS tid,
 				coalesce(slot.content_hash, CASE WHEN same_slot THEN byid.content_hash END) AS ex_hash,
 				(slot.memory_id IS NULL AND byid.memory_id IS NOT NULL AND NOT same_slot) AS id_in_use,
-				EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` tb WHERE tb.scope = s.scope) AS tombstoned
+				` + s.covered("s") + ` AS tombstoned
 			FROM ` + st + ` s
 			LEFT JOIN LATERAL (
 				SELECT x.memory_id, x.content_hash FROM ` + m + ` x
@@ -536,40 +508,3 @@ func (s *Store) mergeSQL(p ConflictPolicy) string {
 // PoolSize is the maximum number of connections of the store's pool, for callers
 // that run merges in parallel and must leave connections for other work.
 func (s *Store) PoolSize() int { return int(s.pool.Config().MaxConns) }
-
-// AddTombstones records tombstones without deleting anything, in one statement, as
-// AddTombstone does one by one: an existing tombstone keeps the later of the two times
-// (and that time's reason). Several entries for one scope count as their latest.
-func (s *Store) AddTombstones(ctx context.Context, ts []Tombstone) error {
-	latest := make(map[string]Tombstone, len(ts))
-	for _, t := range ts {
-		if err := memory.ValidateScope(t.Scope); err != nil {
-			return fmt.Errorf("pgstore: add tombstones: %w", err)
-		}
-		if t.ForgottenAt.IsZero() {
-			return fmt.Errorf("pgstore: add tombstones: %s: forgotten_at is not set", t.Scope)
-		}
-		if prev, ok := latest[t.Scope]; !ok || t.ForgottenAt.After(prev.ForgottenAt) {
-			latest[t.Scope] = t
-		}
-	}
-	if len(latest) == 0 {
-		return nil
-	}
-	scopes := make([]string, 0, len(latest))
-	times := make([]time.Time, 0, len(latest))
-	reasons := make([]string, 0, len(latest))
-	for _, t := range latest {
-		scopes, times, reasons = append(scopes, t.Scope), append(times, t.ForgottenAt), append(reasons, t.Reason)
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.t.tombstones+` AS t (scope, forgotten_at, reason)
-		SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[])
-		ON CONFLICT (scope) DO UPDATE SET
-			forgotten_at = greatest(t.forgotten_at, EXCLUDED.forgotten_at),
-			reason = CASE WHEN EXCLUDED.forgotten_at > t.forgotten_at THEN EXCLUDED.reason ELSE t.reason END`,
-		scopes, times, reasons)
-	if err != nil {
-		return fmt.Errorf("pgstore: add tombstones: %w", err)
-	}
-	return nil
-}

@@ -267,24 +267,26 @@ func TestMergeKeylessConflicts(t *testing.T) {
 }
 
 func TestMergeIDInUseAndTombstoned(t *testing.T) {
-	s, _ := newStore(t)
+	s, pool := newStore(t)
 	mustPut(t, s, item("x", "user:1", memory.Semantic, "k", `{"v":1}`, 0.5, day), Inserted)
-	if err := s.AddTombstone(t.Context(), Tombstone{Scope: "user:gone", ForgottenAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	rawTombstone(t, s, pool, "user:gone", now)
 	before := dumpMemories(t, s)
 	res := mustMerge(t, s, Overwrite,
 		item("x", "user:2", memory.Semantic, "k", `{"v":2}`, 0.5, 0),     // another scope
 		item("x", "user:1", memory.Semantic, "other", `{"v":2}`, 0.5, 0), // another slot
-		item("g", "user:gone", memory.Semantic, "", `{"v":3}`, 0.5, 0),
+		item("g", "user:gone", memory.Semantic, "", `{"v":3}`, 0.5, 0),   // created when it was forgotten
+		item("h", "user:gone", memory.Semantic, "", `{"v":4}`, 0.5, day), // created before
 	)
-	assertOutcomes(t, res, MergeIDInUse, MergeIDInUse, MergeTombstoned)
-	if !slices.Equal(res.IDs, []string{"", "", ""}) {
+	assertOutcomes(t, res, MergeIDInUse, MergeIDInUse, MergeTombstoned, MergeTombstoned)
+	if !slices.Equal(res.IDs, []string{"", "", "", ""}) {
 		t.Fatalf("ids = %v", res.IDs)
 	}
 	if after := dumpMemories(t, s); !slices.Equal(before, after) {
 		t.Fatalf("table changed:\n%v\n%v", before, after)
 	}
+	// A memory created after the forget is new consent: merged like any other.
+	back := item("i", "user:gone", memory.Semantic, "", `{"v":5}`, 0.5, -time.Minute)
+	assertOutcomes(t, mustMerge(t, s, Overwrite, back), MergeInserted)
 }
 
 func TestMergeDuplicatesInOneBatch(t *testing.T) {
@@ -400,40 +402,6 @@ func TestMergeConcurrentSameSlots(t *testing.T) {
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestAddTombstones(t *testing.T) {
-	s, _ := newStore(t)
-	ctx := t.Context()
-	for _, ts := range []Tombstone{{Scope: "user:1", ForgottenAt: now, Reason: "first"}, {Scope: "user:2", ForgottenAt: now, Reason: "kept"}} {
-		if err := s.AddTombstone(ctx, ts); err != nil {
-			t.Fatal(err)
-		}
-	}
-	err := s.AddTombstones(ctx, []Tombstone{
-		{Scope: "user:1", ForgottenAt: now.Add(day), Reason: "later"},  // later: replaces
-		{Scope: "user:2", ForgottenAt: now.Add(-day), Reason: "older"}, // earlier: ignored
-		{Scope: "user:3", ForgottenAt: now.Add(-day), Reason: "a"},
-		{Scope: "user:3", ForgottenAt: now, Reason: "b"}, // the latest of duplicates
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Tombstones(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []Tombstone{{Scope: "user:1", ForgottenAt: now.Add(day), Reason: "later"}, {Scope: "user:2", ForgottenAt: now, Reason: "kept"},
-		{Scope: "user:3", ForgottenAt: now, Reason: "b"}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("tombstones %+v, want %+v", got, want)
-	}
-	if err := s.AddTombstones(ctx, []Tombstone{{Scope: "nobody", ForgottenAt: now}}); err == nil {
-		t.Fatal("invalid scope: no error")
-	}
-	if err := s.AddTombstones(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 }

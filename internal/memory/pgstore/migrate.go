@@ -100,11 +100,20 @@ CREATE TABLE {{t "archive_runs"}} (
 CREATE INDEX {{i "memories_archived_idx"}} ON {{t "memories"}} (archived_at, memory_id) WHERE archived_at IS NOT NULL;
 CREATE INDEX {{i "memories_expires_at_idx"}} ON {{t "memories"}} (expires_at) WHERE expires_at IS NOT NULL;
 `,
+	// 3: append-only tombstones (see forget.go). A scope may have several rows, one per
+	// forget; its tombstone is the latest. Updating a row is never needed, so no role
+	// but the operator's admin can move or remove a tombstone. Byte-order collation:
+	// snapshots stream tombstones in scope order.
+	`
+ALTER TABLE {{t "tombstones"}} DROP CONSTRAINT {{i "tombstones_pkey"}};
+ALTER TABLE {{t "tombstones"}} ALTER COLUMN scope TYPE text COLLATE "C";
+ALTER TABLE {{t "tombstones"}} ADD CONSTRAINT {{i "tombstones_pkey"}} PRIMARY KEY (scope, forgotten_at);
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 2
+const LatestVersion = 3
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.

@@ -114,6 +114,10 @@ const memoryCols = `memory_id, memory_type, scope, key, content, source, base_sc
 // An Unchanged write changes nothing at all: it does not refresh updated_at, nor
 // revive an archived or expired memory.
 //
+// A memory that its scope's tombstone covers (created at or before the scope was
+// forgotten) is refused with ErrForgotten; one created later is stored (see
+// forget.go).
+//
 // Concurrent writers to one slot are serialised by row locks, so no superseded value
 // is lost. Put never touches the vectors table; re-embedding a superseded memory is
 // the vector index's job.
@@ -129,17 +133,37 @@ func (s *Store) Put(ctx context.Context, item memory.Item) (PutResult, error) {
 	}
 	var res PutResult
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.checkNotForgotten(ctx, tx, item); err != nil {
+			return err
+		}
 		var err error
 		res, err = s.put(ctx, tx, item, hash)
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, ErrConflict) {
+		if errors.Is(err, ErrConflict) || errors.Is(err, ErrForgotten) {
 			return PutResult{}, fmt.Errorf("%w: %q", err, item.MemoryID)
 		}
 		return PutResult{}, fmt.Errorf("pgstore: put %q: %w", item.MemoryID, err)
 	}
 	return res, nil
+}
+
+// checkNotForgotten takes the forget lock shared for the transaction and refuses an
+// item that its scope's tombstone covers (see forget.go).
+func (s *Store) checkNotForgotten(ctx context.Context, tx pgx.Tx, it memory.Item) error {
+	if err := s.lockForWrite(ctx, tx); err != nil {
+		return err
+	}
+	var at *time.Time
+	if err := tx.QueryRow(ctx, `SELECT max(forgotten_at) FROM `+s.t.tombstones+` WHERE scope = $1`, it.Scope).Scan(&at); err != nil {
+		return err
+	}
+	if at != nil && !it.CreatedAt.After(*at) {
+		return fmt.Errorf("%w: %s was forgotten at %s and this memory was created at %s, before that (memories created after a forget are stored)",
+			ErrForgotten, it.Scope, at.UTC().Format(time.RFC3339Nano), it.CreatedAt.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // lockedRow is the current value of a memory, read FOR UPDATE.

@@ -27,9 +27,12 @@
 //     deletes their vectors after; Search drops archived memories whatever the index
 //     still holds. Rehydrate un-archives in place and then writes the vectors back.
 //   - Forget deletes the rows, writes the tombstone and the audit record in one
-//     transaction (pgstore.Forget), then deletes the scope from the index. If that
-//     second step fails the error wraps ErrVectorsNotDeleted; calling Forget again
-//     finishes the job (both steps are idempotent).
+//     transaction (pgstore.Forget), then deletes the scope from the index and writes
+//     back the vectors of memories created since (a returning user's, which the
+//     tombstone does not cover). If that fails the error wraps ErrVectorsNotDeleted;
+//     calling Forget again finishes the job (every step is idempotent).
+//   - A memory created at or before its scope's tombstone is refused
+//     (pgstore.ErrForgotten): it belongs to what was forgotten.
 package service
 
 import (
@@ -522,6 +525,20 @@ func (m *Memory) Forget(ctx context.Context, scope, reason, actor string) (pgsto
 	}
 	if err := m.index.DeleteScope(ctx, scope); err != nil {
 		return res, fmt.Errorf("memory service: forget %q: %w: %w; call Forget again to finish", scope, ErrVectorsNotDeleted, err)
+	}
+	// A memory written after the forget (a user who came back) may have had its vector
+	// written before the scope's were deleted: put back the vectors of what the scope
+	// holds now, almost always nothing.
+	var ops []indexOp
+	err = m.store.Export(ctx, pgstore.ExportFilter{Scopes: []string{scope}}, func(it memory.Item) error {
+		ops = append(ops, opFor(it.MemoryID, it))
+		return nil
+	})
+	if err == nil {
+		err = m.sync(ctx, ops)
+	}
+	if err != nil {
+		return res, fmt.Errorf("memory service: forget %q: re-indexing the memories written since: %w: %w; call Forget again to finish", scope, ErrVectorsNotDeleted, err)
 	}
 	return res, nil
 }
