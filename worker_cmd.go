@@ -42,7 +42,7 @@ func runSnapshotWorker(args []string) int {
 		"scopes":     m.Counts.Scopes,
 		"shards":     len(m.Shards),
 		"bytes":      m.StoredBytes(),
-		"tombstones": len(m.Tombstones),
+		"tombstones": m.Tombstones.Count,
 		"duration":   time.Since(start).Round(time.Millisecond).String(),
 	}
 	_ = json.NewEncoder(os.Stdout).Encode(summary)
@@ -64,6 +64,15 @@ func runRestoreWorker(args []string) int {
 	defer stop()
 
 	sum, err := worker.RunRestore(ctx, cfg, worker.RestoreSecretsFromEnv(), worker.RunOptions{Version: version, Now: time.Now().UTC(), Progress: os.Stderr})
+	if err != nil && sum.Error != "" {
+		// It failed after writing part of the package: the summary (with the error)
+		// tells the controller what was written.
+		fmt.Fprintf(os.Stderr, "memory-operator restore: %v\n", err)
+		if msg, merr := sum.TerminationMessage(); merr == nil {
+			writeTerminationLog(string(msg))
+			return 1
+		}
+	}
 	if err != nil {
 		return fail("restore", err, 1)
 	}

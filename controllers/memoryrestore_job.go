@@ -121,6 +121,7 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 		Embeddings:           string(spec.EmbeddingsOrDefault()),
 		DryRun:               spec.DryRun,
 		Rehydrate:            spec.Rehydrate,
+		AllowMerge:           spec.Mapping != nil && spec.Mapping.AllowMerge,
 		DetailKey:            worker.RestoreDetailKey(in.Source.Package.Prefix, runFolder(restore)),
 	}
 	for _, t := range spec.EffectiveTypes() {

@@ -265,10 +265,14 @@ func (r *MemoryRestoreReconciler) observeJob(ctx context.Context, restore *memor
 	case finished == nil:
 		restore.SetProgress(metav1.ConditionTrue, memoryv1alpha1.ReasonJobCreated, restoreStartingMessage(restore))
 	case finished.Type == batchv1.JobFailed:
-		f := describeJobFailure(job, finished, workerError(ctx, r.APIReader, job, restoreContainer), r.now())
+		werr, partial := restoreFailure(ctx, r.APIReader, job)
+		f := describeJobFailure(job, finished, werr, r.now())
 		restore.Status.CompletionTime = &f.end
 		restore.Status.Duration = runDuration(restore.Status.StartTime, job.Status.StartTime, f.end)
-		restore.SetCompleted(memoryv1alpha1.ReasonFailed, f.message)
+		if partial != nil {
+			recordRestoreSummary(restore, *partial)
+		}
+		restore.SetCompleted(memoryv1alpha1.ReasonFailed, f.message+partialMessage(partial))
 		if f.deadline {
 			restore.SetCondition(memoryv1alpha1.ConditionProgressing, metav1.ConditionFalse, memoryv1alpha1.ReasonDeadlineExceeded, f.message)
 		}

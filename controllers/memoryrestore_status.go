@@ -7,6 +7,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/worker"
@@ -56,6 +57,29 @@ func (r *MemoryRestoreReconciler) recordResult(ctx context.Context, restore *mem
 	return nil
 }
 
+// restoreFailure is the failed worker's error, and the summary of what it wrote when
+// it failed after writing part of the package (nil when it wrote nothing).
+func restoreFailure(ctx context.Context, apiReader client.Reader, job *batchv1.Job) (string, *worker.RestoreSummary) {
+	term, err := lastTermination(ctx, apiReader, job, restoreContainer, false)
+	if err != nil || term == nil {
+		return workerError(ctx, apiReader, job, restoreContainer), nil
+	}
+	if sum, err := worker.ParseRestoreSummary(term.Message); err == nil && sum.Error != "" {
+		return sum.Error, &sum
+	}
+	return workerError(ctx, apiReader, job, restoreContainer), nil
+}
+
+// partialMessage says what a failed restore wrote before it failed.
+func partialMessage(sum *worker.RestoreSummary) string {
+	if sum == nil {
+		return ""
+	}
+	return fmt.Sprintf(" Before it failed it wrote %d memories of the %d it read (%d unchanged), applied %d tombstones forgetting %d memories; "+
+		"the restore is idempotent: a new MemoryRestore of the same package completes it.",
+		sum.Restored, sum.Read, sum.Unchanged, sum.Tombstones, sum.Forgotten)
+}
+
 // recordRestoreSummary copies the worker's counts and verification into status, and
 // points at the detail object next to the package.
 func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.RestoreSummary) {
@@ -64,8 +88,8 @@ func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.Rest
 		ManifestSHA256: sum.ManifestSHA256, FormatVersion: sum.FormatVersion, PackageID: sum.PackageID, Shards: int32(sum.Shards),
 	}
 	s.Embeddings = memoryv1alpha1.EmbeddingsPolicy(sum.Embeddings)
-	s.Restored, s.Scopes, s.MappedScopes, s.Vectors = sum.Restored, sum.Scopes, sum.MappedScopes, sum.Vectors
-	s.Rehydrated = sum.Rehydrated
+	s.Read, s.Restored, s.Unchanged, s.Scopes, s.MappedScopes, s.Vectors = sum.Read, sum.Restored, sum.Unchanged, sum.Scopes, sum.MappedScopes, sum.Vectors
+	s.Rehydrated, s.Tombstones, s.Forgotten = sum.Rehydrated, sum.Tombstones, sum.Forgotten
 	s.RestoredByType = nil
 	for t, n := range sum.RestoredByType {
 		if n == 0 {
@@ -99,8 +123,14 @@ func restoreResultMessage(restore *memoryv1alpha1.MemoryRestore) string {
 	}
 	msg := fmt.Sprintf("%s %d memories in %d scopes into MemoryStore %s from %s", verb, s.Restored, s.Scopes,
 		restore.Spec.TargetRef.Name, s.Source)
+	if s.Unchanged > 0 {
+		msg += fmt.Sprintf("; %d already there unchanged", s.Unchanged)
+	}
 	if s.MappedScopes > 0 {
 		msg += fmt.Sprintf("; %d scopes mapped", s.MappedScopes)
+	}
+	if s.Tombstones > 0 || s.Forgotten > 0 {
+		msg += fmt.Sprintf("; %d tombstones applied, forgetting %d memories of the target", s.Tombstones, s.Forgotten)
 	}
 	if s.SkippedBy != nil {
 		msg += fmt.Sprintf("; skipped %d (%s)", s.Skipped, skippedDetail(*s.SkippedBy))

@@ -68,7 +68,7 @@ func TestMemorySnapshotExportsStoreThroughAJob(t *testing.T) {
 	done := waitSnapshotCondition(t, key, memoryv1alpha1.ConditionCompleted, metav1.ConditionTrue, memoryv1alpha1.ReasonSucceeded)
 	g.Expect(done.Status.Phase).To(Equal(memoryv1alpha1.PhaseSucceeded))
 	g.Expect(snapshotCondition(done, memoryv1alpha1.ConditionProgressing).Status).To(Equal(metav1.ConditionFalse))
-	g.Expect(done.Status.FormatVersion).To(Equal(1))
+	g.Expect(done.Status.FormatVersion).To(Equal(snapshot.FormatVersion))
 	g.Expect(done.Status.Items).To(Equal(int64(3)))
 	g.Expect(done.Status.ItemsByType).To(Equal(map[string]int64{"episodic": 1, "semantic": 1, "procedural": 1}))
 	g.Expect(done.Status.Scopes).To(Equal(int64(2)))

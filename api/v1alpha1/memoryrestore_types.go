@@ -94,6 +94,8 @@ type MappingObject struct {
 // MappingSource is a scope map too large for the spec. The worker streams it; it never
 // passes through the operator or etcd beyond the ConfigMap or Secret that holds it.
 // +kubebuilder:validation:XValidation:rule="[has(self.configMapKeyRef), has(self.secretKeyRef), has(self.object)].filter(x, x).size() == 1",message="set exactly one of mapping.from.configMapKeyRef, secretKeyRef or object"
+// +kubebuilder:validation:XValidation:rule="!has(self.configMapKeyRef) || (self.configMapKeyRef.name != '' && self.configMapKeyRef.key != '')",message="mapping.from.configMapKeyRef needs a name and a key"
+// +kubebuilder:validation:XValidation:rule="!has(self.secretKeyRef) || (self.secretKeyRef.name != '' && self.secretKeyRef.key != '')",message="mapping.from.secretKeyRef needs a name and a key"
 // +kubebuilder:validation:XValidation:rule="has(self.format) || [has(self.configMapKeyRef) ? self.configMapKeyRef.key : '-', has(self.secretKeyRef) ? self.secretKeyRef.key : '-', has(self.object) ? self.object.key : '-'].exists(k, k.endsWith('.csv') || k.endsWith('.jsonl') || k.endsWith('.ndjson'))",message="set mapping.from.format, or name the key with a .csv, .jsonl or .ndjson extension"
 type MappingSource struct {
 	// ConfigMapKeyRef is a key of a ConfigMap in this namespace, mounted into the Job.
@@ -128,7 +130,10 @@ const (
 
 // RestoreMapping renames scopes on the way in (like Velero's namespaceMapping): an exact
 // rule (from scopes or the large map; a scope may be mapped to one target only), else
-// the longest matching prefix rule, else the unmapped policy.
+// the longest matching prefix rule, else the unmapped policy. Two package scopes never
+// land on one target scope unless allowMerge is set: the restore checks every rule
+// against the package's own scope list before writing anything.
+// +kubebuilder:validation:XValidation:rule="(has(self.allowMerge) && self.allowMerge) || !has(self.scopes) || self.scopes.map(s, s.to).distinct().size() == self.scopes.size()",message="two mapping.scopes entries map to the same scope, which would merge two users' memories; map them to different scopes, or set mapping.allowMerge: true to merge them on purpose"
 type RestoreMapping struct {
 	// Scopes are exact renames ("user:1024" to "user:dbc0a3").
 	// +optional
@@ -151,6 +156,13 @@ type RestoreMapping struct {
 	// +kubebuilder:default=Keep
 	// +optional
 	Unmapped UnmappedPolicy `json:"unmapped,omitempty"`
+	// AllowMerge lets the rules send several package scopes to one target scope
+	// (merging two accounts of one person): their memories are merged into it as if
+	// they had been one scope, conflicts between them resolved by conflictPolicy, and a
+	// tombstone of any of them forgets, in it, what it covers. Without it such a
+	// mapping is refused before anything is written.
+	// +optional
+	AllowMerge bool `json:"allowMerge,omitempty"`
 }
 
 // ConflictPolicy says what happens when a memory being restored already exists in the
@@ -259,7 +271,8 @@ type RestoreSkipped struct {
 	// Denylisted: the scope is on spec.denylist.
 	// +optional
 	Denylisted int64 `json:"denylisted,omitempty"`
-	// Tombstoned: the scope was forgotten (in the package's store or the target).
+	// Tombstoned: a tombstone covers the memory (its scope was forgotten, in the
+	// package's store or the target, after it was created).
 	// +optional
 	Tombstoned int64 `json:"tombstoned,omitempty"`
 	// Unmapped: no mapping rule matched and mapping.unmapped is Skip.
@@ -311,12 +324,19 @@ type MemoryRestoreStatus struct {
 	// package's vectors do not fit the target.
 	// +optional
 	Embeddings EmbeddingsPolicy `json:"embeddings,omitempty"`
-	// Restored is how many memories were written (or, in a dry run, would be).
+	// Read is how many memories the package held; read = restored + unchanged + skipped.
+	// +optional
+	Read int64 `json:"read,omitempty"`
+	// Restored is how many memories were written (or, in a dry run, would be). For a
+	// restore that failed, what was written before it failed.
 	// +optional
 	Restored int64 `json:"restored,omitempty"`
 	// +optional
 	RestoredByType map[string]int64 `json:"restoredByType,omitempty"`
-	// Scopes is how many scopes received memories.
+	// Unchanged is how many memories the target already held with the same value.
+	// +optional
+	Unchanged int64 `json:"unchanged,omitempty"`
+	// Scopes is how many target scopes hold the package's memories after the restore.
 	// +optional
 	Scopes int64 `json:"scopes,omitempty"`
 	// MappedScopes is how many package scopes were restored under another name.
@@ -328,6 +348,13 @@ type MemoryRestoreStatus struct {
 	// Rehydrated is how many archived memories are live again (spec.rehydrate).
 	// +optional
 	Rehydrated int64 `json:"rehydrated,omitempty"`
+	// Tombstones is how many of the package's tombstones were new to the target (or
+	// later than its own); Forgotten how many of the target's memories they covered,
+	// deleted with their vectors as forgetting them there would have.
+	// +optional
+	Tombstones int64 `json:"tombstones,omitempty"`
+	// +optional
+	Forgotten int64 `json:"forgotten,omitempty"`
 	// Skipped is the total of skippedBy.
 	// +optional
 	Skipped int64 `json:"skipped,omitempty"`

@@ -173,7 +173,14 @@ func (e *env) writePackage(t testing.TB, prefix string, items []memory.Item, o p
 			t.Fatalf("add %s: %v", it.MemoryID, err)
 		}
 	}
-	if _, err := w.Close(ctx, o.tombstones); err != nil {
+	ts := slices.Clone(o.tombstones)
+	slices.SortFunc(ts, func(a, b memory.Tombstone) int { return strings.Compare(a.Scope, b.Scope) })
+	for _, tb := range ts {
+		if err := w.AddTombstone(tb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return e.open(t, prefix, o.key)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"strings"
 	"sync"
@@ -47,6 +48,9 @@ const (
 const (
 	// DefaultBatchSize is how many items are merged per transaction.
 	DefaultBatchSize = 5000
+	// DefaultBatchBytes bounds a batch's items by size: with the batches in flight
+	// and the one being read, a restore holds a few times this much item data.
+	DefaultBatchBytes = 4 << 20
 	// maxEmbedTexts bounds the texts of one Embed call.
 	maxEmbedTexts = 1024
 )
@@ -96,6 +100,18 @@ type Options struct {
 	Parallelism int
 	// BatchSize is the number of items per merge transaction (DefaultBatchSize if 0).
 	BatchSize int
+	// BatchBytes bounds a batch by the size of its items too (content, history,
+	// embedding; DefaultBatchBytes if 0), so that large memories keep the memory a
+	// restore needs bounded.
+	BatchBytes int64
+	// AllowMerge lets the mapping send several package scopes to one target scope:
+	// their memories are merged into it as if they had been one scope (conflicts
+	// between them resolved by the conflict policy), and a tombstone of any of them
+	// forgets, in it, what it covers. Without it such a mapping is refused before
+	// anything is written: a restore never mixes two people's memories by accident.
+	AllowMerge bool
+	// Actor names the restore in the audit records of the tombstones it applies.
+	Actor string
 	// Detail, when set, receives one JSON line per package scope (ScopeDetail), in
 	// scope order, each shard's lines once the shard is done.
 	Detail io.Writer
@@ -108,7 +124,8 @@ type Options struct {
 type Skipped struct {
 	// Denylisted: the package scope is on the denylist.
 	Denylisted int64 `json:"denylisted,omitempty"`
-	// Tombstoned: the scope was forgotten (in the package or the target).
+	// Tombstoned: a tombstone covers the item (its scope was forgotten, in the package
+	// or in the target, after the item was created).
 	Tombstoned int64 `json:"tombstoned,omitempty"`
 	// Unmapped: no rule maps the scope and the unmapped policy is Skip.
 	Unmapped int64 `json:"unmapped,omitempty"`
@@ -174,8 +191,9 @@ type Result struct {
 	// Mapped counts items handed to the target under another scope than the
 	// package's (restored, unchanged or resolved by the conflict policy).
 	Mapped int64 `json:"mapped"`
-	// Scopes is the number of package scopes whose memories are in the target after
-	// the restore (restored or unchanged); MappedScopes of them under another name.
+	// Scopes is the number of target scopes that hold the package's memories after
+	// the restore (restored or unchanged); MappedScopes is the number of package
+	// scopes restored under another name.
 	Scopes       int64 `json:"scopes"`
 	MappedScopes int64 `json:"mappedScopes"`
 
@@ -188,8 +206,11 @@ type Result struct {
 	// Rehydrated memories were archived in the target and are live again (Rehydrate;
 	// in a dry run: the package's archived memories that would be).
 	Rehydrated int64 `json:"rehydrated,omitempty"`
-	// Tombstones is the number of package tombstones added to the target.
-	Tombstones int `json:"tombstones"`
+	// Tombstones is the number of the package's tombstones (mapped) that were new to
+	// the target, or later than its own; Forgotten the number of the target's memories
+	// they covered, which were deleted with their vectors (in a dry run: would be).
+	Tombstones int64 `json:"tombstones"`
+	Forgotten  int64 `json:"forgotten,omitempty"`
 	// Batches is the number of batches committed (in a dry run: merged).
 	Batches int64 `json:"batches"`
 }
@@ -242,8 +263,14 @@ func (o *Options) check() error {
 	if o.BatchSize <= 0 {
 		o.BatchSize = DefaultBatchSize
 	}
+	if o.BatchBytes <= 0 {
+		o.BatchBytes = DefaultBatchBytes
+	}
 	if o.Parallelism <= 0 {
 		o.Parallelism = 1
+	}
+	if o.Actor == "" {
+		o.Actor = "restore"
 	}
 	o.Parallelism = max(1, min(o.Parallelism, o.Target.PoolSize()/2))
 	return nil
@@ -362,7 +389,6 @@ type skipReason uint8
 
 const (
 	noSkip skipReason = iota
-	skipTombstoned
 	skipDenylisted
 	skipUnmapped
 )
@@ -379,15 +405,17 @@ type runner struct {
 	plan  embeddingPlan
 	types map[memory.Type]bool
 	deny  denylist
-	// pkgTomb are the package's tombstoned scopes (as in the package); tomb the
-	// target scopes that must not be written: the target's tombstones and the
-	// package's, mapped.
-	pkgTomb map[string]bool
-	tomb    map[string]bool
+	// dryTombs are the package's tombstones under their target scopes, kept for a dry
+	// run, which applies them in each batch's rolled-back transaction instead of once.
+	dryTombs *tombstoneIndex
 
-	mu       sync.Mutex // guards progress and the detail writer
+	mu       sync.Mutex // guards progress, the detail writer and targets
 	progress Progress
 	detail   *detailWriter
+	// targets are the target scopes that received memories, when several package
+	// scopes may share one (AllowMerge): their number is Result.Scopes.
+	targets map[uint64]struct{}
+	seed    maphash.Seed
 	// merging admits at most Parallelism merge transactions at once, whichever
 	// shards they come from: one large shard keeps every connection busy.
 	merging chan struct{}
@@ -395,9 +423,6 @@ type runner struct {
 
 // decide maps a package scope and applies the scope-level rules.
 func (r *runner) decide(scope string) (scopeDecision, error) {
-	if r.pkgTomb[scope] {
-		return scopeDecision{skip: skipTombstoned}, nil
-	}
 	if r.deny.match(scope) {
 		return scopeDecision{skip: skipDenylisted}, nil
 	}
@@ -408,15 +433,13 @@ func (r *runner) decide(scope string) (scopeDecision, error) {
 	if !keep {
 		return scopeDecision{skip: skipUnmapped}, nil
 	}
-	if r.tomb[target] {
-		return scopeDecision{target: target, skip: skipTombstoned}, nil
-	}
 	return scopeDecision{target: target}, nil
 }
 
 // Run restores the package into the target. See the package documentation for what
-// it does, in which order, and what it guarantees. On error the Result holds what the
-// batches committed so far did (nil when the error came before any write).
+// it does, in which order, and what it guarantees. On error the Result holds what was
+// written so far (nil when the error came before any write: a package that fails
+// verification, or a mapping that is refused, writes nothing).
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.check(); err != nil {
 		return nil, err
@@ -426,110 +449,42 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{o: o, plan: plan, types: map[memory.Type]bool{}, pkgTomb: map[string]bool{}, tomb: map[string]bool{},
-		merging: make(chan struct{}, o.Parallelism)}
+	r := &runner{o: o, plan: plan, types: map[memory.Type]bool{}, merging: make(chan struct{}, o.Parallelism), seed: maphash.MakeSeed()}
 	for _, t := range o.Types {
 		r.types[t] = true
 	}
 	if r.deny, err = newDenylist(o.Denylist); err != nil {
 		return nil, err
 	}
+	if o.AllowMerge {
+		r.targets = map[uint64]struct{}{}
+	}
 
-	// Nothing is written before every object of the package matches the manifest's
-	// size and SHA-256 (the manifest itself authenticated by its MAC), the key opens
-	// it, and every scope maps. Items are authenticated, ordered and counted again as
-	// the shards are read.
-	if err := o.Reader.VerifyChecksums(ctx); err != nil {
-		return nil, fmt.Errorf("restore: verifying the package at %s: %w", o.Reader.Prefix(), err)
-	}
-	tombstones, err := r.mapTombstones(man.Tombstones)
-	if err != nil {
-		return nil, err
-	}
-	existing, err := o.Target.Tombstones(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
-	}
-	for _, t := range existing {
-		r.tomb[t.Scope] = true
-	}
-	if err := r.checkScopes(ctx); err != nil {
+	// Nothing is written before the whole package verifies and every scope maps,
+	// onto a target scope of its own unless merging is allowed.
+	if err := r.verify(ctx); err != nil {
 		return nil, err
 	}
 
 	res := &Result{DryRun: o.DryRun, PackageID: man.PackageID, FormatVersion: o.Reader.StoredFormatVersion(),
-		Shards: len(man.Shards), Embeddings: plan.applied, Tombstones: len(tombstones)}
-	if !o.DryRun {
-		for start := 0; start < len(tombstones); start += pgstore.MaxApplyBatch {
-			if _, err := o.Target.ApplyTombstones(ctx, tombstones[start:min(start+pgstore.MaxApplyBatch, len(tombstones))],
-				pgstore.ApplyOptions{Actor: "restore", RecordIndexDeletions: true}); err != nil {
-				return nil, fmt.Errorf("restore: %w", err)
-			}
+		Shards: len(man.Shards), Embeddings: plan.applied}
+	if err := r.applyTombstones(ctx, res); err != nil {
+		if res.Tombstones == 0 && res.Forgotten == 0 {
+			return nil, err
 		}
+		return res, err
 	}
 	if o.Detail != nil {
 		r.detail = &detailWriter{w: o.Detail, pending: map[int][]byte{}}
 	}
 	err = r.runShards(ctx, man.Shards, res)
+	if r.targets != nil {
+		res.Scopes = int64(len(r.targets))
+	}
 	if err != nil {
 		return res, err
 	}
 	return res, nil
-}
-
-// mapTombstones records the package's tombstones (package scopes and mapped target
-// scopes) and returns the tombstones to add to the target.
-func (r *runner) mapTombstones(in []memory.Tombstone) ([]memory.Tombstone, error) {
-	var out []memory.Tombstone
-	seen := map[string]int{}
-	for _, t := range in {
-		r.pkgTomb[t.Scope] = true
-		target, keep, err := r.o.Mapping.Map(t.Scope)
-		if errors.Is(err, ErrUnmapped) || (err == nil && !keep) {
-			continue // no known target identity; the package scope stays blocked
-		}
-		if err != nil {
-			return nil, fmt.Errorf("restore: tombstone of %s: %w", t.Scope, err)
-		}
-		r.tomb[target] = true
-		t.Scope = target
-		if i, ok := seen[target]; ok { // two package scopes forgotten onto one target
-			if t.ForgottenAt.After(out[i].ForgottenAt) {
-				out[i] = t
-			}
-			continue
-		}
-		seen[target] = len(out)
-		out = append(out, t)
-	}
-	return out, nil
-}
-
-// maxReportedErrors bounds the mapping errors listed when the check fails.
-const maxReportedErrors = 10
-
-// checkScopes maps every scope of the package before anything is written.
-func (r *runner) checkScopes(ctx context.Context) error {
-	var errs []error
-	failed := 0
-	err := r.o.Reader.ReadScopeCounts(ctx, func(scope string, _ int64) error {
-		if _, err := r.decide(scope); err != nil {
-			if failed++; failed <= maxReportedErrors {
-				errs = append(errs, err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("restore: reading the package's scopes: %w", err)
-	}
-	if failed > 0 {
-		if failed > maxReportedErrors {
-			errs = append(errs, fmt.Errorf("... and %d more", failed-maxReportedErrors))
-		}
-		return fmt.Errorf("restore: %d package scopes cannot be mapped; nothing was written: %w", failed, errors.Join(errs...))
-	}
-	return nil
 }
 
 // runShards restores the shards with o.Parallelism workers and sums their results.

@@ -127,7 +127,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 		Types: memory.AllTypes(), Detail: &detail, BatchSize: 50})
 
 	assertSameItems(t, dst.exportAll(t), mapItems(t, m, want))
-	wantRes := restore.Result{PackageID: pkg.Manifest().PackageID, FormatVersion: 1, Shards: 1, Embeddings: restore.Reuse,
+	wantRes := restore.Result{PackageID: pkg.Manifest().PackageID, FormatVersion: snapshot.FormatVersion, Shards: 1, Embeddings: restore.Reuse,
 		Read: int64(len(source)), Restored: int64(len(want)), Inserted: int64(len(want)), RestoredByType: byType,
 		Skipped: restore.Skipped{Expired: expired}, Mapped: mapped, Scopes: int64(len(scopes)), MappedScopes: int64(len(mappedScopes)),
 		Vectors: vectors, Batches: (int64(len(want)) + 49) / 50}
@@ -243,7 +243,7 @@ func TestRestoreTombstonesAndDenylist(t *testing.T) {
 		t.Fatal(err)
 	}
 	newer := e.snapshotStore(t, src, "snaps/newer/", nil)
-	if ts := newer.Manifest().Tombstones; len(ts) != 1 || ts[0].Scope != "user:2" {
+	if ts := newer.Manifest().Tombstones; ts.Count != 1 || ts.Entries[0].Scope != "user:2" {
 		t.Fatalf("newer package tombstones %+v", ts)
 	}
 
@@ -282,12 +282,14 @@ func TestRestoreTombstonesAndDenylist(t *testing.T) {
 		t.Fatalf("%d vectors", n)
 	}
 
-	// A package's tombstone blocks its scope even though the package holds its items,
-	// and travels to the target under the mapped name. Unmapped tombstones (Skip) do
-	// not: their scope has no known identity in the target.
+	// A package's tombstone covers its scope's items created up to it, even though the
+	// package holds them, and travels to the target under the mapped name; an item
+	// created after it (the user came back) is restored. Unmapped tombstones (Skip) do
+	// not travel: their scope has no known identity in the target.
 	pkg := e.writePackage(t, "p/own-tombstone/", []memory.Item{
 		item("x1", "user:9", memory.Semantic, "k", `{"v":1}`, day),
-		item("x2", "user:9", memory.Episodic, "", `{"v":2}`, day),
+		item("x2", "user:9", memory.Episodic, "", `{"v":2}`, 2*day),
+		item("x3", "user:9", memory.Episodic, "", `{"v":"back"}`, 0),
 		item("y1", "user:8", memory.Semantic, "k", `{"v":3}`, day),
 		item("z1", "user:7", memory.Semantic, "k", `{"v":4}`, day),
 		item("s1", "session:a", memory.Episodic, "", `{"v":5}`, day),
@@ -310,10 +312,10 @@ func TestRestoreTombstonesAndDenylist(t *testing.T) {
 	var detail bytes.Buffer
 	res = run(t, restore.Options{Reader: pkg, Target: dst2.Store, Index: dst2.index, Embedder: emb, Mapping: m2,
 		Denylist: []string{"session:*", "user:test-*"}, Detail: &detail})
-	if res.Restored != 1 || res.Skipped != (restore.Skipped{Tombstoned: 2, Denylisted: 3, Unmapped: 1}) || res.Tombstones != 1 {
+	if res.Restored != 2 || res.Skipped != (restore.Skipped{Tombstoned: 2, Denylisted: 3, Unmapped: 1}) || res.Tombstones != 1 {
 		t.Fatalf("result %+v", res)
 	}
-	if got := ids(dst2.exportAll(t)); !slices.Equal(got, []string{"y1"}) {
+	if got := ids(dst2.exportAll(t)); !slices.Equal(got, []string{"x3", "y1"}) {
 		t.Fatalf("restored %v", got)
 	}
 	tombs, _ = dst2.Tombstones(context.Background())
@@ -324,7 +326,7 @@ func TestRestoreTombstonesAndDenylist(t *testing.T) {
 {"scope":"session:b","restored":0,"skipped_by_reason":{"denylisted":1}}
 {"scope":"user:7","restored":0,"skipped_by_reason":{"unmapped":1}}
 {"scope":"user:8","mapped_to":"user:b8","restored":1,"skipped_by_reason":{}}
-{"scope":"user:9","restored":0,"skipped_by_reason":{"tombstoned":2}}
+{"scope":"user:9","mapped_to":"user:b9","restored":1,"skipped_by_reason":{"tombstoned":2}}
 {"scope":"user:test-1","restored":0,"skipped_by_reason":{"denylisted":1}}
 `
 	if detail.String() != wantDetail {
@@ -418,7 +420,7 @@ func TestRestoreConflictPolicies(t *testing.T) {
 			res := run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: emb, Mapping: m, Conflict: tc.policy})
 
 			want := tc.want
-			want.PackageID, want.FormatVersion, want.Shards, want.Embeddings = pkg.Manifest().PackageID, 1, 1, restore.Reembed
+			want.PackageID, want.FormatVersion, want.Shards, want.Embeddings = pkg.Manifest().PackageID, snapshot.FormatVersion, 1, restore.Reembed
 			want.Read, want.Mapped, want.Scopes, want.MappedScopes, want.Batches = 5, 5, 1, 1, 1
 			want.RestoredByType = map[memory.Type]int64{memory.Semantic: want.Restored}
 			assertResult(t, res, want)
@@ -750,7 +752,7 @@ func TestRestoreRefusesBadPackages(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(rc)
 		_ = rc.Close()
-		raw = bytes.Replace(raw, []byte(`"formatVersion": 1`), []byte(`"formatVersion": 2`), 1)
+		raw = bytes.Replace(raw, []byte(`"formatVersion": 2`), []byte(`"formatVersion": 3`), 1)
 		if _, err := e.obj.Put(ctx, "bad/future/manifest.json", bytes.NewReader(raw)); err != nil {
 			t.Fatal(err)
 		}
@@ -1135,7 +1137,7 @@ func TestRestoreParallelBatchesKeepOrder(t *testing.T) {
 	for _, par := range []int{1, 4} {
 		dst := e.newStore(t)
 		results = append(results, run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index,
-			Embedder: embed.NewHashing(dim), Mapping: m, Conflict: restore.Overwrite, Parallelism: par, BatchSize: 9}))
+			Embedder: embed.NewHashing(dim), Mapping: m, Conflict: restore.Overwrite, Parallelism: par, BatchSize: 9, AllowMerge: true}))
 		dumps = append(dumps, dst.dump(t))
 	}
 	assertSameDump(t, dumps[1], dumps[0])

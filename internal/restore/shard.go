@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"slices"
 
@@ -46,7 +47,7 @@ func (s *Skipped) inc(r reason) {
 	}
 }
 
-var scopeSkipReason = [...]reason{skipTombstoned: reasonTombstoned, skipDenylisted: reasonDenylisted, skipUnmapped: reasonUnmapped}
+var scopeSkipReason = [...]reason{skipDenylisted: reasonDenylisted, skipUnmapped: reasonUnmapped}
 
 // scopeStat counts what happened to one package scope.
 type scopeStat struct {
@@ -69,9 +70,10 @@ type shardRun struct {
 	r   *runner
 	idx int
 
-	scopes   []*scopeStat // scopes not yet handed to a batch to finalize; the last is the current one
-	batch    []memory.Item
-	owner    []*scopeStat // owner[i] is batch[i]'s scope
+	scopes     []*scopeStat // scopes not yet handed to a batch to finalize; the last is the current one
+	batch      []memory.Item
+	batchBytes int64        // the batch's items' size (itemSize)
+	owner      []*scopeStat // owner[i] is batch[i]'s scope
 	inflight []*mergeBatch
 	// inflightTargets counts, per target scope, the batches in flight writing to it.
 	inflightTargets map[string]int
@@ -140,7 +142,7 @@ func (sh *shardRun) add(ctx context.Context, it memory.Item) error {
 	sc := sh.scopes[len(sh.scopes)-1]
 	// A full batch is cut where a scope ends, so that consecutive batches (usually)
 	// write disjoint scopes and can be merged at once.
-	if len(sh.batch) >= sh.r.o.BatchSize && sh.owner[len(sh.owner)-1] != sc {
+	if sh.full(1) && sh.owner[len(sh.owner)-1] != sc {
 		if err := sh.flush(ctx, false); err != nil {
 			return err
 		}
@@ -158,15 +160,33 @@ func (sh *shardRun) add(ctx context.Context, it memory.Item) error {
 	}
 	it.Scope = sc.target
 	sh.batch = append(sh.batch, it)
+	sh.batchBytes += itemSize(&it)
 	sh.owner = append(sh.owner, sc)
-	if len(sh.batch) >= maxBatchFactor*sh.r.o.BatchSize {
+	if sh.full(maxBatchFactor) {
 		return sh.flush(ctx, false) // one scope larger than a batch
 	}
 	return nil
 }
 
 // maxBatchFactor bounds a batch that waits for its scope to end, in batch sizes.
-const maxBatchFactor = 4
+const maxBatchFactor = 2
+
+// full reports whether the batch holds factor batches' worth of items, by count or
+// by size.
+func (sh *shardRun) full(factor int) bool {
+	return len(sh.batch) >= factor*sh.r.o.BatchSize || sh.batchBytes >= int64(factor)*sh.r.o.BatchBytes
+}
+
+// itemSize estimates the memory an item takes while its batch is merged: its
+// strings, content and history (held decoded and again as the COPY rows are
+// encoded) and embedding.
+func itemSize(it *memory.Item) int64 {
+	n := 256 + len(it.MemoryID) + len(it.Scope) + len(it.Key) + len(it.Source) + len(it.Content) + 4*len(it.Embedding)
+	for _, h := range it.History {
+		n += 128 + len(h.Content) + len(h.Source)
+	}
+	return int64(n)
+}
 
 func (sh *shardRun) skip(sc *scopeStat, r reason) {
 	sc.skipped.inc(r)
@@ -185,7 +205,7 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 	}
 	b := &mergeBatch{items: sh.batch, owner: sh.owner, closed: slices.Clone(sh.scopes[:max(n, 0)]), done: make(chan struct{})}
 	sh.scopes = append(sh.scopes[:0], sh.scopes[max(n, 0):]...)
-	sh.batch, sh.owner = make([]memory.Item, 0, sh.r.o.BatchSize), make([]*scopeStat, 0, sh.r.o.BatchSize)
+	sh.batch, sh.owner, sh.batchBytes = make([]memory.Item, 0, min(sh.r.o.BatchSize, 1024)), make([]*scopeStat, 0, min(sh.r.o.BatchSize, 1024)), 0
 	if len(b.items) == 0 {
 		// Nothing to merge: the closed scopes are finalized after every batch before.
 		for len(sh.inflight) > 0 {
@@ -224,10 +244,14 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 			b.err = ctx.Err()
 			return
 		}
-		b.res, b.err = sh.r.o.Target.MergePrepared(ctx, prepared, pgstore.MergeOptions{
+		opts := pgstore.MergeOptions{
 			Policy: sh.r.o.Conflict, DryRun: sh.r.o.DryRun,
 			BeforeCommit: func(ctx context.Context, res *pgstore.MergeResult) error { return sh.r.writeVectors(ctx, b, res) },
-		})
+		}
+		if sh.r.dryTombs != nil {
+			opts.Tombstones = sh.r.dryTombs.lookup(b.targets)
+		}
+		b.res, b.err = sh.r.o.Target.MergePrepared(ctx, prepared, opts)
 		if b.err == nil && sh.r.o.Rehydrate {
 			b.err = sh.r.rehydrate(ctx, b)
 		}
@@ -314,9 +338,14 @@ func (sh *shardRun) tally(b *mergeBatch) {
 func (sh *shardRun) finalize(scopes []*scopeStat) error {
 	for _, sc := range scopes {
 		if sc.restored+sc.unchanged > 0 {
-			sh.scopesIn++
+			sh.scopesIn++ // one target scope each, unless merging is allowed
 			if sc.target != sc.source {
 				sh.mappedScopes++
+			}
+			if t := sh.r.targets; t != nil {
+				sh.r.mu.Lock()
+				t[maphash.String(sh.r.seed, sc.target)] = struct{}{}
+				sh.r.mu.Unlock()
 			}
 		}
 		if sh.r.detail != nil {
@@ -350,11 +379,10 @@ func (r *runner) writeVectors(ctx context.Context, b *mergeBatch, res *pgstore.M
 
 // vectorWork is what a batch asks of the index.
 type vectorWork struct {
-	entries   []vector.Entry
-	texts     []string // to embed, for entries[embedAt[i]]
-	embedAt   []int
-	deletes   []string // memory IDs whose vector is stale
-	forgotten []string // scopes forgotten while the restore ran
+	entries []vector.Entry
+	texts   []string // to embed, for entries[embedAt[i]]
+	embedAt []int
+	deletes []string // memory IDs whose vector is stale
 }
 
 func (r *runner) vectorWork(b *mergeBatch, res *pgstore.MergeResult) vectorWork {
@@ -362,9 +390,6 @@ func (r *runner) vectorWork(b *mergeBatch, res *pgstore.MergeResult) vectorWork 
 	dim := r.o.Index.Spec().Dimension
 	for i, o := range res.Outcomes {
 		it := &b.items[i]
-		if o == pgstore.MergeTombstoned && !slices.Contains(w.forgotten, it.Scope) {
-			w.forgotten = append(w.forgotten, it.Scope)
-		}
 		if !o.Written() {
 			continue
 		}
@@ -414,14 +439,6 @@ func (r *runner) applyVectors(ctx context.Context, w vectorWork) error {
 	if len(w.deletes) > 0 {
 		if err := ix.Delete(ctx, w.deletes); err != nil {
 			return fmt.Errorf("deleting stale vectors: %w", err)
-		}
-	}
-	// A scope forgotten while the restore ran may have got vectors from an earlier
-	// attempt of this batch (Merge retries when a tombstone appears before the
-	// commit): a forgotten scope keeps none.
-	for _, scope := range w.forgotten {
-		if err := ix.DeleteScope(ctx, scope); err != nil {
-			return fmt.Errorf("deleting the vectors of forgotten scope %s: %w", scope, err)
 		}
 	}
 	return nil

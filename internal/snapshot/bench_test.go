@@ -115,7 +115,7 @@ func BenchmarkWrite(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				m, err := w.Close(ctx, nil)
+				m, err := w.Close(ctx)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -175,7 +175,7 @@ func BenchmarkVerify(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	m, err := w.Close(ctx, nil)
+	m, err := w.Close(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,7 +135,12 @@ func writePackage(t testing.TB, obj Objects, o WriterOptions, items []memory.Ite
 			t.Fatal(err)
 		}
 	}
-	m, err := w.Close(ctx, tombstones)
+	for _, tb := range sortedTombstones(tombstones) {
+		if err := w.AddTombstone(tb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := w.Close(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,4 +245,11 @@ func (a *afterBytes) Read(p []byte) (int, error) {
 		a.once.Do(a.fn)
 	}
 	return n, err
+}
+
+// sortedTombstones returns a copy of ts in scope order, as AddTombstone takes them.
+func sortedTombstones(ts []memory.Tombstone) []memory.Tombstone {
+	out := slices.Clone(ts)
+	slices.SortFunc(out, func(a, b memory.Tombstone) int { return strings.Compare(a.Scope, b.Scope) })
+	return out
 }

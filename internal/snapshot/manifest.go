@@ -17,7 +17,9 @@ import (
 )
 
 // FormatVersion is the package format this code writes, and the newest it reads.
-const FormatVersion = 1
+// Version 2 moved the tombstones out of the manifest (see TombstoneSet); version 1
+// packages are read through the upgrade chain (upgrade.go).
+const FormatVersion = 2
 
 // Object names inside a package prefix.
 const (
@@ -26,13 +28,21 @@ const (
 	// ScopeCountsName holds the per-scope item counts when there are more than
 	// MaxInlineScopes scopes (a sealed stream of JSON lines, like a shard).
 	ScopeCountsName = "scope-counts.jsonl.zst.sealed"
-	shardDir        = "shards/"
+	// TombstonesName holds the tombstones when there are more than
+	// MaxInlineTombstones (a sealed stream of JSON lines, like a shard).
+	TombstonesName = "tombstones.jsonl.zst.sealed"
+	shardDir       = "shards/"
 )
 
 // MaxInlineScopes is the largest number of scopes whose counts are written into the
 // manifest itself; above it they go to the ScopeCountsName object, so that the
 // manifest (and anything copied from it into Kubernetes status) stays small.
 const MaxInlineScopes = 1000
+
+// MaxInlineTombstones is the largest number of tombstones written into the manifest
+// itself; beyond it they go to the TombstonesName object. Tombstones only grow, and a
+// manifest must stay small whatever their number.
+const MaxInlineTombstones = 1000
 
 // maxManifestBytes bounds the manifest a reader accepts (it is read whole).
 const maxManifestBytes = 64 << 20
@@ -67,9 +77,23 @@ type Manifest struct {
 	Encryption *EncryptionInfo `json:"encryption,omitempty"`
 	// Embedding is set when items carry embeddings.
 	Embedding *EmbeddingInfo `json:"embedding,omitempty"`
-	// Tombstones are the source store's forgotten scopes, sorted by scope; a restore
-	// must not bring them back.
-	Tombstones []memory.Tombstone `json:"tombstones"`
+	// Tombstones are the source store's forgotten scopes: a restore forgets, in the
+	// target, what they cover.
+	Tombstones TombstoneSet `json:"tombstones"`
+}
+
+// TombstoneSet says where a package's tombstones are: inline (at most
+// MaxInlineTombstones when written by this code; any number when upgraded from
+// version 1) or, beyond that, in a sealed object of JSON lines. Either way they are
+// one per scope, in strictly increasing scope order, and a tombstone covers the
+// memories of its scope created at or before its forgotten_at. Read them with
+// Reader.Tombstones.
+type TombstoneSet struct {
+	Count int64 `json:"count"`
+	// Entries are the tombstones when Object is nil (absent when there are none).
+	Entries []memory.Tombstone `json:"entries,omitempty"`
+	// Object is the TombstonesName object, when they are not inline.
+	Object *ObjectRef `json:"object,omitempty"`
 }
 
 // SourceInfo names the store a package was exported from.
@@ -162,7 +186,25 @@ func (m *Manifest) StoredBytes() int64 {
 	if m.Counts.ScopeCountsObject != nil {
 		n += m.Counts.ScopeCountsObject.Bytes
 	}
+	if m.Tombstones.Object != nil {
+		n += m.Tombstones.Object.Bytes
+	}
 	return n
+}
+
+// objects lists every object of the package but the manifest, with its size and
+// digest: the shards, then the scope counts and tombstone objects when there are.
+func (m *Manifest) objects() []ObjectRef {
+	refs := make([]ObjectRef, 0, len(m.Shards)+2)
+	for _, sh := range m.Shards {
+		refs = append(refs, ObjectRef{Name: sh.Name, Bytes: sh.Bytes, SHA256: sh.SHA256})
+	}
+	for _, ref := range []*ObjectRef{m.Counts.ScopeCountsObject, m.Tombstones.Object} {
+		if ref != nil {
+			refs = append(refs, *ref)
+		}
+	}
+	return refs
 }
 
 // Encrypted reports whether the package is encrypted.
@@ -310,10 +352,61 @@ func (m *Manifest) validate() error {
 	if err := m.validateCounts(); err != nil {
 		return err
 	}
-	for i, t := range m.Tombstones {
-		if t.Scope == "" {
-			return fmt.Errorf("tombstones[%d] has no scope", i)
+	if err := m.Tombstones.validate(); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, ref := range m.objects() {
+		if seen[ref.Name] {
+			return fmt.Errorf("object %q appears twice", ref.Name)
 		}
+		seen[ref.Name] = true
+	}
+	return nil
+}
+
+// validate checks that the tombstones are in one place, counted, and (inline) one per
+// scope in increasing scope order.
+func (t TombstoneSet) validate() error {
+	switch {
+	case t.Count < 0:
+		return fmt.Errorf("tombstones.count is %d", t.Count)
+	case t.Object != nil && len(t.Entries) > 0:
+		return errors.New("tombstones has both entries and an object")
+	case t.Object != nil:
+		if err := validObjectName(t.Object.Name); err != nil {
+			return fmt.Errorf("tombstones.object: %v", err)
+		}
+		if t.Object.Bytes < headerSize+tagSize || !isSHA256Hex(t.Object.SHA256) {
+			return fmt.Errorf("tombstones.object %s has an invalid size or sha256", t.Object.Name)
+		}
+		if t.Count == 0 {
+			return errors.New("tombstones.object is set but tombstones.count is 0")
+		}
+		return nil
+	case int64(len(t.Entries)) != t.Count:
+		return fmt.Errorf("tombstones has %d entries but tombstones.count is %d", len(t.Entries), t.Count)
+	}
+	prev := ""
+	for i, e := range t.Entries {
+		if err := checkTombstone(e, prev); err != nil {
+			return fmt.Errorf("tombstones.entries[%d]: %v", i, err)
+		}
+		prev = e.Scope
+	}
+	return nil
+}
+
+// checkTombstone checks one tombstone and that it follows the previous one's scope.
+func checkTombstone(t memory.Tombstone, prev string) error {
+	if err := memory.ValidateScope(t.Scope); err != nil {
+		return err
+	}
+	if t.ForgottenAt.IsZero() {
+		return fmt.Errorf("tombstone of %s has no forgotten_at", t.Scope)
+	}
+	if prev != "" && t.Scope <= prev {
+		return fmt.Errorf("tombstone of %q follows %q: tombstones are one per scope, in increasing scope order", t.Scope, prev)
 	}
 	return nil
 }

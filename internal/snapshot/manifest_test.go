@@ -28,7 +28,7 @@ func validManifest() *Manifest {
 		},
 		Compression: CompressionInfo{Algorithm: CompressionZstd, Level: 1},
 		Framing:     FramingInfo{Version: 1, ChunkSize: DefaultChunkSize},
-		Tombstones:  []memory.Tombstone{{Scope: "user:gone", ForgottenAt: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}},
+		Tombstones:  TombstoneSet{Count: 1, Entries: []memory.Tombstone{{Scope: "user:gone", ForgottenAt: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}}},
 	}
 }
 
@@ -44,7 +44,7 @@ func TestManifestMAC(t *testing.T) {
 		t.Fatalf("manifest does not end with the mac member:\n%s", raw)
 	}
 	got, version, err := decodeManifest(raw, &key)
-	if err != nil || version != 1 || got.Counts.Items != 3 || got.Tombstones[0].Scope != "user:gone" {
+	if err != nil || version != FormatVersion || got.Counts.Items != 3 || got.Tombstones.Entries[0].Scope != "user:gone" {
 		t.Fatalf("decode: %+v, %d, %v", got, version, err)
 	}
 
@@ -108,6 +108,20 @@ func TestManifestValidate(t *testing.T) {
 		{func(m *Manifest) { m.Framing.ChunkSize = 10 }, "framing chunk size 10"},
 		{func(m *Manifest) { m.PackageID = "x" }, `packageId "x"`},
 		{func(m *Manifest) { m.Encryption = &EncryptionInfo{Algorithm: "ROT13", KDF: KDFHKDFSHA256} }, "encryption ROT13"},
+		{func(m *Manifest) { m.Tombstones.Count = 2 }, "tombstones has 1 entries but tombstones.count is 2"},
+		{func(m *Manifest) { m.Tombstones.Entries[0].Scope = "nobody" }, "tombstones.entries[0]:"},
+		{func(m *Manifest) { m.Tombstones.Entries[0].ForgottenAt = time.Time{} }, "tombstone of user:gone has no forgotten_at"},
+		{func(m *Manifest) {
+			m.Tombstones = TombstoneSet{Count: 2, Entries: []memory.Tombstone{m.Tombstones.Entries[0], m.Tombstones.Entries[0]}}
+		}, `tombstone of "user:gone" follows "user:gone"`},
+		{func(m *Manifest) {
+			m.Tombstones.Object = &ObjectRef{Name: TombstonesName, Bytes: 100, SHA256: strings.Repeat("c", 64)}
+		}, "tombstones has both entries and an object"},
+		{func(m *Manifest) {
+			m.Tombstones = TombstoneSet{Count: 5, Object: &ObjectRef{Name: m.Shards[0].Name, Bytes: 100, SHA256: strings.Repeat("c", 64)}}
+		}, "appears twice"},
+		{func(m *Manifest) { m.Tombstones = TombstoneSet{Object: &ObjectRef{Name: TombstonesName, Bytes: 100, SHA256: strings.Repeat("c", 64)}} },
+			"tombstones.object is set but tombstones.count is 0"},
 	} {
 		m := validManifest()
 		tc.edit(m)

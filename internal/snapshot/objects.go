@@ -23,8 +23,13 @@ type Objects interface {
 	// fs.ErrNotExist.
 	Get(ctx context.Context, name string) (io.ReadCloser, error)
 	// Delete removes every object whose name starts with prefix, and any unfinished
-	// upload under it. An empty prefix is refused.
+	// upload under it that the store lists by prefix. An empty prefix is refused.
 	Delete(ctx context.Context, prefix string) error
+	// AbortUploads aborts the unfinished uploads of exactly these object names (the
+	// parts of multipart uploads a crashed writer left, invisible to listings but
+	// holding storage; some servers, MinIO among them, list them only by exact name),
+	// and returns how many it aborted.
+	AbortUploads(ctx context.Context, names []string) (int, error)
 	// List returns the names of the objects whose names start with prefix, sorted.
 	List(ctx context.Context, prefix string) ([]string, error)
 }
@@ -133,6 +138,34 @@ func (m *MinioObjects) Delete(ctx context.Context, prefix string) error {
 		}
 	}
 	return nil
+}
+
+// AbortUploads aborts the unfinished multipart uploads of each name, listing them by
+// the exact object name.
+func (m *MinioObjects) AbortUploads(ctx context.Context, names []string) (int, error) {
+	n := 0
+	for _, name := range names {
+		found := false
+		for up := range m.Client.ListIncompleteUploads(ctx, m.Bucket, name, false) {
+			if up.Err != nil {
+				if isNotExist(up.Err) {
+					break
+				}
+				return n, fmt.Errorf("listing unfinished uploads of %s in bucket %s: %w", name, m.Bucket, up.Err)
+			}
+			if up.Key == name {
+				found = true
+				n++
+			}
+		}
+		if !found {
+			continue
+		}
+		if err := m.Client.RemoveIncompleteUpload(ctx, m.Bucket, name); err != nil {
+			return n, fmt.Errorf("aborting the unfinished upload of %s in bucket %s: %w", name, m.Bucket, err)
+		}
+	}
+	return n, nil
 }
 
 // RemovePrefix deletes every object under prefix in bucket except those keep returns

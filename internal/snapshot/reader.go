@@ -120,29 +120,21 @@ func (r *Reader) StoredFormatVersion() int { return r.stored }
 // Prefix is the package's prefix, with its trailing "/".
 func (r *Reader) Prefix() string { return r.prefix }
 
-// Verify reads the whole package and checks everything Items checks, without keeping
-// anything: every chunk's tag, every stream's size and SHA-256, every line as an item,
-// scope order, and the item counts per shard, scope and type.
-func (r *Reader) Verify(ctx context.Context) error {
-	return r.Items(ctx, func(memory.Item) error { return nil })
-}
+// Verify reads the whole package and checks everything Scan checks, without keeping
+// anything: every chunk's tag, every stream's size and SHA-256, every tombstone, every
+// line as an item, scope order, and the item counts per shard, scope and type.
+func (r *Reader) Verify(ctx context.Context) error { return r.Scan(ctx, ScanFuncs{}) }
 
-// VerifyChecksums is the cheap check a restore makes before writing anything: every
-// object of the package (shards and the scope counts object) is there with the size
+// VerifyChecksums is a cheap check of a package's integrity: every object of the
+// package (shards, the scope counts and tombstone objects) is there with the size
 // and SHA-256 the manifest records, and the first shard's first chunk opens with the
 // key and decompresses. With the manifest authenticated (its MAC, when encrypted) this
 // proves the stored bytes are the ones the writer sealed, without decompressing and
-// parsing every item as Verify does; readers still authenticate every chunk and check
-// order and counts as they go.
+// parsing every item as Verify does. It does not prove what the writer sealed is a
+// valid package (an unencrypted one can be edited and re-hashed): a restore verifies
+// the whole package with Scan before it writes.
 func (r *Reader) VerifyChecksums(ctx context.Context) error {
-	refs := make([]ObjectRef, 0, len(r.m.Shards)+1)
-	for _, sh := range r.m.Shards {
-		refs = append(refs, ObjectRef{Name: sh.Name, Bytes: sh.Bytes, SHA256: sh.SHA256})
-	}
-	if ref := r.m.Counts.ScopeCountsObject; ref != nil {
-		refs = append(refs, *ref)
-	}
-	for _, ref := range refs {
+	for _, ref := range r.m.objects() {
 		if err := r.checkObject(ctx, ref); err != nil {
 			return err
 		}
@@ -197,11 +189,37 @@ func (r *Reader) checkObject(ctx context.Context, ref ObjectRef) error {
 }
 
 // Items calls fn for every item, in shard order (so sorted by scope, and in the order
-// they were written within a scope). It checks the package as it goes and returns an
-// ErrCorrupt error at the first problem; an error from fn stops it and is returned
-// as is. fn sees only authenticated data, but an error at the end of a stream (a
-// count or checksum) can still follow items already passed to fn.
+// they were written within a scope), checking the whole package as Scan does.
 func (r *Reader) Items(ctx context.Context, fn func(memory.Item) error) error {
+	return r.Scan(ctx, ScanFuncs{Item: fn})
+}
+
+// ScanFuncs receive what Scan reads; either may be nil.
+type ScanFuncs struct {
+	// Tombstone is called for every tombstone, in scope order, before any item.
+	Tombstone func(memory.Tombstone) error
+	// Item is called for every item, in shard order.
+	Item func(memory.Item) error
+}
+
+// Scan reads the whole package: the tombstones, then every shard with the scope counts
+// streamed alongside. It checks the package as it goes and returns an ErrCorrupt
+// error at the first problem; an error from a callback stops it and is returned as
+// is. The callbacks see only authenticated data, but an error at the end of a stream
+// (a count or checksum) can still follow entries already passed to them: a consumer
+// that must not act on a package that fails anywhere scans it whole first.
+func (r *Reader) Scan(ctx context.Context, f ScanFuncs) error {
+	tomb := f.Tombstone
+	if tomb == nil {
+		tomb = func(memory.Tombstone) error { return nil }
+	}
+	if err := r.Tombstones(ctx, tomb); err != nil {
+		return err
+	}
+	fn := f.Item
+	if fn == nil {
+		fn = func(memory.Item) error { return nil }
+	}
 	dec, err := newDecoder()
 	if err != nil {
 		return err
@@ -222,6 +240,68 @@ func (r *Reader) Items(ctx context.Context, fn func(memory.Item) error) error {
 		return err
 	}
 	return tc.check(r.m.Counts)
+}
+
+// TombstoneCount is the number of the package's tombstones.
+func (r *Reader) TombstoneCount() int64 { return r.m.Tombstones.Count }
+
+// Tombstones calls fn for each of the package's tombstones, one per scope in
+// increasing scope order, from the manifest or streamed from the tombstone object
+// (verified like a shard: its count, order, size and SHA-256; an error at its end can
+// follow tombstones already passed to fn).
+func (r *Reader) Tombstones(ctx context.Context, fn func(memory.Tombstone) error) error {
+	set := r.m.Tombstones
+	if set.Object == nil {
+		for _, t := range set.Entries {
+			if err := fn(t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	dec, err := newDecoder()
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
+	s, err := r.openStream(ctx, *set.Object, "tombstone object "+set.Object.Name, dec)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var prev string
+	var n int64
+	for {
+		line, err := s.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		var t memory.Tombstone
+		if err := json.Unmarshal(line, &t); err != nil {
+			return corruptf("%s line %d is not a tombstone: %v", s.what, s.lines, err)
+		}
+		if err := checkTombstone(t, prev); err != nil {
+			return corruptf("%s line %d: %v", s.what, s.lines, err)
+		}
+		prev = t.Scope
+		if n++; n > set.Count {
+			return corruptf("%s holds more than the %d tombstones the manifest records", s.what, set.Count)
+		}
+		t.ForgottenAt = t.ForgottenAt.UTC()
+		if err := fn(t); err != nil {
+			return err
+		}
+	}
+	if err := s.finish(); err != nil {
+		return err
+	}
+	if n != set.Count {
+		return corruptf("%s holds %d tombstones; the manifest records %d", s.what, n, set.Count)
+	}
+	return nil
 }
 
 // ShardItems calls fn for every item of one shard, checking it like Items does (the

@@ -92,12 +92,12 @@ func TestRoundTripEncrypted(t *testing.T) {
 	if written.Compression != (CompressionInfo{Algorithm: "zstd", Level: 1}) || written.Framing != (FramingInfo{Version: 1, ChunkSize: DefaultChunkSize}) {
 		t.Fatalf("compression %+v, framing %+v", written.Compression, written.Framing)
 	}
-	if written.FormatVersion != 1 || written.Producer != "memory-operator" || written.ProducerVersion != "v0.1.0-test" ||
+	if written.FormatVersion != FormatVersion || written.Producer != "memory-operator" || written.ProducerVersion != "v0.1.0-test" ||
 		!written.CreatedAt.Equal(clockStart.Add(time.Second)) || !written.CompletedAt.Equal(clockStart.Add(2*time.Second)) ||
 		written.Source != opts.Source || *written.Embedding != *opts.Embedding {
 		t.Fatalf("manifest header = %+v", written)
 	}
-	wantTombs := []memory.Tombstone{tombstones[1], tombstones[0]}
+	wantTombs := TombstoneSet{Count: 2, Entries: []memory.Tombstone{tombstones[1], tombstones[0]}}
 	if !reflect.DeepEqual(written.Tombstones, wantTombs) {
 		t.Fatalf("tombstones = %+v", written.Tombstones)
 	}
@@ -125,7 +125,7 @@ func TestRoundTripEncrypted(t *testing.T) {
 	if !reflect.DeepEqual(r.Manifest(), written) {
 		t.Fatalf("manifest read back differs:\n got %+v\nwant %+v", r.Manifest(), written)
 	}
-	if r.StoredFormatVersion() != 1 {
+	if r.StoredFormatVersion() != FormatVersion {
 		t.Fatalf("stored version %d", r.StoredFormatVersion())
 	}
 	sameItems(t, readItems(t, r), items)
@@ -169,11 +169,11 @@ func TestRoundTripUnencrypted(t *testing.T) {
 	opts.Selection.IncludeEmbeddings, opts.Embedding = false, nil
 	opts.CompressionLevel = 7
 	m := writePackage(t, obj, opts, items, nil)
-	if m.Encryption != nil || m.Compression.Level != 7 || m.Tombstones == nil || len(m.Tombstones) != 0 {
+	if m.Encryption != nil || m.Compression.Level != 7 || m.Tombstones.Count != 0 || m.Tombstones.Entries != nil || m.Tombstones.Object != nil {
 		t.Fatalf("manifest: encryption %+v, compression %+v, tombstones %#v", m.Encryption, m.Compression, m.Tombstones)
 	}
 	raw := getObject(t, obj, "pkg/plain/"+ManifestName)
-	if bytes.Contains(raw, []byte(`"mac"`)) || !bytes.Contains(raw, []byte(`"tombstones": []`)) {
+	if bytes.Contains(raw, []byte(`"mac"`)) || !bytes.Contains(raw, []byte(`"tombstones": {`+"\n"+`    "count": 0`+"\n"+`  }`)) {
 		t.Fatalf("unencrypted manifest:\n%s", raw)
 	}
 
@@ -308,7 +308,7 @@ func TestAddRefusesBadItems(t *testing.T) {
 	if err := w.Add(ctx, item("7", "user:c")); err != nil {
 		t.Fatal(err)
 	}
-	m, err := w.Close(ctx, nil)
+	m, err := w.Close(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +427,7 @@ func TestScopeCountsObject(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	streamed, err := w.Close(ctx, nil)
+	streamed, err := w.Close(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +490,7 @@ func TestAbortLeavesNothing(t *testing.T) {
 	if _, err := Open(ctx, obj, "aborted", &testKey); !errors.Is(err, ErrIncomplete) || !strings.Contains(err.Error(), "there is no package at aborted/") {
 		t.Fatalf("Open after Abort: %v", err)
 	}
-	if _, err := w.Close(ctx, nil); err == nil {
+	if _, err := w.Close(ctx); err == nil {
 		t.Fatal("Close after Abort succeeded")
 	}
 }
@@ -563,12 +563,12 @@ func TestCancelledWriterLeavesNoManifest(t *testing.T) {
 		}
 	}
 	if addErr == nil {
-		_, addErr = w.Close(ctx, nil)
+		_, addErr = w.Close(ctx)
 	}
 	if !errors.Is(addErr, context.Canceled) {
 		t.Fatalf("writing after the cancel: %v", addErr)
 	}
-	if _, err := w.Close(context.Background(), nil); !errors.Is(err, context.Canceled) {
+	if _, err := w.Close(context.Background()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Close after the cancel: %v", err)
 	}
 	if got := listNames(t, obj, "cancelled/"); slices.Contains(got, ManifestName) {
@@ -610,12 +610,12 @@ func TestFailedUploadLeavesNoManifest(t *testing.T) {
 		}
 	}
 	if werr == nil {
-		_, werr = w.Close(ctx, nil)
+		_, werr = w.Close(ctx)
 	}
 	if !errors.Is(werr, boom) || !strings.Contains(werr.Error(), "failed/shards/000002.jsonl.zst.sealed") {
 		t.Fatalf("got %v", werr)
 	}
-	if _, err := w.Close(ctx, nil); !errors.Is(err, boom) {
+	if _, err := w.Close(ctx); !errors.Is(err, boom) {
 		t.Fatalf("Close after the failure: %v", err)
 	}
 	if _, err := Open(ctx, obj, "failed", &testKey); !errors.Is(err, ErrIncomplete) {
@@ -767,9 +767,9 @@ func TestPackageLevelTampering(t *testing.T) {
 	t.Run("future format version", func(t *testing.T) {
 		tamperFixture(t, obj, "future", &testKey)
 		name := "future/" + ManifestName
-		putObject(t, obj, name, bytes.Replace(getObject(t, obj, name), []byte(`"formatVersion": 1,`), []byte(`"formatVersion": 2,`), 1))
+		putObject(t, obj, name, bytes.Replace(getObject(t, obj, name), []byte(`"formatVersion": 2,`), []byte(`"formatVersion": 3,`), 1))
 		_, err := Open(ctx, obj, "future", &testKey)
-		if !errors.Is(err, ErrUnsupportedVersion) || !strings.Contains(err.Error(), "the package has format version 2; this reader supports versions 1 to 1") {
+		if !errors.Is(err, ErrUnsupportedVersion) || !strings.Contains(err.Error(), "the package has format version 3; this reader supports versions 1 to 2") {
 			t.Fatalf("got %v", err)
 		}
 	})

@@ -3,6 +3,10 @@ package snapshot
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/amemory/memory-operator/internal/memory"
 )
 
 // upgradeStep converts a package of format version From to From+1. Readers accept every
@@ -17,10 +21,47 @@ type upgradeStep struct {
 	Item func(line []byte) ([]byte, error)
 }
 
-// upgrades is the chain: upgrades[i] converts version i+1 to i+2. Version 1 is the
-// first format, so the chain is empty; the step to version 2 goes here when version 2
-// is introduced, and FormatVersion moves to 2 at the same time.
-var upgrades = []upgradeStep{}
+// upgrades is the chain: upgrades[i] converts version i+1 to i+2.
+var upgrades = []upgradeStep{
+	{From: 1, Manifest: upgradeManifestV1},
+}
+
+// upgradeManifestV1 brings a version 1 manifest to version 2: its inline list of
+// tombstones becomes a TombstoneSet holding them as entries, sorted by scope with one
+// per scope (the latest, should a producer have listed a scope twice). Items did not
+// change. Other members are kept as they are.
+func upgradeManifestV1(raw []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	var ts []memory.Tombstone
+	if r, ok := m["tombstones"]; ok {
+		if err := json.Unmarshal(r, &ts); err != nil {
+			return nil, fmt.Errorf("tombstones: %v", err)
+		}
+	}
+	slices.SortStableFunc(ts, func(a, b memory.Tombstone) int {
+		if c := strings.Compare(a.Scope, b.Scope); c != 0 {
+			return c
+		}
+		return a.ForgottenAt.Compare(b.ForgottenAt)
+	})
+	latest := ts[:0]
+	for i, t := range ts {
+		if i+1 < len(ts) && ts[i+1].Scope == t.Scope {
+			continue
+		}
+		latest = append(latest, t)
+	}
+	set, err := json.Marshal(TombstoneSet{Count: int64(len(latest)), Entries: latest})
+	if err != nil {
+		return nil, err
+	}
+	m["tombstones"] = set
+	m["formatVersion"] = json.RawMessage("2")
+	return json.Marshal(m)
+}
 
 // upgradeManifest runs the manifest through chain from version from to version to.
 func upgradeManifest(raw []byte, from int, chain []upgradeStep, to int) ([]byte, error) {

@@ -2,10 +2,19 @@ package snapshot
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/memory"
 )
 
 func TestUpgradeChainMatchesFormatVersion(t *testing.T) {
@@ -80,7 +89,7 @@ func TestManifestVersionProbe(t *testing.T) {
 		err  error
 		text string
 	}{
-		`{"formatVersion":2}`:   {ErrUnsupportedVersion, "format version 2; this reader supports versions 1 to 1"},
+		`{"formatVersion":3}`:   {ErrUnsupportedVersion, "format version 3; this reader supports versions 1 to 2"},
 		`{"formatVersion":99}`:  {ErrUnsupportedVersion, "format version 99"},
 		`{"formatVersion":0}`:   {ErrCorrupt, "invalid formatVersion 0"},
 		`{"formatVersion":-1}`:  {ErrCorrupt, "invalid formatVersion -1"},
@@ -91,6 +100,173 @@ func TestManifestVersionProbe(t *testing.T) {
 		_, _, err := decodeManifest([]byte(raw), nil)
 		if !errors.Is(err, want.err) || !strings.Contains(err.Error(), want.text) {
 			t.Errorf("%s: got %v, want %v containing %q", raw, err, want.err, want.text)
+		}
+	}
+}
+
+// uploadFixture copies a package from testdata into the bucket under prefix.
+func uploadFixture(t *testing.T, obj Objects, dir, prefix string) {
+	t.Helper()
+	root := filepath.Join("testdata", dir)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		putObject(t, obj, prefix+filepath.ToSlash(rel), b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Packages written by the last version 1 writer are read through the upgrade chain:
+// the manifest's inline tombstones become entries of the version 2 TombstoneSet,
+// everything verifies, and the items read back as written.
+func TestReadsVersion1Packages(t *testing.T) {
+	obj := newBucket(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		dir string
+		key *Key
+	}{{"v1-encrypted", &testKey}, {"v1-plain", nil}} {
+		t.Run(tc.dir, func(t *testing.T) {
+			uploadFixture(t, obj, tc.dir, tc.dir+"/")
+			r, err := Open(ctx, obj, tc.dir, tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := r.Manifest()
+			if r.StoredFormatVersion() != 1 || m.FormatVersion != FormatVersion || m.Counts.Items != 12 || len(m.Shards) != 4 {
+				t.Fatalf("stored %d, manifest %+v", r.StoredFormatVersion(), m)
+			}
+			var got []memory.Tombstone
+			if err := r.Tombstones(ctx, func(tb memory.Tombstone) error { got = append(got, tb); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			want := []memory.Tombstone{
+				{Scope: "user:2", ForgottenAt: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)},
+				{Scope: "user:9", ForgottenAt: time.Date(2026, 2, 1, 12, 0, 0, 0, time.UTC), Reason: "gdpr"},
+			}
+			if !slices.Equal(got, want) || r.TombstoneCount() != 2 {
+				t.Fatalf("tombstones %+v (count %d), want %+v", got, r.TombstoneCount(), want)
+			}
+			if err := r.Verify(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.VerifyChecksums(ctx); err != nil {
+				t.Fatal(err)
+			}
+			items := readItems(t, r)
+			if len(items) != 12 || items[0].MemoryID != "v1-u0-m0" || items[11].Scope != "user:3" || items[0].Source != "v1@test" {
+				t.Fatalf("items %+v", items)
+			}
+		})
+	}
+	// The upgrade keeps one tombstone per scope, the latest, in scope order, whatever
+	// a version 1 producer listed.
+	raw := `{"formatVersion":1,"tombstones":[{"scope":"user:b","forgotten_at":"2026-01-02T00:00:00Z"},` +
+		`{"scope":"user:a","forgotten_at":"2026-01-01T00:00:00Z"},{"scope":"user:b","forgotten_at":"2026-01-03T00:00:00Z","reason":"later"}]}`
+	out, err := upgradeManifestV1([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var up struct {
+		FormatVersion int          `json:"formatVersion"`
+		Tombstones    TombstoneSet `json:"tombstones"`
+	}
+	if err := json.Unmarshal(out, &up); err != nil {
+		t.Fatal(err)
+	}
+	if up.FormatVersion != 2 || up.Tombstones.Count != 2 || up.Tombstones.Entries[0].Scope != "user:a" || up.Tombstones.Entries[1].Reason != "later" {
+		t.Fatalf("upgraded %s", out)
+	}
+	if out, err := upgradeManifestV1([]byte(`{"formatVersion":1}`)); err != nil || !bytes.Contains(out, []byte(`"tombstones":{"count":0}`)) {
+		t.Fatalf("no tombstones: %s, %v", out, err)
+	}
+}
+
+// TestGuaranteeTombstonesScale: a package's tombstones are streamed to an object of
+// their own beyond MaxInlineTombstones, so the manifest stays small whatever their
+// number; they read back, verified, in order; and damage to them is found.
+func TestGuaranteeTombstonesScale(t *testing.T) {
+	obj := newBucket(t)
+	ctx := context.Background()
+	const n = 200_000
+	ts := make([]memory.Tombstone, n)
+	at := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	for i := range ts {
+		ts[i] = memory.Tombstone{Scope: fmt.Sprintf("user:%08d", i), ForgottenAt: at.Add(time.Duration(i) * time.Millisecond)}
+		if i%1000 == 0 {
+			ts[i].Reason = `asked "nicely" ` + "\u00e9\n"
+		}
+	}
+	items := genItems(genOptions{items: 100, scopes: 10, seed: 4})
+	opts := baseOptions("many-tombs")
+	opts.Selection.IncludeEmbeddings, opts.Embedding = false, nil
+	m := writePackage(t, obj, opts, items, ts)
+	raw := getObject(t, obj, "many-tombs/"+ManifestName)
+	if len(raw) > 16<<10 || m.Tombstones.Object == nil || m.Tombstones.Count != n || m.Tombstones.Entries != nil {
+		t.Fatalf("manifest is %d bytes, tombstones %+v", len(raw), m.Tombstones.Object)
+	}
+	r, err := Open(ctx, obj, "many-tombs", &testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	err = r.Tombstones(ctx, func(tb memory.Tombstone) error {
+		if tb != ts[i] {
+			return fmt.Errorf("tombstone %d is %+v, want %+v", i, tb, ts[i])
+		}
+		i++
+		return nil
+	})
+	if err != nil || i != n {
+		t.Fatalf("read %d tombstones: %v", i, err)
+	}
+	if err := r.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// At the limit they stay inline; one more and they move out.
+	for _, k := range []int{MaxInlineTombstones, MaxInlineTombstones + 1} {
+		m := writePackage(t, obj, WriterOptions{Prefix: fmt.Sprintf("limit-%d", k), Key: &testKey}, nil, ts[:k])
+		if inline := m.Tombstones.Object == nil; inline != (k <= MaxInlineTombstones) || m.Tombstones.Count != int64(k) {
+			t.Errorf("%d tombstones: inline %v", k, inline)
+		}
+	}
+	// Damage to the tombstone object or its count is found.
+	name := "many-tombs/" + TombstonesName
+	body := getObject(t, obj, name)
+	damaged := bytes.Clone(body)
+	damaged[len(damaged)/2] ^= 1
+	putObject(t, obj, name, damaged)
+	if err := r.Tombstones(ctx, func(memory.Tombstone) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("damaged tombstone object: %v", err)
+	}
+	if err := r.VerifyChecksums(ctx); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("checksums of a damaged tombstone object: %v", err)
+	}
+	putObject(t, obj, name, body)
+	// Writers refuse tombstones out of order or twice.
+	w, err := NewWriter(ctx, obj, WriterOptions{Prefix: "order", Key: &testKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Abort(ctx) }()
+	if err := w.AddTombstone(ts[1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []memory.Tombstone{ts[0], ts[1], {Scope: "user:x"}, {Scope: "x", ForgottenAt: at}} {
+		if err := w.AddTombstone(bad); err == nil {
+			t.Errorf("AddTombstone(%+v) accepted", bad)
 		}
 	}
 }

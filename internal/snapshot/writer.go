@@ -15,9 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/amemory/memory-operator/internal/jsonscan"
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -83,6 +85,9 @@ type WriterOptions struct {
 	// Selection.IncludeEmbeddings is set and refused otherwise; every embedding must
 	// have Embedding.Dimension elements.
 	Embedding *EmbeddingInfo
+	// CreatedAt is the time the items are as of (the manifest's createdAt): the time
+	// of the database snapshot they were read from. Zero means Now() at NewWriter.
+	CreatedAt time.Time
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -122,12 +127,10 @@ type Writer struct {
 	withEmb    int64
 	scopes     int64
 
-	inlineScopes []scopeCount // counts until more than MaxInlineScopes scopes
-	scopeStream  *upload      // the scope counts object once spilled
-	scopeEnc     *zstd.Encoder
-	scopeRef     *ObjectRef // the finished scope counts object
-	spoolLimit   int        // spoolLimit; tests lower it
-	line         []byte
+	scopeCounts *spill[scopeCount]       // per-scope item counts
+	tombstones  *spill[memory.Tombstone] // the source store's tombstones
+	lastTomb    string                   // scope of the last tombstone added
+	spoolLimit  int                      // spoolLimit; tests lower it
 
 	closed bool
 	err    error // sticky: the writer failed
@@ -170,6 +173,8 @@ func NewWriter(ctx context.Context, obj Objects, opts WriterOptions) (*Writer, e
 		return nil, err
 	}
 	w := &Writer{obj: obj, opts: opts, prefix: opts.Prefix, seal: sealChecksum, spoolLimit: spoolLimit}
+	w.scopeCounts = &spill[scopeCount]{w: w, name: ScopeCountsName, limit: MaxInlineScopes, encode: appendScopeCount}
+	w.tombstones = &spill[memory.Tombstone]{w: w, name: TombstonesName, limit: MaxInlineTombstones, encode: appendTombstone}
 	if opts.Key != nil {
 		k := *opts.Key
 		w.key, w.seal = &k, sealAESGCM
@@ -187,7 +192,10 @@ func NewWriter(ctx context.Context, obj Objects, opts WriterOptions) (*Writer, e
 	if _, err := rand.Read(w.packageID[:]); err != nil {
 		return nil, err
 	}
-	w.createdAt = opts.Now().UTC()
+	w.createdAt = opts.CreatedAt.UTC()
+	if opts.CreatedAt.IsZero() {
+		w.createdAt = opts.Now().UTC()
+	}
 	w.ctx, w.cancel = context.WithCancel(ctx)
 	return w, nil
 }
@@ -260,20 +268,49 @@ func (w *Writer) checkPrefix(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("snapshot: listing %s: %w", w.prefix, err)
 	}
-	if len(names) == 0 {
-		return nil
-	}
 	if slices.Contains(names, w.prefix+ManifestName) {
 		return fmt.Errorf("%w: %s holds a complete package (%s); a package is never overwritten", ErrExists, w.prefix, ManifestName)
 	}
-	if !w.opts.ReplaceIncomplete {
+	if len(names) > 0 && !w.opts.ReplaceIncomplete {
 		return fmt.Errorf("%w: %s holds %d objects but no manifest (an incomplete package); set ReplaceIncomplete to delete them", ErrExists, w.prefix, len(names))
 	}
-	if err := w.obj.Delete(ctx, w.prefix); err != nil {
-		return fmt.Errorf("snapshot: deleting the incomplete package at %s: %w", w.prefix, err)
+	if len(names) > 0 {
+		if err := w.obj.Delete(ctx, w.prefix); err != nil {
+			return fmt.Errorf("snapshot: deleting the incomplete package at %s: %w", w.prefix, err)
+		}
+	}
+	if !w.opts.ReplaceIncomplete {
+		return nil
+	}
+	// A writer killed midway leaves unfinished uploads, which no listing of the prefix
+	// shows: abort those of every name it can have been writing.
+	if _, err := w.obj.AbortUploads(ctx, leftoverNames(w.prefix, names)); err != nil {
+		return fmt.Errorf("snapshot: cleaning up the incomplete package at %s: %w", w.prefix, err)
 	}
 	return nil
 }
+
+// leftoverNames are the objects a writer killed midway may have left unfinished
+// uploads of, given the objects it completed: the scope counts and tombstone objects,
+// and the shards up to two beyond the highest one stored (a writer uploads at most
+// the current shard and the one before it at once, maxFinishing + 1).
+func leftoverNames(prefix string, stored []string) []string {
+	last := 0
+	for _, name := range stored {
+		var i int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(name, prefix), shardDir+"%06d.jsonl.zst.sealed", &i); err == nil {
+			last = max(last, i)
+		}
+	}
+	names := []string{prefix + ScopeCountsName, prefix + TombstonesName}
+	for i := 1; i <= last+maxFinishing+1; i++ {
+		names = append(names, prefix+shardName(i))
+	}
+	return names
+}
+
+// shardName is the object name of the i-th shard (from 1), relative to the prefix.
+func shardName(i int) string { return shardDir + fmt.Sprintf("%06d", i) + ".jsonl.zst.sealed" }
 
 // Prefix is the package's prefix, with its trailing "/".
 func (w *Writer) Prefix() string { return w.prefix }
@@ -395,7 +432,7 @@ func (w *Writer) beginScope(scope string) error {
 }
 
 func (w *Writer) openShard(firstScope string) error {
-	name := shardDir + fmt.Sprintf("%06d", len(w.shards)+1) + ".jsonl.zst.sealed"
+	name := shardName(len(w.shards) + 1)
 	up, err := w.startUpload(name, false)
 	if err != nil {
 		return err
@@ -436,52 +473,138 @@ func (w *Writer) finishShard() error {
 // then in the scope counts object.
 func (w *Writer) endScope() error {
 	w.scopes++
-	c := scopeCount{Scope: w.scope, Items: w.scopeItems}
-	if w.scopeStream == nil {
-		if len(w.inlineScopes) < MaxInlineScopes {
-			w.inlineScopes = append(w.inlineScopes, c)
+	return w.scopeCounts.add(scopeCount{Scope: w.scope, Items: w.scopeItems})
+}
+
+// AddTombstone records one of the source store's tombstones. Tombstones must arrive
+// in strictly increasing scope order (byte order), one per scope, and may be added at
+// any time before Close; like items they are streamed, so their number is not
+// limited. A tombstone that breaks the rules is refused and the Writer stays usable.
+func (w *Writer) AddTombstone(t memory.Tombstone) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if err := memory.ValidateScope(t.Scope); err != nil {
+		return fmt.Errorf("snapshot: tombstone: %w", err)
+	}
+	if t.ForgottenAt.IsZero() {
+		return fmt.Errorf("snapshot: tombstone of %s has no forgotten_at", t.Scope)
+	}
+	if !utf8.ValidString(t.Reason) {
+		return fmt.Errorf("snapshot: tombstone of %s: reason is not valid UTF-8", t.Scope)
+	}
+	if w.tombstones.n > 0 && t.Scope <= w.lastTomb {
+		return fmt.Errorf("%w: tombstone of %q follows %q; tombstones must arrive one per scope in increasing scope order (byte order)",
+			ErrScopeOrder, t.Scope, w.lastTomb)
+	}
+	t.ForgottenAt = t.ForgottenAt.UTC()
+	if err := w.tombstones.add(t); err != nil {
+		return err
+	}
+	w.lastTomb = t.Scope
+	return nil
+}
+
+// spill holds the entries of a list the manifest carries inline while they are few
+// (scope counts, tombstones) and streams them, one JSON line each, into a sealed
+// object of the package (like a shard) once there are more than limit.
+type spill[T any] struct {
+	w      *Writer
+	name   string
+	limit  int
+	encode func([]byte, T) []byte
+	inline []T
+	n      int64      // entries added
+	up     *upload    // the object, once spilled
+	enc    *zstd.Encoder
+	ref    *ObjectRef // the finished object
+	line   []byte
+}
+
+func (s *spill[T]) add(v T) error {
+	s.n++
+	if s.up == nil {
+		if len(s.inline) < s.limit {
+			s.inline = append(s.inline, v)
 			return nil
 		}
-		if err := w.spillScopeCounts(); err != nil {
+		if err := s.start(); err != nil {
 			return err
 		}
 	}
-	return w.writeScopeCount(c)
+	return s.write(v)
 }
 
-func (w *Writer) spillScopeCounts() error {
-	up, err := w.startUpload(ScopeCountsName, true)
+func (s *spill[T]) start() error {
+	w := s.w
+	up, err := w.startUpload(s.name, true)
 	if err != nil {
 		return err
 	}
-	w.scopeStream = up
-	w.scopeEnc, err = zstd.NewWriter(up.seal,
+	s.up = up
+	s.enc, err = zstd.NewWriter(up.seal,
 		zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(w.opts.CompressionLevel)),
 		zstd.WithWindowSize(zstdWindow), zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return w.fail(fmt.Errorf("zstd encoder: %w", err))
 	}
-	for _, c := range w.inlineScopes {
-		if err := w.writeScopeCount(c); err != nil {
+	for _, v := range s.inline {
+		if err := s.write(v); err != nil {
 			return err
 		}
 	}
-	w.inlineScopes = nil
+	s.inline = nil
 	return nil
 }
 
-// writeScopeCount writes {"scope":"…","items":n}. Scopes are validated, so they hold
-// no character that JSON escapes.
-func (w *Writer) writeScopeCount(c scopeCount) error {
-	w.line = append(w.line[:0], `{"scope":"`...)
-	w.line = append(w.line, c.Scope...)
-	w.line = append(w.line, `","items":`...)
-	w.line = strconv.AppendInt(w.line, c.Items, 10)
-	w.line = append(w.line, "}\n"...)
-	if _, err := w.scopeEnc.Write(w.line); err != nil {
-		return w.fail(w.streamErr(w.scopeStream, err))
+func (s *spill[T]) write(v T) error {
+	s.line = append(s.encode(s.line[:0], v), '\n')
+	if _, err := s.enc.Write(s.line); err != nil {
+		return s.w.fail(s.w.streamErr(s.up, err))
 	}
 	return nil
+}
+
+// finish ends the object, when there is one; its upload joins the pending ones.
+func (s *spill[T]) finish() error {
+	if s.up == nil {
+		return nil
+	}
+	if err := s.enc.Close(); err != nil {
+		return s.w.fail(s.w.streamErr(s.up, err))
+	}
+	ref, err := s.w.finishUpload(s.up)
+	if err != nil {
+		return err
+	}
+	s.w.pending = append(s.w.pending, s.up)
+	s.ref, s.up = &ref, nil
+	return nil
+}
+
+// appendScopeCount renders {"scope":"…","items":n}. Scopes are validated, so they
+// hold no character that JSON escapes.
+func appendScopeCount(b []byte, c scopeCount) []byte {
+	b = append(b, `{"scope":"`...)
+	b = append(b, c.Scope...)
+	b = append(b, `","items":`...)
+	b = strconv.AppendInt(b, c.Items, 10)
+	return append(b, '}')
+}
+
+// appendTombstone renders a tombstone as memory.Tombstone marshals:
+// {"scope":"…","forgotten_at":"<RFC 3339>","reason":"…"}, reason left out when empty.
+func appendTombstone(b []byte, t memory.Tombstone) []byte {
+	b = append(b, `{"scope":"`...)
+	b = append(b, t.Scope...)
+	b = append(b, `","forgotten_at":"`...)
+	b = t.ForgottenAt.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	if t.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = jsonscan.AppendString(b, t.Reason)
+	}
+	return append(b, '}')
 }
 
 // startUpload starts a new object of the package: its sealed stream is written
@@ -599,16 +722,12 @@ func (w *Writer) fail(err error) error {
 	return err
 }
 
-// Close finishes the last shard and the scope counts, waits for every upload, and
-// then — only when all of them succeeded — writes the manifest, which makes the
-// package complete. tombstones are the source store's forgotten scopes. On error no
-// manifest exists; call Abort to remove what was uploaded.
-func (w *Writer) Close(ctx context.Context, tombstones []memory.Tombstone) (*Manifest, error) {
+// Close finishes the last shard, the scope counts and the tombstones, waits for every
+// upload, and then — only when all of them succeeded — writes the manifest, which
+// makes the package complete. On error no manifest exists; call Abort to remove what
+// was uploaded.
+func (w *Writer) Close(ctx context.Context) (*Manifest, error) {
 	if err := w.usable(); err != nil {
-		return nil, err
-	}
-	tombs, err := sortedTombstones(tombstones)
-	if err != nil {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, w.cancel) // cancelling ctx stops the uploads too
@@ -619,7 +738,7 @@ func (w *Writer) Close(ctx context.Context, tombstones []memory.Tombstone) (*Man
 	if err := w.finishData(); err != nil {
 		return nil, err
 	}
-	m := w.manifest(tombs)
+	m := w.manifest()
 	body, err := encodeManifest(m, w.key)
 	if err != nil {
 		return nil, w.fail(fmt.Errorf("snapshot: encoding the manifest: %w", err))
@@ -636,8 +755,8 @@ func (w *Writer) Close(ctx context.Context, tombstones []memory.Tombstone) (*Man
 	return m, nil
 }
 
-// finishData ends the last scope and shard and the scope counts object, and waits for
-// every upload.
+// finishData ends the last scope and shard, the scope counts and tombstone objects,
+// and waits for every upload.
 func (w *Writer) finishData() error {
 	if w.scope != "" {
 		if err := w.endScope(); err != nil {
@@ -650,17 +769,11 @@ func (w *Writer) finishData() error {
 			return err
 		}
 	}
-	if up := w.scopeStream; up != nil {
-		if err := w.scopeEnc.Close(); err != nil {
-			return w.fail(w.streamErr(up, err))
-		}
-		ref, err := w.finishUpload(up)
-		if err != nil {
-			return err
-		}
-		w.pending = append(w.pending, up)
-		w.scopeStream = nil
-		w.scopeRef = &ref
+	if err := w.scopeCounts.finish(); err != nil {
+		return err
+	}
+	if err := w.tombstones.finish(); err != nil {
+		return err
 	}
 	for len(w.pending) > 0 {
 		if err := w.await(w.pending[0]); err != nil {
@@ -671,25 +784,7 @@ func (w *Writer) finishData() error {
 	return nil
 }
 
-func sortedTombstones(in []memory.Tombstone) ([]memory.Tombstone, error) {
-	out := make([]memory.Tombstone, len(in))
-	copy(out, in)
-	for i, t := range out {
-		if err := memory.ValidateScope(t.Scope); err != nil {
-			return nil, fmt.Errorf("snapshot: tombstone %d: %w", i, err)
-		}
-		out[i].ForgottenAt = t.ForgottenAt.UTC()
-	}
-	slices.SortStableFunc(out, func(a, b memory.Tombstone) int {
-		if c := strings.Compare(a.Scope, b.Scope); c != 0 {
-			return c
-		}
-		return a.ForgottenAt.Compare(b.ForgottenAt)
-	})
-	return out, nil
-}
-
-func (w *Writer) manifest(tombstones []memory.Tombstone) *Manifest {
+func (w *Writer) manifest() *Manifest {
 	m := &Manifest{
 		FormatVersion:   FormatVersion,
 		PackageID:       hex.EncodeToString(w.packageID[:]),
@@ -709,7 +804,7 @@ func (w *Writer) manifest(tombstones []memory.Tombstone) *Manifest {
 		Compression: CompressionInfo{Algorithm: CompressionZstd, Level: w.opts.CompressionLevel},
 		Framing:     FramingInfo{Version: frameVersion, ChunkSize: w.opts.ChunkSize},
 		Embedding:   w.opts.Embedding,
-		Tombstones:  tombstones,
+		Tombstones:  TombstoneSet{Count: w.tombstones.n, Entries: w.tombstones.inline, Object: w.tombstones.ref},
 	}
 	if m.Shards == nil {
 		m.Shards = []ShardInfo{}
@@ -717,11 +812,11 @@ func (w *Writer) manifest(tombstones []memory.Tombstone) *Manifest {
 	for _, t := range memory.AllTypes() {
 		m.Counts.ByType[t] = w.byType[typeIndex(t)]
 	}
-	if w.scopeRef != nil {
-		m.Counts.ScopeCountsObject = w.scopeRef
+	if ref := w.scopeCounts.ref; ref != nil {
+		m.Counts.ScopeCountsObject = ref
 	} else {
-		m.Counts.ByScope = make(map[string]int64, len(w.inlineScopes))
-		for _, c := range w.inlineScopes {
+		m.Counts.ByScope = make(map[string]int64, len(w.scopeCounts.inline))
+		for _, c := range w.scopeCounts.inline {
 			m.Counts.ByScope[c.Scope] = c.Items
 		}
 	}
@@ -744,9 +839,16 @@ func (w *Writer) Abort(ctx context.Context) error {
 			<-up.done
 		}
 	}
-	w.pending, w.cur, w.scopeStream = nil, nil, nil
+	w.pending, w.cur, w.scopeCounts.up, w.tombstones.up = nil, nil, nil, nil
 	if err := w.obj.Delete(ctx, w.prefix); err != nil {
 		return fmt.Errorf("snapshot: aborting: deleting %s: %w", w.prefix, err)
+	}
+	names := make([]string, 0, len(w.started))
+	for _, up := range w.started {
+		names = append(names, w.prefix+up.name)
+	}
+	if _, err := w.obj.AbortUploads(ctx, names); err != nil {
+		return fmt.Errorf("snapshot: aborting: %w", err)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 
-	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
@@ -21,9 +20,6 @@ import (
 // DefaultArchiveBatch is how many vector IDs one index delete carries when
 // ArchiveConfig.BatchSize is 0.
 const DefaultArchiveBatch = 1000
-
-// archiveSchemaVersion is the store schema version archival needs (pgstore migration 2).
-const archiveSchemaVersion = 2
 
 // RunArchive runs one archival of the store, the steps of ArchiveConfig in order. Every
 // step is set-based in PostgreSQL and safe to interrupt: vector deletions are recorded
@@ -56,21 +52,12 @@ func RunArchive(ctx context.Context, cfg ArchiveConfig, sec Secrets, ro RunOptio
 		}
 		a.key = k
 	}
-	if sec.PostgresURI == "" {
-		return ArchiveSummary{}, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
-	}
-	pool, err := pgxpool.New(ctx, sec.PostgresURI)
+	pool, store, err := openStore(ctx, sec.PostgresURI, cfg.Schema)
 	if err != nil {
-		return ArchiveSummary{}, fmt.Errorf("PostgreSQL: %w", err)
+		return ArchiveSummary{}, err
 	}
 	defer pool.Close()
-	if v, err := pgstore.Version(ctx, pool, cfg.Schema); err != nil {
-		return ArchiveSummary{}, fmt.Errorf("PostgreSQL: reading the schema version of %s: %w", cfg.Schema, err)
-	} else if v < archiveSchemaVersion {
-		return ArchiveSummary{}, fmt.Errorf("store schema %s is at version %d; archival needs version %d (the operator migrates a store when it reconciles it)",
-			cfg.Schema, v, archiveSchemaVersion)
-	}
-	a.store = pgstore.New(pool, cfg.Schema)
+	a.store = store
 	a.index = &archiveIndex{cfg: cfg, pool: pool}
 	defer a.index.close()
 
@@ -217,11 +204,7 @@ func (a *archiveRun) cold(ctx context.Context) error {
 }
 
 func (a *archiveRun) writeCold(ctx context.Context, objects snapshot.Objects, runs []time.Time) (*snapshot.Manifest, error) {
-	tombstones, err := a.store.Tombstones(ctx)
-	if err != nil {
-		return nil, err
-	}
-	w, err := snapshot.NewWriter(ctx, objects, snapshot.WriterOptions{
+	opts := snapshot.WriterOptions{
 		Prefix: a.cfg.Cold.Prefix, Key: a.key, Unencrypted: a.cfg.Unencrypted, ReplaceIncomplete: true,
 		Producer: Producer, ProducerVersion: a.ro.Version,
 		Source: snapshot.SourceInfo{
@@ -231,35 +214,18 @@ func (a *archiveRun) writeCold(ctx context.Context, objects snapshot.Objects, ru
 		Selection: snapshot.Selection{IncludeEmbeddings: true},
 		Embedding: &snapshot.EmbeddingInfo{Model: a.cfg.EmbeddingModel, Dimension: a.cfg.Dimension, Metric: strings.ToLower(a.cfg.Metric)},
 		Now:       func() time.Time { return a.now },
-	})
-	if err != nil {
-		return nil, err
 	}
-	filter := pgstore.ExportFilter{ArchivedAt: runs, IncludeEmbeddings: a.cfg.VectorEngine != "Milvus"}
-	add := w.Add
-	var flush func(context.Context) error
+	var fetcher *milvus.Index
 	if a.cfg.VectorEngine == "Milvus" {
-		fetcher, err := a.index.milvusIndex(ctx)
-		if err != nil {
-			abort(ctx, w)
+		var err error
+		if fetcher, err = a.index.milvusIndex(ctx); err != nil {
 			return nil, err
 		}
-		add, flush = withMilvusVectors(fetcher, w.Add)
 	}
-	err = a.store.Export(ctx, filter, func(it memory.Item) error { return add(ctx, it) })
-	if err == nil && flush != nil {
-		err = flush(ctx)
-	}
-	if err != nil {
-		abort(ctx, w)
-		return nil, err
-	}
-	m, err := w.Close(ctx, tombstones)
-	if err != nil {
-		abort(ctx, w)
-		return nil, err
-	}
-	return m, nil
+	// The store's tombstones travel along, read with the memories in one snapshot, so
+	// that restoring the cold package anywhere honours them.
+	filter := pgstore.ExportFilter{ArchivedAt: runs, IncludeEmbeddings: a.cfg.VectorEngine != "Milvus"}
+	return writeCut(ctx, a.store, objects, opts, filter, fetcher, nil)
 }
 
 // deleteVectors is step 4: every recorded deletion, this run's included.

@@ -363,7 +363,7 @@ func testArchiveRun(t *testing.T, engine string) {
 		t.Fatalf("the cold package holds %d memories, want the %d archived", len(got), len(want.archived))
 	}
 	if m := r.Manifest(); m.Counts.WithEmbedding != int64(len(want.archived)) || m.Embedding == nil || m.Embedding.Dimension != 8 ||
-		m.Source.Tenant != "acme" || len(m.Tombstones) != 1 || m.Tombstones[0].Scope != "user:gone" {
+		m.Source.Tenant != "acme" || m.Tombstones.Count != 1 || m.Tombstones.Entries[0].Scope != "user:gone" {
 		t.Fatalf("manifest = %+v", m)
 	}
 	h := embed.NewHashing(8)
@@ -582,7 +582,7 @@ func TestArchiveRefusesUnusableSetups(t *testing.T) {
 	if _, err := RunArchive(ctx, bad, e.agent, RunOptions{}); err == nil || !strings.Contains(err.Error(), "--threshold -1") {
 		t.Fatalf("negative threshold: %v", err)
 	}
-	// A store not yet migrated to the archival schema is refused before anything.
+	// A store not yet migrated to the schema this binary writes is refused before anything.
 	old := testutil.UniqueName("v1_")
 	if _, err := e.pool.Exec(ctx, `CREATE SCHEMA `+old+`; CREATE TABLE `+old+`.schema_migrations (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now()); INSERT INTO `+old+`.schema_migrations VALUES (1)`); err != nil {
 		t.Fatal(err)
@@ -590,7 +590,7 @@ func TestArchiveRefusesUnusableSetups(t *testing.T) {
 	t.Cleanup(func() { _, _ = e.pool.Exec(context.Background(), `DROP SCHEMA `+old+` CASCADE`) })
 	v1 := e.config("r")
 	v1.Schema = old // read as the superuser (e.sec): the agent may not read another schema
-	if _, err := RunArchive(ctx, v1, e.sec, RunOptions{}); err == nil || !strings.Contains(err.Error(), "is at version 1; archival needs version 2") {
+	if _, err := RunArchive(ctx, v1, e.sec, RunOptions{}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("is at version 1; this worker needs version %d", pgstore.LatestVersion)) {
 		t.Fatalf("old schema: %v", err)
 	}
 	// Missing bucket: the rows are marked, the run fails before deleting vectors, and

@@ -18,7 +18,6 @@ import (
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
-	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/restore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
@@ -62,9 +61,9 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		return sum, err
 	}
 
-	pool, err := pgxpool.New(ctx, sec.PostgresURI)
+	pool, target, err := openStore(ctx, sec.PostgresURI, cfg.Schema)
 	if err != nil {
-		return sum, fmt.Errorf("target PostgreSQL: %w", err)
+		return sum, fmt.Errorf("target: %w", err)
 	}
 	defer pool.Close()
 	index, closeIndex, err := targetIndex(ctx, cfg, pool)
@@ -91,10 +90,11 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 
 	detail := newDetailUpload(ctx, objects, cfg.DetailKey)
 	res, err := restore.Run(ctx, restore.Options{
-		Reader: reader, Target: pgstore.New(pool, cfg.Schema), Index: index, Embedder: embedder,
+		Reader: reader, Target: target, Index: index, Embedder: embedder,
 		Mapping: mapper, Denylist: cfg.Denylist, Types: types, Now: ro.Now,
 		Conflict: restore.ConflictPolicy(cfg.ConflictPolicy), Embeddings: restore.EmbeddingsPolicy(cfg.Embeddings),
-		DryRun: cfg.DryRun, Rehydrate: cfg.Rehydrate, Parallelism: restoreParallelism, Detail: detail,
+		DryRun: cfg.DryRun, Rehydrate: cfg.Rehydrate, AllowMerge: cfg.AllowMerge, Parallelism: restoreParallelism, Detail: detail,
+		Actor: "restore " + cfg.RestoreNamespace + "/" + cfg.RestoreName,
 		Progress: func(p restore.Progress) {
 			if ro.Progress != nil {
 				fmt.Fprintf(ro.Progress, "read %d, restored %d, skipped %d\n", p.Read, p.Restored, p.Skipped)
@@ -102,19 +102,32 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		},
 	})
 	detailKey := detail.finish(err)
+	if res == nil {
+		return sum, err // nothing was written
+	}
+	sum = summarize(res, manifestSHA)
 	if err != nil {
+		// Some of it was written before the restore failed (a backend lost midway):
+		// the summary says what, and the error why it stopped.
+		sum.Error = truncateUTF8(err.Error(), maxSummaryError)
 		return sum, err
 	}
-	sum = RestoreSummary{
+	sum.DetailKey = detailKey
+	return sum, nil
+}
+
+// summarize turns the engine's result into the summary the controller reads.
+func summarize(res *restore.Result, manifestSHA string) RestoreSummary {
+	sum := RestoreSummary{
 		ManifestSHA256: manifestSHA, FormatVersion: res.FormatVersion, PackageID: res.PackageID, Shards: res.Shards,
-		DryRun: res.DryRun, Embeddings: string(res.Embeddings),
-		Restored: res.Restored, Scopes: res.Scopes, MappedScopes: res.MappedScopes, Vectors: res.Vectors, Rehydrated: res.Rehydrated,
+		DryRun: res.DryRun, Embeddings: string(res.Embeddings), Read: res.Read,
+		Restored: res.Restored, Unchanged: res.Unchanged, Scopes: res.Scopes, MappedScopes: res.MappedScopes,
+		Vectors: res.Vectors, Rehydrated: res.Rehydrated, Tombstones: res.Tombstones, Forgotten: res.Forgotten,
 		Skipped: SkippedCount{
 			Denylisted: res.Skipped.Denylisted, Tombstoned: res.Skipped.Tombstoned, Unmapped: res.Skipped.Unmapped,
 			Expired: res.Skipped.Expired, Type: res.Skipped.Type, Conflict: res.Skipped.Conflict, Invalid: res.Skipped.Invalid,
 		},
 		FirstInvalid: truncateUTF8(res.FirstInvalid, maxFirstInvalid),
-		DetailKey:    detailKey,
 	}
 	if len(res.RestoredByType) > 0 {
 		sum.RestoredByType = map[string]int64{}
@@ -122,7 +135,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 			sum.RestoredByType[string(t)] = n
 		}
 	}
-	return sum, nil
+	return sum
 }
 
 // openSource connects to the package's object storage.

@@ -109,6 +109,9 @@ type RestoreConfig struct {
 	DryRun bool
 	// Rehydrate brings the package's archived memories back live (restore.Options.Rehydrate).
 	Rehydrate bool
+	// AllowMerge lets the mapping send several package scopes to one target scope
+	// (restore.Options.AllowMerge); without it such a restore is refused.
+	AllowMerge bool
 
 	// DetailKey is the object, in Source.Bucket, that receives the per-scope detail
 	// (zstd-compressed JSON lines).
@@ -174,6 +177,9 @@ func (c RestoreConfig) Args() []string {
 	if c.Rehydrate {
 		args = append(args, "--rehydrate")
 	}
+	if c.AllowMerge {
+		args = append(args, "--allow-merge")
+	}
 	return args
 }
 
@@ -217,6 +223,7 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.Embeddings, "embeddings", "Reuse", "Reuse, Reembed or Defer")
 	fs.BoolVar(&c.DryRun, "dry-run", false, "write nothing to the target")
 	fs.BoolVar(&c.Rehydrate, "rehydrate", false, "bring the package's archived memories back live")
+	fs.BoolVar(&c.AllowMerge, "allow-merge", false, "let the mapping merge several package scopes into one target scope")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -346,9 +353,11 @@ func RestoreSecretsFrom(getenv func(string) string) RestoreSecrets {
 // message: a RestoreSummary must fit in it.
 const MaxTerminationMessage = 4096
 
-// RestoreSummary is what a restore worker that succeeded writes to its termination log
-// and the controller copies into status: counts only; per-scope results go to the
-// detail object.
+// RestoreSummary is what a restore worker writes to its termination log and the
+// controller copies into status: counts only; per-scope results go to the detail
+// object. A restore that failed after writing part of the package writes one too,
+// with Error set and the counts of what it wrote; one that failed before writing
+// anything writes only its error. Read = Restored + Unchanged + the skipped ones.
 type RestoreSummary struct {
 	// Verification of the package.
 	ManifestSHA256 string `json:"manifestSHA256"`
@@ -361,12 +370,21 @@ type RestoreSummary struct {
 	// Embeddings is the policy that applied (Reuse falls back to Reembed).
 	Embeddings string `json:"embeddings"`
 
-	// Restored memories (in a dry run: would be), in total and by type.
+	// Read is the number of the package's memories read.
+	Read int64 `json:"read"`
+	// Restored memories (in a dry run: would be), in total and by type; Unchanged
+	// ones were already in the target with the same value.
 	Restored       int64            `json:"restored"`
 	RestoredByType map[string]int64 `json:"restoredByType,omitempty"`
-	// Scopes that received memories; MappedScopes of them under another name.
+	Unchanged      int64            `json:"unchanged"`
+	// Scopes is the number of target scopes that hold the package's memories;
+	// MappedScopes the number of package scopes restored under another name.
 	Scopes       int64 `json:"scopes"`
 	MappedScopes int64 `json:"mappedScopes"`
+	// Tombstones of the package new to the target; Forgotten memories of the target
+	// they covered, deleted.
+	Tombstones int64 `json:"tombstones,omitempty"`
+	Forgotten  int64 `json:"forgotten,omitempty"`
 	// Vectors written, reused or computed.
 	Vectors int64 `json:"vectors"`
 	// Rehydrated archived memories are live again (Rehydrate).
@@ -379,6 +397,9 @@ type RestoreSummary struct {
 	// DetailKey is the detail object as written (in the package's bucket); empty when
 	// it could not be written.
 	DetailKey string `json:"detailKey,omitempty"`
+	// Error is why the restore failed, when it failed after writing part of the
+	// package (at most maxSummaryError bytes).
+	Error string `json:"error,omitempty"`
 }
 
 // SkippedCount counts memories of the package that were not restored, by reason.
@@ -392,9 +413,12 @@ type SkippedCount struct {
 	Invalid    int64 `json:"invalid,omitempty"`
 }
 
-// maxFirstInvalid bounds RestoreSummary.FirstInvalid, so the summary always fits in a
-// termination message.
-const maxFirstInvalid = 256
+// maxFirstInvalid and maxSummaryError bound RestoreSummary.FirstInvalid and Error, so
+// the summary always fits in a termination message.
+const (
+	maxFirstInvalid = 256
+	maxSummaryError = 1024
+)
 
 // TerminationMessage encodes the summary for the termination log, refusing one that
 // would not fit.
@@ -429,7 +453,7 @@ func ParseRestoreSummary(msg string) (RestoreSummary, error) {
 	if !slices.Contains(embeddingsPolicies, s.Embeddings) {
 		return RestoreSummary{}, fmt.Errorf("restore summary: embeddings %q is not one of %s", s.Embeddings, strings.Join(embeddingsPolicies, ", "))
 	}
-	counts := []int64{s.Restored, s.Scopes, s.MappedScopes, s.Vectors, s.Rehydrated, int64(s.Shards), s.Skipped.Denylisted,
+	counts := []int64{s.Read, s.Restored, s.Unchanged, s.Tombstones, s.Forgotten, s.Scopes, s.MappedScopes, s.Vectors, s.Rehydrated, int64(s.Shards), s.Skipped.Denylisted,
 		s.Skipped.Tombstoned, s.Skipped.Unmapped, s.Skipped.Expired, s.Skipped.Type, s.Skipped.Conflict, s.Skipped.Invalid}
 	for t, n := range s.RestoredByType {
 		if !memory.Type(t).Valid() {

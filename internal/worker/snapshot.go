@@ -59,29 +59,22 @@ type RunOptions struct {
 // ProgressEvery is how often (in items) a worker reports progress.
 const ProgressEvery = 100_000
 
-// RunSnapshot exports the store's selected memories as a package at the destination.
-// The manifest is written last: on any failure the partial package is removed (best
-// effort) and, whatever happens, never looks complete.
+// RunSnapshot exports the store's selected memories, with its tombstones, as a package
+// at the destination. Both are read from one snapshot of the database (pgstore.Cut),
+// whose time is the manifest's createdAt. The manifest is written last: on any failure
+// the partial package is removed (best effort) and, whatever happens, never looks
+// complete.
 func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOptions) (*snapshot.Manifest, error) {
 	now := ro.Now
 	key, err := packageKey(cfg, sec)
 	if err != nil {
 		return nil, err
 	}
-	if sec.PostgresURI == "" {
-		return nil, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
-	}
-
-	pool, err := pgxpool.New(ctx, sec.PostgresURI)
+	pool, store, err := openStore(ctx, sec.PostgresURI, cfg.Schema)
 	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL: %w", err)
+		return nil, err
 	}
 	defer pool.Close()
-	store := pgstore.New(pool, cfg.Schema)
-	tombstones, err := store.Tombstones(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading tombstones: %w", err)
-	}
 
 	objects, err := openDestination(ctx, cfg.Destination, sec)
 	if err != nil {
@@ -129,36 +122,87 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 			fetcher = milvus.New(c, cfg.Collection, vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(cfg.Metric)})
 		}
 	}
-
-	w, err := snapshot.NewWriter(ctx, objects, opts)
-	if err != nil {
-		return nil, err
-	}
-	add := w.Add
-	var flush func(context.Context) error
-	if fetcher != nil {
-		add, flush = withMilvusVectors(fetcher, w.Add)
-	}
-	var n int64
-	err = store.Export(ctx, filter, func(it memory.Item) error {
-		if n++; ro.Progress != nil && n%ProgressEvery == 0 {
+	m, err := writeCut(ctx, store, objects, opts, filter, fetcher, func(n int64) {
+		if ro.Progress != nil && n%ProgressEvery == 0 {
 			fmt.Fprintf(ro.Progress, "exported %d memories\n", n)
 		}
-		return add(ctx, it)
 	})
-	if err == nil && flush != nil {
-		err = flush(ctx)
-	}
 	if err != nil {
-		abort(ctx, w)
 		return nil, fmt.Errorf("exporting %s: %w", cfg.Schema, err)
 	}
-	m, err := w.Close(ctx, tombstones)
-	if err != nil {
-		abort(ctx, w)
-		return nil, err
-	}
 	return m, nil
+}
+
+// writeCut writes a package from one cut of the store: all its tombstones and the
+// memories filter selects, read in one database snapshot whose time becomes the
+// manifest's createdAt, with their vectors fetched from Milvus when fetcher is set.
+// progress, when set, is called with the running count of memories. On failure
+// whatever was uploaded is removed.
+func writeCut(ctx context.Context, store *pgstore.Store, objects snapshot.Objects, opts snapshot.WriterOptions,
+	filter pgstore.ExportFilter, fetcher *milvus.Index, progress func(n int64)) (*snapshot.Manifest, error) {
+	var m *snapshot.Manifest
+	err := store.ReadCut(ctx, func(ctx context.Context, cut *pgstore.Cut) error {
+		opts.CreatedAt = cut.Time
+		w, err := snapshot.NewWriter(ctx, objects, opts)
+		if err != nil {
+			return err
+		}
+		add := w.Add
+		var flush func(context.Context) error
+		if fetcher != nil {
+			add, flush = withMilvusVectors(fetcher, w.Add)
+		}
+		var n int64
+		err = cut.EachTombstone(ctx, w.AddTombstone)
+		if err == nil {
+			err = cut.Export(ctx, filter, func(it memory.Item) error {
+				if n++; progress != nil {
+					progress(n)
+				}
+				return add(ctx, it)
+			})
+		}
+		if err == nil && flush != nil {
+			err = flush(ctx)
+		}
+		if err == nil {
+			m, err = w.Close(ctx)
+		}
+		if err != nil {
+			abort(ctx, w)
+		}
+		return err
+	})
+	return m, err
+}
+
+// requiredSchemaVersion is the store schema version the workers need: pgstore's
+// latest, which the operator (the same binary) migrates every store to when it
+// reconciles it, before it runs any Job for it.
+const requiredSchemaVersion = pgstore.LatestVersion
+
+// openStore connects to the store's PostgreSQL and checks its schema version.
+func openStore(ctx context.Context, uri, schema string) (*pgxpool.Pool, *pgstore.Store, error) {
+	if uri == "" {
+		return nil, nil, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
+	}
+	pool, err := pgxpool.New(ctx, uri)
+	if err != nil {
+		return nil, nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	v, err := pgstore.Version(ctx, pool, schema)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("PostgreSQL: reading the schema version of %s: %w", schema, err)
+	case v < requiredSchemaVersion:
+		err = fmt.Errorf("store schema %s is at version %d; this worker needs version %d (the operator migrates a store when it reconciles it)",
+			schema, v, requiredSchemaVersion)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, pgstore.New(pool, schema), nil
 }
 
 // abort removes what a failed run uploaded. Best effort: without a manifest the
@@ -204,12 +248,18 @@ func exportFilter(cfg SnapshotConfig, now time.Time) (pgstore.ExportFilter, erro
 	return f, nil
 }
 
-// withMilvusVectors wraps add so that items are held in batches whose vectors are
-// fetched from Milvus in one request each; flush sends the last batch.
+// milvusFetchBytes bounds the size of the items waiting for their vectors.
+const milvusFetchBytes = 8 << 20
+
+// withMilvusVectors wraps add so that items are held in batches (of milvusFetchBatch
+// items or milvusFetchBytes of content) whose vectors are fetched from Milvus in one
+// request each; flush sends the last batch.
 func withMilvusVectors(ix *milvus.Index, add func(context.Context, memory.Item) error) (
 	func(context.Context, memory.Item) error, func(context.Context) error) {
 	batch := make([]memory.Item, 0, milvusFetchBatch)
+	var bytes int
 	flush := func(ctx context.Context) error {
+		bytes = 0
 		if len(batch) == 0 {
 			return nil
 		}
@@ -232,7 +282,11 @@ func withMilvusVectors(ix *milvus.Index, add func(context.Context, memory.Item) 
 	}
 	return func(ctx context.Context, it memory.Item) error {
 		batch = append(batch, it)
-		if len(batch) == milvusFetchBatch {
+		bytes += len(it.Content)
+		for _, h := range it.History {
+			bytes += len(h.Content)
+		}
+		if len(batch) == milvusFetchBatch || bytes >= milvusFetchBytes {
 			return flush(ctx)
 		}
 		return nil

@@ -214,7 +214,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		man.Counts.ByType[memory.Episodic] != 2 || man.Counts.ByType[memory.Procedural] != 1 || man.Counts.ByType[memory.Working] != 0 {
 		t.Fatalf("counts = %+v", man.Counts)
 	}
-	if len(man.Tombstones) != 1 || man.Tombstones[0].Scope != "user:3" {
+	if man.Tombstones.Count != 1 || man.Tombstones.Entries[0].Scope != "user:3" {
 		t.Fatalf("tombstones = %+v", man.Tombstones)
 	}
 	if man.Source.Tenant != "acme" || man.Source.Name != "bot" || man.Encryption == nil || man.Encryption.KeyID != key(t).ID() {

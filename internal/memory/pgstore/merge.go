@@ -87,6 +87,10 @@ type MergeOptions struct {
 	// DryRun runs the merge in a transaction that is rolled back: the outcomes are
 	// exactly those of a real merge, and nothing is written.
 	DryRun bool
+	// Tombstones, in a dry run only, are applied in the batch's transaction before it
+	// merges (as ApplyTombstones would, and rolled back with it): a dry run of a
+	// restore sees the target as the package's tombstones would leave it.
+	Tombstones []Tombstone
 	// BeforeCommit, when set, is called with the outcomes while the transaction is
 	// still open (in a dry run too, before the rollback). An error rolls the batch
 	// back and is returned. Writing the vectors of the merged memories here means a
@@ -219,6 +223,9 @@ func (s *Store) MergePrepared(ctx context.Context, b *PreparedBatch, opts MergeO
 	if !policy.Valid() {
 		return nil, fmt.Errorf("pgstore: merge: unknown conflict policy %q (want KeepNewer, Overwrite or Skip)", policy)
 	}
+	if len(opts.Tombstones) > 0 && !opts.DryRun {
+		return nil, errors.New("pgstore: merge: MergeOptions.Tombstones is for dry runs (apply them with ApplyTombstones)")
+	}
 	res := &MergeResult{
 		Outcomes: make([]MergeOutcome, b.n),
 		IDs:      make([]string, b.n),
@@ -285,6 +292,11 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, sql string, opt
 	// statement below sees every tombstone that will exist when it commits.
 	if err := s.lockForWrite(ctx, tx); err != nil {
 		return err
+	}
+	if len(opts.Tombstones) > 0 { // a dry run: rolled back below
+		if _, err := s.applyTombstones(ctx, tx, opts.Tombstones, ApplyOptions{}); err != nil {
+			return fmt.Errorf("applying the tombstones of a dry run: %w", err)
+		}
 	}
 	// The merge statement's estimated cost (thousands of index probes) is above
 	// jit_above_cost, but compiling it costs more than running it.

@@ -1,0 +1,179 @@
+package restore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/snapshot"
+)
+
+// maxReportedErrors bounds the mapping errors and scope collisions listed when the
+// checks before writing fail.
+const maxReportedErrors = 10
+
+// verify is the first pass over the package, before anything is written: it reads
+// every tombstone and every shard whole (decrypting, decompressing, parsing and
+// checking each line, and every count, order and checksum against the manifest),
+// validates every item, and maps every scope. It fails when any of that fails, when a
+// scope cannot be mapped, or when the mapping sends two package scopes to one target
+// scope (unless Options.AllowMerge).
+func (r *runner) verify(ctx context.Context) error {
+	v := &verifier{r: r}
+	if r.o.DryRun {
+		r.dryTombs = &tombstoneIndex{}
+	}
+	err := r.o.Reader.Scan(ctx, snapshot.ScanFuncs{Tombstone: v.tombstone, Item: v.item})
+	if err != nil {
+		return fmt.Errorf("restore: verifying the package at %s: %w; nothing was written", r.o.Reader.Prefix(), err)
+	}
+	if v.failed > 0 {
+		errs := v.errs
+		if v.failed > maxReportedErrors {
+			errs = append(errs, fmt.Errorf("... and %d more", v.failed-maxReportedErrors))
+		}
+		return fmt.Errorf("restore: %d package scopes cannot be mapped; nothing was written: %w", v.failed, errors.Join(errs...))
+	}
+	if r.dryTombs != nil {
+		r.dryTombs.finish()
+	}
+	if r.o.AllowMerge {
+		return nil
+	}
+	return r.checkNoMerge(ctx, v.claims)
+}
+
+// verifier receives the first pass's tombstones and items.
+type verifier struct {
+	r      *runner
+	scope  string // the current item scope
+	claims []claim
+	errs   []error
+	failed int
+}
+
+// claim records that the package scope with hash source lands on the target scope
+// with hash target.
+type claim struct{ target, source uint64 }
+
+func (v *verifier) hash(s string) uint64 { return maphash.String(v.r.seed, s) }
+
+func (v *verifier) fail(err error) {
+	if v.failed++; v.failed <= maxReportedErrors {
+		v.errs = append(v.errs, err)
+	}
+}
+
+func (v *verifier) tombstone(t memory.Tombstone) error {
+	target, ok, err := v.r.mapTombstone(t.Scope)
+	if err != nil {
+		v.fail(fmt.Errorf("tombstone of %s: %w", t.Scope, err))
+		return nil
+	}
+	if !ok {
+		return nil
+	}
+	v.claims = append(v.claims, claim{target: v.hash(target), source: v.hash(t.Scope)})
+	if v.r.dryTombs != nil {
+		v.r.dryTombs.add(target, t)
+	}
+	return nil
+}
+
+func (v *verifier) item(it memory.Item) error {
+	if it.Scope != v.scope {
+		v.scope = it.Scope
+		d, err := v.r.decide(it.Scope)
+		switch {
+		case err != nil:
+			v.fail(err)
+		case d.skip == noSkip:
+			v.claims = append(v.claims, claim{target: v.hash(d.target), source: v.hash(it.Scope)})
+		}
+	}
+	// The merge validates again (and skips what fails, as Invalid): validating here
+	// as well proves every item parses as what it claims to be before the first write.
+	_ = it.Validate()
+	return nil
+}
+
+// mapTombstone is the target scope of a package tombstone, and false when it has no
+// known target identity (its scope is unmapped and the policy is Skip or Fail): such
+// a tombstone is not applied, and its scope's items are not restored either.
+func (r *runner) mapTombstone(scope string) (string, bool, error) {
+	target, keep, err := r.o.Mapping.Map(scope)
+	if errors.Is(err, ErrUnmapped) {
+		return "", false, nil
+	}
+	return target, keep && err == nil, err
+}
+
+// checkNoMerge fails when two package scopes land on one target scope. The first
+// pass kept only hashes; the package's scope list is read again for the names only
+// when two hashes meet.
+func (r *runner) checkNoMerge(ctx context.Context, claims []claim) error {
+	slices.SortFunc(claims, func(a, b claim) int { return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.source, b.source)) })
+	suspects := map[uint64]bool{}
+	for i := 1; i < len(claims); i++ {
+		if claims[i].target == claims[i-1].target && claims[i].source != claims[i-1].source {
+			suspects[claims[i].target] = true
+		}
+	}
+	if len(suspects) == 0 {
+		return nil
+	}
+	// target scope -> the package scopes landing on it, in scope order.
+	landing := map[string][]string{}
+	note := func(source, target string) {
+		if !suspects[maphash.String(r.seed, target)] {
+			return
+		}
+		if l := landing[target]; !slices.Contains(l, source) {
+			landing[target] = append(l, source)
+		}
+	}
+	err := r.o.Reader.Tombstones(ctx, func(t memory.Tombstone) error {
+		if target, ok, _ := r.mapTombstone(t.Scope); ok {
+			note(t.Scope, target)
+		}
+		return nil
+	})
+	if err == nil {
+		err = r.o.Reader.ReadScopeCounts(ctx, func(scope string, _ int64) error {
+			if d, err := r.decide(scope); err == nil && d.skip == noSkip {
+				note(scope, d.target)
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("restore: reading the package's scopes: %w", err)
+	}
+	var merged []string
+	for target, sources := range landing {
+		if len(sources) > 1 {
+			slices.Sort(sources)
+			names := sources[0] + " and " + sources[1]
+			if len(sources) > 2 {
+				names = fmt.Sprintf("%s, %s and %d more", sources[0], sources[1], len(sources)-2)
+			}
+			merged = append(merged, names+" to "+target)
+		}
+	}
+	if len(merged) == 0 {
+		return nil // hashes met, scopes did not
+	}
+	slices.Sort(merged)
+	n := len(merged)
+	if n > maxReportedErrors {
+		merged = append(merged[:maxReportedErrors], fmt.Sprintf("... and %d more", n-maxReportedErrors))
+	}
+	return fmt.Errorf("restore: the mapping sends %d groups of package scopes to one target scope each, which would mix their memories "+
+		"(and let one's tombstone forget the other's); nothing was written: %s. Map them to different scopes, or set allowMerge to merge them on purpose",
+		n, strings.Join(merged, "; "))
+}
