@@ -74,7 +74,7 @@ type shardRun struct {
 	batch      []memory.Item
 	batchBytes int64        // the batch's items' size (itemSize)
 	owner      []*scopeStat // owner[i] is batch[i]'s scope
-	inflight []*mergeBatch
+	inflight   []*mergeBatch
 	// inflightTargets counts, per target scope, the batches in flight writing to it.
 	inflightTargets map[string]int
 

@@ -120,7 +120,9 @@ func TestManifestValidate(t *testing.T) {
 		{func(m *Manifest) {
 			m.Tombstones = TombstoneSet{Count: 5, Object: &ObjectRef{Name: m.Shards[0].Name, Bytes: 100, SHA256: strings.Repeat("c", 64)}}
 		}, "appears twice"},
-		{func(m *Manifest) { m.Tombstones = TombstoneSet{Object: &ObjectRef{Name: TombstonesName, Bytes: 100, SHA256: strings.Repeat("c", 64)}} },
+		{func(m *Manifest) {
+			m.Tombstones = TombstoneSet{Object: &ObjectRef{Name: TombstonesName, Bytes: 100, SHA256: strings.Repeat("c", 64)}}
+		},
 			"tombstones.object is set but tombstones.count is 0"},
 	} {
 		m := validManifest()

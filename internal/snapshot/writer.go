@@ -514,8 +514,8 @@ type spill[T any] struct {
 	limit  int
 	encode func([]byte, T) []byte
 	inline []T
-	n      int64      // entries added
-	up     *upload    // the object, once spilled
+	n      int64   // entries added
+	up     *upload // the object, once spilled
 	enc    *zstd.Encoder
 	ref    *ObjectRef // the finished object
 	line   []byte
