@@ -69,7 +69,7 @@ func TestArchivalRunsOneJobPerSlot(t *testing.T) {
 		VectorEngine: "Postgres", EmbeddingModel: store.Status.Vector.EmbeddingModel, Dimension: 8, Metric: "COSINE",
 		Now: now, Threshold: 0.1, HalfLives: halfLives,
 	}))
-	g.Expect(envSecretRefs(job)).To(Equal(map[string][2]string{worker.EnvPostgresURI: {store.Status.ConnectionSecret, "uri"}}))
+	g.Expect(envSecretRefs(job)).To(Equal(map[string][2]string{worker.EnvPostgresURI: {store.Status.WorkerSecret, "uri"}}))
 	st, c = archivalOf(g, store)
 	g.Expect(st.ActiveJob).To(Equal(name))
 	g.Expect(st.LastScheduleTime.Time).To(BeTemporally("==", slot))
@@ -135,7 +135,7 @@ func TestArchivalRecordsASucceededRun(t *testing.T) {
 	g.Expect(cfg.Unencrypted).To(BeFalse())
 	g.Expect(cfg.DeleteAfter).To(Equal(2160 * time.Hour))
 	g.Expect(envSecretRefs(job)).To(Equal(map[string][2]string{
-		worker.EnvPostgresURI:   {store.Status.ConnectionSecret, "uri"},
+		worker.EnvPostgresURI:   {store.Status.WorkerSecret, "uri"},
 		worker.EnvS3AccessKey:   {"s3-creds", "accessKeyID"},
 		worker.EnvS3SecretKey:   {"s3-creds", "secretAccessKey"},
 		worker.EnvEncryptionKey: {snapshotKeySecret, "key"},

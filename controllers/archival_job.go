@@ -174,7 +174,7 @@ func archiveConfig(store *memoryv1alpha1.MemoryStore, in archiveJobInputs) worke
 // and, with cold storage, the S3 keys and the package key.
 func buildArchiveJob(store *memoryv1alpha1.MemoryStore, in archiveJobInputs) *batchv1.Job {
 	cfg := archiveConfig(store, in)
-	env := []corev1.EnvVar{secretEnv(worker.EnvPostgresURI, store.Status.ConnectionSecret, keyURI)}
+	env := []corev1.EnvVar{secretEnv(worker.EnvPostgresURI, store.Status.WorkerSecret, keyURI)}
 	if c := in.Cold; c != nil {
 		env = append(env,
 			secretEnv(worker.EnvS3AccessKey, c.Credentials.Name, c.Credentials.AccessKeyIDKey),

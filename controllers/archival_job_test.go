@@ -121,7 +121,7 @@ func TestArchiveJobBuilder(t *testing.T) {
 		{
 			name: "defaults, vectors in PostgreSQL", engine: "Postgres",
 			want:     func(*worker.ArchiveConfig) {},
-			wantEnvs: map[string][2]string{worker.EnvPostgresURI: {"support-bot-memory", "uri"}},
+			wantEnvs: map[string][2]string{worker.EnvPostgresURI: {"support-bot-memory-worker", "uri"}},
 		},
 		{
 			name: "Milvus, dry run, half-lives", engine: "Milvus", milvus: "milvus.vectors:19530",
@@ -135,7 +135,7 @@ func TestArchiveJobBuilder(t *testing.T) {
 				c.DryRun, c.Threshold = true, 0.125
 				c.HalfLives[memory.Procedural] = 24 * time.Hour
 			},
-			wantEnvs: map[string][2]string{worker.EnvPostgresURI: {"support-bot-memory", "uri"}},
+			wantEnvs: map[string][2]string{worker.EnvPostgresURI: {"support-bot-memory-worker", "uri"}},
 		},
 		{
 			name: "cold storage, encrypted, deleteAfter", engine: "Postgres", objects: inlineObjects(),
@@ -150,7 +150,7 @@ func TestArchiveJobBuilder(t *testing.T) {
 				c.DeleteAfter = 2160 * time.Hour
 			},
 			wantEnvs: map[string][2]string{
-				worker.EnvPostgresURI:   {"support-bot-memory", "uri"},
+				worker.EnvPostgresURI:   {"support-bot-memory-worker", "uri"},
 				worker.EnvS3AccessKey:   {"s3-creds", "accessKeyID"},
 				worker.EnvS3SecretKey:   {"s3-creds", "secretAccessKey"},
 				worker.EnvEncryptionKey: {"cold-key", "key"},
@@ -168,7 +168,7 @@ func TestArchiveJobBuilder(t *testing.T) {
 				c.Unencrypted = true
 			},
 			wantEnvs: map[string][2]string{
-				worker.EnvPostgresURI: {"support-bot-memory", "uri"},
+				worker.EnvPostgresURI: {"support-bot-memory-worker", "uri"},
 				worker.EnvS3AccessKey: {"archiver", "accessKeyID"},
 				worker.EnvS3SecretKey: {"archiver", "secretAccessKey"},
 			},

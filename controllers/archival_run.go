@@ -404,7 +404,7 @@ func (r *ArchivalReconciler) resolveRun(ctx context.Context, store *memoryv1alph
 		return archiveJobInputs{}, stepErrorf(memoryv1alpha1.ReasonNotConfigured,
 			"the operator has no worker image: start it with --worker-image or $WORKER_IMAGE")
 	}
-	if !store.IsReady() || store.Status.Postgres == nil || store.Status.Vector == nil || store.Status.ConnectionSecret == "" {
+	if !store.IsReady() || store.Status.Postgres == nil || store.Status.Vector == nil || store.Status.WorkerSecret == "" {
 		why := "it has not been provisioned yet"
 		if c := meta.FindStatusCondition(store.Status.Conditions, memoryv1alpha1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue {
 			why = fmt.Sprintf("Ready is %s (%s: %s)", c.Status, c.Reason, c.Message)
@@ -421,7 +421,7 @@ func (r *ArchivalReconciler) resolveRun(ctx context.Context, store *memoryv1alph
 	}
 	in := archiveJobInputs{Image: r.WorkerImage, Name: name, Slot: slot, Now: metav1.NewTime(now).Rfc3339Copy().Time,
 		Threshold: threshold, HalfLives: halfLives, MilvusAddress: backend.milvusAddress}
-	if _, err := secretValues(ctx, r.APIReader, store.Namespace, store.Status.ConnectionSecret, keyURI); err != nil {
+	if _, err := secretValues(ctx, r.APIReader, store.Namespace, store.Status.WorkerSecret, keyURI); err != nil {
 		return archiveJobInputs{}, err
 	}
 	if store.Spec.Archival.ColdStorageEnabled() {

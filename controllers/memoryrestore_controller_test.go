@@ -79,7 +79,7 @@ func TestMemoryRestoreWaitsForItsSnapshotThenRestoresIt(t *testing.T) {
 	g.Expect(cfg.EmbeddingModel).To(Equal(tgt.Status.Vector.EmbeddingModel))
 	g.Expect(cfg.DetailKey).To(Equal(prefix + "restores/migrate-" + string(restore.UID)[:8] + "/detail.jsonl.zst"))
 	g.Expect(envSecretRefs(job)).To(Equal(map[string][2]string{
-		worker.EnvPostgresURI:       {"bot-v2-memory", "uri"}, // the target's own role
+		worker.EnvPostgresURI:       {"bot-v2-memory-worker", "uri"}, // the target's own (worker) role
 		worker.EnvSourceS3AccessKey: {"s3-creds", "accessKeyID"},
 		worker.EnvSourceS3SecretKey: {"s3-creds", "secretAccessKey"},
 		worker.EnvSourceKey:         {snapshotKeySecret, "key"},
@@ -165,7 +165,7 @@ func TestMemoryRestoreFromALocationRecordsTheJobSummary(t *testing.T) {
 	g.Expect(cfg.Unencrypted).To(BeTrue())
 	g.Expect(cfg.ExpectManifestSHA256).To(BeEmpty())
 	g.Expect(envSecretRefs(job)).To(Equal(map[string][2]string{
-		worker.EnvPostgresURI:       {"bot-memory", "uri"},
+		worker.EnvPostgresURI:       {"bot-memory-worker", "uri"},
 		worker.EnvSourceS3AccessKey: {"dr-s3", "accessKeyID"},
 		worker.EnvSourceS3SecretKey: {"dr-s3", "secretAccessKey"},
 	}))

@@ -192,7 +192,7 @@ func buildRestoreJob(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alph
 	cfg := restoreConfig(restore, target, in)
 	creds := in.Source.Credentials
 	env := []corev1.EnvVar{
-		secretEnv(worker.EnvPostgresURI, target.Status.ConnectionSecret, keyURI),
+		secretEnv(worker.EnvPostgresURI, target.Status.WorkerSecret, keyURI),
 		secretEnv(worker.EnvSourceS3AccessKey, creds.Name, creds.AccessKeyIDKey),
 		secretEnv(worker.EnvSourceS3SecretKey, creds.Name, creds.SecretAccessKeyKey),
 	}

@@ -104,7 +104,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				DetailKey: packagePath + "restores/migrate-5a6b7c8d/detail.jsonl.zst",
 			},
 			wantEnv: map[string][2]string{
-				worker.EnvPostgresURI:       {"support-bot-memory", "uri"},
+				worker.EnvPostgresURI:       {"support-bot-memory-worker", "uri"},
 				worker.EnvSourceS3AccessKey: {"s3-creds", "accessKeyID"},
 				worker.EnvSourceS3SecretKey: {"s3-creds", "secretAccessKey"},
 				worker.EnvSourceKey:         {"snap-key", "key"},
@@ -157,7 +157,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				DetailKey: "agents/nightly-0a1b2c3d/restores/migrate-5a6b7c8d/detail.jsonl.zst",
 			},
 			wantEnv: map[string][2]string{
-				worker.EnvPostgresURI:       {"support-bot-memory", "uri"},
+				worker.EnvPostgresURI:       {"support-bot-memory-worker", "uri"},
 				worker.EnvSourceS3AccessKey: {"aws", "id"},
 				worker.EnvSourceS3SecretKey: {"aws", "secret"},
 				worker.EnvEmbedderAPIKey:    {"tei-token", "token"},
@@ -198,7 +198,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				DetailKey: "p/restores/migrate-5a6b7c8d/detail.jsonl.zst",
 			},
 			wantEnv: map[string][2]string{
-				worker.EnvPostgresURI:       {"support-bot-memory", "uri"},
+				worker.EnvPostgresURI:       {"support-bot-memory-worker", "uri"},
 				worker.EnvSourceS3AccessKey: {"minio", "accessKeyID"},
 				worker.EnvSourceS3SecretKey: {"minio", "secretAccessKey"},
 				worker.EnvSourceKey:         {"dr-key", "k"},

@@ -188,7 +188,7 @@ func completedReason(conditions []metav1.Condition) string {
 func (r *MemoryRestoreReconciler) checkInputs(ctx context.Context, restore *memoryv1alpha1.MemoryRestore,
 	target *memoryv1alpha1.MemoryStore, source restoreSourcePlan) error {
 	ns := restore.Namespace
-	if _, err := secretValues(ctx, r.APIReader, target.Namespace, target.Status.ConnectionSecret, keyURI); err != nil {
+	if _, err := secretValues(ctx, r.APIReader, target.Namespace, target.Status.WorkerSecret, keyURI); err != nil {
 		return err
 	}
 	creds := source.Credentials

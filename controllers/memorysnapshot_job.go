@@ -213,7 +213,7 @@ func buildSnapshotJob(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1
 	cfg := snapshotConfig(snap, store, in)
 	creds := in.Plan.Credentials
 	env := []corev1.EnvVar{
-		secretEnv(worker.EnvPostgresURI, store.Status.ConnectionSecret, keyURI),
+		secretEnv(worker.EnvPostgresURI, store.Status.WorkerSecret, keyURI),
 		secretEnv(worker.EnvS3AccessKey, creds.Name, creds.AccessKeyIDKey),
 		secretEnv(worker.EnvS3SecretKey, creds.Name, creds.SecretAccessKeyKey),
 	}

@@ -59,6 +59,7 @@ func builderStore(engine string, objects *memoryv1alpha1.ObjectStorageSpec) *mem
 			Postgres:         &memoryv1alpha1.PostgresStatus{Database: "postgres", Schema: "mem_acme", Role: "mem_acme_agent"},
 			Vector:           &memoryv1alpha1.VectorStatus{Engine: engine, Collection: "mem_acme", Dimension: 384, Metric: "COSINE", EmbeddingModel: "all-MiniLM-L6-v2"},
 			ConnectionSecret: "support-bot-memory",
+			WorkerSecret:     "support-bot-memory-worker",
 		},
 	}
 	if objects != nil {
@@ -105,7 +106,7 @@ func TestSnapshotJobBuilder(t *testing.T) {
 				CompressionLevel: 1,
 			},
 			wantEnv: map[string][2]string{
-				worker.EnvPostgresURI:   {"support-bot-memory", "uri"},
+				worker.EnvPostgresURI:   {"support-bot-memory-worker", "uri"},
 				worker.EnvS3AccessKey:   {"s3-creds", "accessKeyID"},
 				worker.EnvS3SecretKey:   {"s3-creds", "secretAccessKey"},
 				worker.EnvEncryptionKey: {"snap-key", "key"},
@@ -150,7 +151,7 @@ func TestSnapshotJobBuilder(t *testing.T) {
 				IncludeEmbeddings: true, CompressionLevel: 19, Unencrypted: true,
 			},
 			wantEnv: map[string][2]string{
-				worker.EnvPostgresURI: {"support-bot-memory", "uri"},
+				worker.EnvPostgresURI: {"support-bot-memory-worker", "uri"},
 				worker.EnvS3AccessKey: {"aws", "id"},
 				worker.EnvS3SecretKey: {"aws", "secret"},
 			},
@@ -180,7 +181,7 @@ func TestSnapshotJobBuilder(t *testing.T) {
 				CompressionLevel: 1,
 			},
 			wantEnv: map[string][2]string{
-				worker.EnvPostgresURI:   {"support-bot-memory", "uri"},
+				worker.EnvPostgresURI:   {"support-bot-memory-worker", "uri"},
 				worker.EnvS3AccessKey:   {"minio", "accessKeyID"},
 				worker.EnvS3SecretKey:   {"minio", "secretAccessKey"},
 				worker.EnvEncryptionKey: {"snap-key", "key"},

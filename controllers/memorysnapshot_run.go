@@ -141,7 +141,7 @@ func readyStore(ctx context.Context, c client.Reader, namespace, name string) (*
 	if !store.DeletionTimestamp.IsZero() {
 		return nil, effectiveBackend{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "MemoryStore %s is being deleted", name)
 	}
-	if !store.IsReady() || store.Status.Postgres == nil || store.Status.Vector == nil || store.Status.ConnectionSecret == "" {
+	if !store.IsReady() || store.Status.Postgres == nil || store.Status.Vector == nil || store.Status.WorkerSecret == "" {
 		return nil, effectiveBackend{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "MemoryStore %s is not Ready; waiting for it", name)
 	}
 	backend, err := storeBackend(ctx, c, store)
@@ -155,7 +155,7 @@ func readyStore(ctx context.Context, c client.Reader, namespace, name string) (*
 // that the encryption key is a usable AES-256 key, before any Job exists: a pod stuck on
 // a missing Secret or a worker refusing its key says less, later.
 func (r *MemorySnapshotReconciler) checkSecrets(ctx context.Context, snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1.MemoryStore, plan destinationPlan) error {
-	if _, err := secretValues(ctx, r.APIReader, store.Namespace, store.Status.ConnectionSecret, keyURI); err != nil {
+	if _, err := secretValues(ctx, r.APIReader, store.Namespace, store.Status.WorkerSecret, keyURI); err != nil {
 		return err
 	}
 	creds := plan.Credentials

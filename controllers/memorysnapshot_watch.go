@@ -47,7 +47,7 @@ func (r *MemorySnapshotReconciler) needsSecret(ctx context.Context, s *memoryv1a
 	if err := r.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Spec.StoreRef.Name}, store); err != nil {
 		return false
 	}
-	if store.ConnectionSecretNameOrDefault() == name {
+	if store.WorkerSecretName() == name {
 		return true
 	}
 	o := store.Spec.Backend.ObjectStorage

@@ -45,7 +45,7 @@ func TestMemoryStoreProvisionsEveryBackend(t *testing.T) {
 	g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 	g.Expect(got.Finalizers).To(ContainElement(memoryv1alpha1.FinalizerName))
 	g.Expect(got.Status.Postgres).To(Equal(&memoryv1alpha1.PostgresStatus{
-		Database: "postgres", Schema: schema, Role: schema + "_agent", SchemaVersion: got.Status.Postgres.SchemaVersion}))
+		Database: "postgres", Schema: schema, Role: schema + "_agent", WorkerRole: schema + "_worker", SchemaVersion: got.Status.Postgres.SchemaVersion}))
 	g.Expect(got.Status.Postgres.SchemaVersion).To(BeNumerically(">=", 1))
 	g.Expect(got.Status.Vector.Engine).To(Equal("Milvus"))
 	g.Expect(got.Status.Vector.Collection).To(Equal(schema))
@@ -78,6 +78,22 @@ func TestMemoryStoreProvisionsEveryBackend(t *testing.T) {
 	g.Expect(pgCode(err)).To(Equal("42501"), "the agent role has no DDL rights")
 	_, err = agent.Exec(ctx, `DELETE FROM schema_migrations`)
 	g.Expect(pgCode(err)).To(Equal("42501"), "the agent role cannot touch migrations")
+	_, err = agent.Exec(ctx, `DELETE FROM tombstones`)
+	g.Expect(pgCode(err)).To(Equal("42501"), "the agent role cannot remove a tombstone")
+
+	// The Jobs' Secret carries the worker role, for the Jobs only.
+	g.Expect(got.Status.WorkerSecret).To(Equal("support-bot-memory-worker"))
+	ws := &corev1.Secret{}
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.Status.WorkerSecret}, ws)).To(Succeed())
+	g.Expect(string(ws.Data["username"])).To(Equal(schema + "_worker"))
+	g.Expect(metav1.IsControlledBy(ws, got)).To(BeTrue())
+	for k, v := range ws.Data {
+		g.Expect(string(v)).NotTo(ContainSubstring(f.pg.Password), "key %s leaks the admin password", k)
+	}
+	jobs, err := pgx.Connect(ctx, string(ws.Data["uri"]))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = jobs.Close(ctx) }()
+	g.Expect(jobs.QueryRow(ctx, `SELECT count(*) FROM index_deletions`).Scan(new(int))).To(Succeed())
 
 	// Milvus has the collection with the declared dimension (EnsureCollection is a no-op).
 	mc, err := provision.ConnectMilvus(ctx, provision.MilvusConn{Address: f.milvus})
@@ -135,7 +151,7 @@ func TestMemoryStoreHealsAfterCrashMidProvisioning(t *testing.T) {
 	}
 	admin := provision.PostgresConn{Host: f.pg.Host, Port: int(f.pgPort()), Database: "postgres", SSLMode: "disable",
 		User: f.pg.User, Password: f.pg.Password}
-	if _, err := provision.EnsurePostgres(context.Background(), admin, names, ns+"/heal", "lost-password"); err != nil {
+	if _, err := provision.EnsurePostgres(context.Background(), admin, names, ns+"/heal", provision.Passwords{Agent: "lost", Worker: "lost-too"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -297,6 +313,53 @@ func TestMemoryStoreRefusesTenantOfAnotherStore(t *testing.T) {
 	g.Consistently(func() bool { return schemaExists(t, "mem_"+tenant) }).WithTimeout(3 * pollEvery * 5).Should(BeTrue())
 }
 
+// TestGuaranteeStoreThatLostATenantConflictIsDeletable: a store that claimed a tenant
+// another store holds provisioned nothing, so deleting it, even with reclaimPolicy
+// Delete, finishes at once and takes nothing of the other store's: not its schema,
+// roles, data, Milvus collection or object prefix.
+func TestGuaranteeStoreThatLostATenantConflictIsDeletable(t *testing.T) {
+	f := services(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	f.adminSecrets(t, ns)
+	tenant := newTenant()
+	first := f.inlineStore(ns, "holder", tenant, 8, true)
+	create(t, first)
+	waitReady(t, client.ObjectKeyFromObject(first))
+	if _, err := pgAdmin(t).Exec(ctx, `INSERT INTO `+pgx.Identifier{"mem_" + tenant, "memories"}.Sanitize()+
+		` (memory_id, memory_type, scope, content, content_hash, base_score, created_at, updated_at)
+		VALUES ('m1', 'semantic', 'user:1', '{}', '\x01', 0.5, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+
+	second := f.inlineStore(ns, "claimant", tenant, 8, true)
+	second.Spec.ReclaimPolicy = memoryv1alpha1.ReclaimDelete
+	create(t, second)
+	waitForCondition(t, client.ObjectKeyFromObject(second), memoryv1alpha1.ConditionReady,
+		metav1.ConditionFalse, memoryv1alpha1.ReasonTenantConflict)
+	deleteAndWaitGone(t, second)
+
+	g := NewWithT(t)
+	g.Expect(getStore(g, client.ObjectKeyFromObject(first)).IsReady()).To(BeTrue())
+	g.Expect(schemaExists(t, "mem_"+tenant)).To(BeTrue(), "schema")
+	g.Expect(roleExists(t, "mem_"+tenant+"_agent")).To(BeTrue(), "agent role")
+	g.Expect(roleExists(t, "mem_"+tenant+"_worker")).To(BeTrue(), "worker role")
+	var n int
+	g.Expect(pgAdmin(t).QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{"mem_" + tenant, "memories"}.Sanitize()).Scan(&n)).To(Succeed())
+	g.Expect(n).To(Equal(1), "the holder's memories")
+	mc, err := provision.ConnectMilvus(ctx, provision.MilvusConn{Address: f.milvus})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = mc.Close() }()
+	has, err := mc.HasCollection(ctx, "mem_"+tenant)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(has).To(BeTrue(), "the holder's collection")
+	s3, err := provision.NewS3Client(provision.S3Conn{Endpoint: f.s3.Endpoint, AccessKey: f.s3.AccessKey, SecretKey: f.s3.SecretKey})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = s3.StatObject(ctx, "memory-test", "memory-operator/"+tenant+"/.memory-store.json", minio.StatObjectOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "the holder's prefix marker")
+	g.Expect(eventReasons(ns, second.Name)).To(ContainElement("BackendsKept"))
+}
+
 func TestMemoryStoreDeletion(t *testing.T) {
 	for _, policy := range []memoryv1alpha1.ReclaimPolicy{memoryv1alpha1.ReclaimRetain, memoryv1alpha1.ReclaimDelete} {
 		t.Run(string(policy), func(t *testing.T) {
@@ -330,7 +393,8 @@ func TestMemoryStoreDeletion(t *testing.T) {
 			keep := policy == memoryv1alpha1.ReclaimRetain
 			g := NewWithT(t)
 			g.Expect(schemaExists(t, "mem_"+tenant)).To(Equal(keep), "schema")
-			g.Expect(roleExists(t, "mem_"+tenant+"_agent")).To(Equal(keep), "role")
+			g.Expect(roleExists(t, "mem_"+tenant+"_agent")).To(Equal(keep), "agent role")
+			g.Expect(roleExists(t, "mem_"+tenant+"_worker")).To(Equal(keep), "worker role")
 
 			mc, err := provision.ConnectMilvus(ctx, provision.MilvusConn{Address: f.milvus})
 			g.Expect(err).NotTo(HaveOccurred())

@@ -46,15 +46,18 @@ func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memo
 		log.Info("Retaining store backends", "tenant", store.Spec.Tenant)
 	}
 
-	// The Secret would be garbage-collected through its owner reference, but not before a
-	// store of the same name could be created again and find it owned by the old one.
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: store.Namespace, Name: store.ConnectionSecretNameOrDefault()}}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(secret), secret); err == nil && metav1.IsControlledBy(secret, store) {
-		if err := r.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+	// The Secrets would be garbage-collected through their owner reference, but not
+	// before a store of the same name could be created again and find them owned by
+	// the old one.
+	for _, name := range []string{store.ConnectionSecretNameOrDefault(), store.WorkerSecretName()} {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: store.Namespace, Name: name}}
+		if err := r.Get(ctx, client.ObjectKeyFromObject(secret), secret); err == nil && metav1.IsControlledBy(secret, store) {
+			if err := r.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, err
+			}
+		} else if client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, err
 		}
-	} else if client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, err
 	}
 
 	patch := client.MergeFrom(store.DeepCopy())
@@ -71,13 +74,37 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 	if err != nil {
 		return err
 	}
-	if err := provision.DeleteVectors(ctx, rb.milvus, names); err != nil {
+	// The schema's owner mark says whose the tenant's backends are (provisioning makes
+	// and marks it first). A store that lost a TenantConflict provisioned nothing:
+	// everything there is another store's, and nothing is deleted.
+	own, whose, err := provision.SchemaOwnership(ctx, rb.postgres, names, ownerOf(store))
+	if err != nil {
 		return err
 	}
-	if rb.s3 != nil {
-		if err := provision.DeleteObjectStore(ctx, *rb.s3, names, ownerOf(store)); err != nil {
+	if own == provision.OwnedByOther {
+		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete",
+			"Deleted nothing of tenant %s: its backends are not this store's (%s)", store.Spec.Tenant, whose)
+		return nil
+	}
+	// A collection carries no owner mark: it is dropped only with a schema of ours.
+	if own == provision.OwnedByUs {
+		if err := provision.DeleteVectors(ctx, rb.milvus, names); err != nil {
 			return err
 		}
+	} else if rb.milvus != nil {
+		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete",
+			"Left Milvus collection %s in place: no schema of this store says it is its own", names.Collection)
+	}
+	if rb.s3 != nil {
+		err := provision.DeleteObjectStore(ctx, *rb.s3, names, ownerOf(store))
+		if provision.ReasonOf(err) == provision.ReasonTenantConflict {
+			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the object prefix alone: %v", err)
+		} else if err != nil {
+			return err
+		}
+	}
+	if own == provision.NoSchema {
+		return nil
 	}
 	return provision.DeletePostgres(ctx, rb.postgres, names, ownerOf(store))
 }

@@ -36,20 +36,20 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	if err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
 	}
-	password, err := r.agentPassword(ctx, store)
+	passwords, err := r.rolePasswords(ctx, store)
 	if err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
 	}
 
-	pg, err := provision.EnsurePostgres(ctx, rb.postgres, names, ownerOf(store), password)
+	pg, err := provision.EnsurePostgres(ctx, rb.postgres, names, ownerOf(store), passwords)
 	if err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionPostgresReady, err)
 	}
 	store.Status.Postgres = &memoryv1alpha1.PostgresStatus{
-		Database: rb.postgres.Database, Schema: names.Schema, Role: names.Role, SchemaVersion: pg.SchemaVersion,
+		Database: rb.postgres.Database, Schema: names.Schema, Role: names.Role, WorkerRole: names.WorkerRole, SchemaVersion: pg.SchemaVersion,
 	}
 	store.SetCondition(memoryv1alpha1.ConditionPostgresReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
-		fmt.Sprintf("Schema %s at version %d, role %s", names.Schema, pg.SchemaVersion, names.Role))
+		fmt.Sprintf("Schema %s at version %d, roles %s (agents) and %s (Jobs)", names.Schema, pg.SchemaVersion, names.Role, names.WorkerRole))
 
 	embedder, err := r.embedder(ctx, store)
 	if err != nil {
@@ -84,12 +84,15 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionObjectStoreReady)
 	}
 
-	if err := r.ensureConnectionSecret(ctx, store, connectionInfo{
-		backend: rb, names: names, password: password, engine: vec.Engine, model: embedder.Model(),
-	}); err != nil {
+	info := connectionInfo{backend: rb, names: names, passwords: passwords, engine: vec.Engine, model: embedder.Model()}
+	if err := r.ensureConnectionSecret(ctx, store, info); err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
 	}
 	store.Status.ConnectionSecret = store.ConnectionSecretNameOrDefault()
+	if err := r.ensureWorkerSecret(ctx, store, info); err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
+	}
+	store.Status.WorkerSecret = store.WorkerSecretName()
 
 	store.SetCondition(memoryv1alpha1.ConditionDegraded, metav1.ConditionFalse, memoryv1alpha1.ReasonNoConflict, "Backends match the spec")
 	store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,

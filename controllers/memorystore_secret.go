@@ -40,12 +40,12 @@ const (
 	keyPrefix         = "prefix"
 )
 
-// agentPassword returns the password in the store's connection Secret, or a new one
-// when there is no Secret yet. Reusing it keeps agents connected across reconciles and
-// operator restarts; EnsurePostgres sets the role to whatever this returns.
-func (r *MemoryStoreReconciler) agentPassword(ctx context.Context, store *memoryv1alpha1.MemoryStore) (string, error) {
+// rolePassword returns the password in the store's Secret name, or a new one when
+// there is no Secret yet. Reusing it keeps agents and Jobs connected across reconciles
+// and operator restarts; EnsurePostgres sets the role to whatever this returns.
+func (r *MemoryStoreReconciler) rolePassword(ctx context.Context, store *memoryv1alpha1.MemoryStore, name string) (string, error) {
 	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: store.Namespace, Name: store.ConnectionSecretNameOrDefault()}, secret)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: store.Namespace, Name: name}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
 		return newPassword()
@@ -61,6 +61,16 @@ func (r *MemoryStoreReconciler) agentPassword(ctx context.Context, store *memory
 	return newPassword()
 }
 
+// rolePasswords are the passwords of the store's two roles.
+func (r *MemoryStoreReconciler) rolePasswords(ctx context.Context, store *memoryv1alpha1.MemoryStore) (provision.Passwords, error) {
+	agent, err := r.rolePassword(ctx, store, store.ConnectionSecretNameOrDefault())
+	if err != nil {
+		return provision.Passwords{}, err
+	}
+	worker, err := r.rolePassword(ctx, store, store.WorkerSecretName())
+	return provision.Passwords{Agent: agent, Worker: worker}, err
+}
+
 func newPassword() (string, error) {
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {
@@ -69,20 +79,20 @@ func newPassword() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// connectionInfo is what goes into the connection Secret.
+// connectionInfo is what goes into the connection and worker Secrets.
 type connectionInfo struct {
-	backend  *resolvedBackend
-	names    provision.Names
-	password string
-	engine   string
-	model    string
+	backend   *resolvedBackend
+	names     provision.Names
+	passwords provision.Passwords
+	engine    string
+	model     string
 }
 
 // ensureConnectionSecret creates or updates the Secret agents mount. It carries the
 // store's own role, never admin credentials, and no object-storage keys.
 func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, store *memoryv1alpha1.MemoryStore, info connectionInfo) error {
 	agent := info.backend.postgres
-	agent.User, agent.Password = info.names.Role, info.password
+	agent.User, agent.Password = info.names.Role, info.passwords.Agent
 	data := map[string]string{
 		keyHost:           agent.Host,
 		keyPort:           strconv.Itoa(agent.Port),
@@ -109,7 +119,29 @@ func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, stor
 		data[keyPrefix] = info.names.Prefix
 	}
 
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: store.Namespace, Name: store.ConnectionSecretNameOrDefault()}}
+	return r.ensureSecret(ctx, store, store.ConnectionSecretNameOrDefault(), "connection", data)
+}
+
+// ensureWorkerSecret creates or updates the Secret the store's Jobs read: the worker
+// role's login, nothing else.
+func (r *MemoryStoreReconciler) ensureWorkerSecret(ctx context.Context, store *memoryv1alpha1.MemoryStore, info connectionInfo) error {
+	w := info.backend.postgres
+	w.User, w.Password = info.names.WorkerRole, info.passwords.Worker
+	return r.ensureSecret(ctx, store, store.WorkerSecretName(), "worker", map[string]string{
+		keyHost:     w.Host,
+		keyPort:     strconv.Itoa(w.Port),
+		keyDatabase: w.Database,
+		keySchema:   info.names.Schema,
+		keyUsername: w.User,
+		keyPassword: w.Password,
+		keySSLMode:  w.SSLMode,
+		keyURI:      w.URL(url.Values{"options": {"-c search_path=" + info.names.Schema}}),
+	})
+}
+
+// ensureSecret creates or updates one of the store's Secrets, owned by the store.
+func (r *MemoryStoreReconciler) ensureSecret(ctx context.Context, store *memoryv1alpha1.MemoryStore, name, kind string, data map[string]string) error {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: store.Namespace, Name: name}}
 	op, err := controllerutil.CreateOrPatch(ctx, r.Client, secret, func() error {
 		if secret.Labels == nil {
 			secret.Labels = map[string]string{}
@@ -129,7 +161,7 @@ func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, stor
 		return err
 	}
 	if op == controllerutil.OperationResultCreated {
-		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, "SecretCreated", "Provision", "Created connection Secret %s", secret.Name)
+		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, "SecretCreated", "Provision", "Created %s Secret %s", kind, secret.Name)
 	}
 	return nil
 }

@@ -94,8 +94,8 @@ type MappingObject struct {
 // MappingSource is a scope map too large for the spec. The worker streams it; it never
 // passes through the operator or etcd beyond the ConfigMap or Secret that holds it.
 // +kubebuilder:validation:XValidation:rule="[has(self.configMapKeyRef), has(self.secretKeyRef), has(self.object)].filter(x, x).size() == 1",message="set exactly one of mapping.from.configMapKeyRef, secretKeyRef or object"
-// +kubebuilder:validation:XValidation:rule="!has(self.configMapKeyRef) || (self.configMapKeyRef.name != ” && self.configMapKeyRef.key != ”)",message="mapping.from.configMapKeyRef needs a name and a key"
-// +kubebuilder:validation:XValidation:rule="!has(self.secretKeyRef) || (self.secretKeyRef.name != ” && self.secretKeyRef.key != ”)",message="mapping.from.secretKeyRef needs a name and a key"
+// +kubebuilder:validation:XValidation:rule="!has(self.configMapKeyRef) || (self.configMapKeyRef.name.size() > 0 && self.configMapKeyRef.key.size() > 0)",message="mapping.from.configMapKeyRef needs a name and a key"
+// +kubebuilder:validation:XValidation:rule="!has(self.secretKeyRef) || (self.secretKeyRef.name.size() > 0 && self.secretKeyRef.key.size() > 0)",message="mapping.from.secretKeyRef needs a name and a key"
 // +kubebuilder:validation:XValidation:rule="has(self.format) || [has(self.configMapKeyRef) ? self.configMapKeyRef.key : '-', has(self.secretKeyRef) ? self.secretKeyRef.key : '-', has(self.object) ? self.object.key : '-'].exists(k, k.endsWith('.csv') || k.endsWith('.jsonl') || k.endsWith('.ndjson'))",message="set mapping.from.format, or name the key with a .csv, .jsonl or .ndjson extension"
 type MappingSource struct {
 	// ConfigMapKeyRef is a key of a ConfigMap in this namespace, mounted into the Job.

@@ -8,6 +8,10 @@ import (
 // FinalizerName guards a store's external resources until deletion is handled.
 const FinalizerName = "memory.amemory.io/finalizer"
 
+// WorkerSecretName is the name of the Secret with the login of the store's Jobs
+// (snapshot, restore, archival): the connection Secret's name and "-worker".
+func (s *MemoryStore) WorkerSecretName() string { return s.ConnectionSecretNameOrDefault() + "-worker" }
+
 // ConnectionSecretNameOrDefault is the name of the Secret agents mount.
 func (s *MemoryStore) ConnectionSecretNameOrDefault() string {
 	if s.Spec.ConnectionSecretName != "" {

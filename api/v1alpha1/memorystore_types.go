@@ -172,8 +172,10 @@ type SnapshotScheduleStatus struct {
 type PostgresStatus struct {
 	Database string `json:"database,omitempty"`
 	Schema   string `json:"schema,omitempty"`
-	// Role is the store's own login, limited to its schema.
+	// Role is the agents' login, limited to its schema.
 	Role string `json:"role,omitempty"`
+	// WorkerRole is the Jobs' login, limited to its schema.
+	WorkerRole string `json:"workerRole,omitempty"`
 	// SchemaVersion is the latest migration applied.
 	SchemaVersion int `json:"schemaVersion,omitempty"`
 }
@@ -221,6 +223,11 @@ type MemoryStoreStatus struct {
 	// ConnectionSecret is the Secret in this namespace that agents mount.
 	// +optional
 	ConnectionSecret string `json:"connectionSecret,omitempty"`
+	// WorkerSecret is the Secret in this namespace with the login of the store's Jobs
+	// (snapshot, restore, archival), a role that may also keep the archival and index
+	// bookkeeping agents never need. Agents must not mount it.
+	// +optional
+	WorkerSecret string `json:"workerSecret,omitempty"`
 
 	// Snapshots is the snapshot schedule's state.
 	// +optional

@@ -17,8 +17,10 @@ var tenantPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$`)
 // Names are the identifiers of one store's resources, all derived from its tenant.
 type Names struct {
 	Tenant string
-	// Schema holds the store's tables; Role is the agents' login limited to it.
-	Schema, Role string
+	// Schema holds the store's tables; Role is the agents' login limited to it, and
+	// WorkerRole the login of the operator's Jobs (snapshot, restore, archival), which
+	// may also do the bookkeeping agents never need.
+	Schema, Role, WorkerRole string
 	// Collection is the Milvus collection (unused with PostgreSQL-embedded vectors).
 	Collection string
 	// Prefix is the store's object-storage prefix, ending in '/'.
@@ -39,6 +41,7 @@ func NamesFor(tenant, basePrefix string) (Names, error) {
 		Tenant:     tenant,
 		Schema:     ident,
 		Role:       ident + "_agent",
+		WorkerRole: ident + "_worker",
 		Collection: ident,
 		Prefix:     prefix,
 	}, nil

@@ -12,9 +12,9 @@ func TestNamesFor(t *testing.T) {
 		want         Names
 		wantErr      bool
 	}{
-		{tenant: "acme", base: "memory-operator", want: Names{Tenant: "acme", Schema: "mem_acme", Role: "mem_acme_agent", Collection: "mem_acme", Prefix: "memory-operator/acme/"}},
-		{tenant: "team-a-prod", base: "", want: Names{Tenant: "team-a-prod", Schema: "mem_team_a_prod", Role: "mem_team_a_prod_agent", Collection: "mem_team_a_prod", Prefix: "team-a-prod/"}},
-		{tenant: "x1", base: "/a/b/", want: Names{Tenant: "x1", Schema: "mem_x1", Role: "mem_x1_agent", Collection: "mem_x1", Prefix: "a/b/x1/"}},
+		{tenant: "acme", base: "memory-operator", want: Names{Tenant: "acme", Schema: "mem_acme", Role: "mem_acme_agent", WorkerRole: "mem_acme_worker", Collection: "mem_acme", Prefix: "memory-operator/acme/"}},
+		{tenant: "team-a-prod", base: "", want: Names{Tenant: "team-a-prod", Schema: "mem_team_a_prod", Role: "mem_team_a_prod_agent", WorkerRole: "mem_team_a_prod_worker", Collection: "mem_team_a_prod", Prefix: "team-a-prod/"}},
+		{tenant: "x1", base: "/a/b/", want: Names{Tenant: "x1", Schema: "mem_x1", Role: "mem_x1_agent", WorkerRole: "mem_x1_worker", Collection: "mem_x1", Prefix: "a/b/x1/"}},
 		{tenant: "Acme", wantErr: true},
 		{tenant: "1acme", wantErr: true},
 		{tenant: "acme-", wantErr: true},
@@ -34,7 +34,7 @@ func TestNamesFor(t *testing.T) {
 	}
 	// The longest tenant still gives identifiers PostgreSQL keeps whole (63 bytes).
 	n, err := NamesFor(strings.Repeat("a", 40), "")
-	if err != nil || len(n.Role) > 63 {
+	if err != nil || len(n.Role) > 63 || len(n.WorkerRole) > 63 {
 		t.Fatalf("longest tenant: %+v, %v", n, err)
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,10 +90,19 @@ type PostgresResult struct {
 // tenant on one server (or two clusters sharing it) never write into each other's data.
 func ownerComment(owner string) string { return "memory-operator store " + owner }
 
-// EnsurePostgres creates or repairs the store's schema (by versioned migrations) and its
-// agent role, limited to that schema and logging in with agentPassword. It is
-// idempotent: on a provisioned store it only re-checks and re-applies grants.
-func EnsurePostgres(ctx context.Context, admin PostgresConn, names Names, owner, agentPassword string) (PostgresResult, error) {
+// Passwords are the logins of a store's two roles.
+type Passwords struct {
+	// Agent is the password of the agents' role (the connection Secret's).
+	Agent string
+	// Worker is the password of the Jobs' role.
+	Worker string
+}
+
+// EnsurePostgres creates or repairs the store's schema (by versioned migrations) and
+// its two roles, limited to that schema: the agents' (names.Role) and the Jobs'
+// (names.WorkerRole), logging in with the given passwords. It is idempotent: on a
+// provisioned store it only re-checks and re-applies the grants.
+func EnsurePostgres(ctx context.Context, admin PostgresConn, names Names, owner string, pw Passwords) (PostgresResult, error) {
 	pool, err := OpenPool(ctx, admin)
 	if err != nil {
 		return PostgresResult{}, err
@@ -102,8 +113,10 @@ func EnsurePostgres(ctx context.Context, admin PostgresConn, names Names, owner,
 	if err := checkSchemaOwner(ctx, pool, names.Schema, owner); err != nil {
 		return PostgresResult{}, err
 	}
-	if err := ensureRole(ctx, pool, names.Role, agentPassword); err != nil {
-		return PostgresResult{}, classify(what+": role "+names.Role, err)
+	for _, r := range []struct{ role, password string }{{names.Role, pw.Agent}, {names.WorkerRole, pw.Worker}} {
+		if err := ensureRole(ctx, pool, r.role, r.password); err != nil {
+			return PostgresResult{}, classify(what+": role "+r.role, err)
+		}
 	}
 	if _, err := pgstore.Migrate(ctx, pool, names.Schema); err != nil {
 		return PostgresResult{}, classify(what+": migrating schema "+names.Schema, err)
@@ -111,10 +124,49 @@ func EnsurePostgres(ctx context.Context, admin PostgresConn, names Names, owner,
 	if err := execFormatted(ctx, pool, `COMMENT ON SCHEMA %I IS %L`, names.Schema, ownerComment(owner)); err != nil {
 		return PostgresResult{}, classify(what, err)
 	}
-	if err := grantAgent(ctx, pool, admin.Database, names); err != nil {
-		return PostgresResult{}, classify(what+": granting "+names.Role, err)
+	if err := grantRoles(ctx, pool, admin.Database, names); err != nil {
+		return PostgresResult{}, classify(what+": granting "+names.Role+" and "+names.WorkerRole, err)
 	}
 	return PostgresResult{SchemaVersion: pgstore.LatestVersion}, nil
+}
+
+// Ownership says whose a store's schema is: the mark provisioning leaves on it decides
+// whose the tenant's backends are, since the schema is made (and marked) first.
+type Ownership int
+
+const (
+	// OwnedByUs: the schema exists with this store's mark.
+	OwnedByUs Ownership = iota
+	// NoSchema: there is no such schema.
+	NoSchema
+	// OwnedByOther: the schema exists and is another store's, or unmarked.
+	OwnedByOther
+)
+
+// SchemaOwnership reads whose the store's schema is, and when it is another's, a
+// message saying whose.
+func SchemaOwnership(ctx context.Context, admin PostgresConn, names Names, owner string) (Ownership, string, error) {
+	pool, err := OpenPool(ctx, admin)
+	if err != nil {
+		return 0, "", err
+	}
+	defer pool.Close()
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, names.Schema).Scan(&exists); err != nil {
+		return 0, "", classify("PostgreSQL: reading schema "+names.Schema, err)
+	}
+	if !exists {
+		return NoSchema, "", nil
+	}
+	err = checkSchemaOwner(ctx, pool, names.Schema, owner)
+	var pe *Error
+	if errors.As(err, &pe) && pe.Reason == ReasonTenantConflict {
+		return OwnedByOther, pe.Error(), nil
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	return OwnedByUs, "", nil
 }
 
 // checkSchemaOwner fails with TenantConflict when the schema exists and belongs to
@@ -158,35 +210,72 @@ func ensureRole(ctx context.Context, pool *pgxpool.Pool, role, password string) 
 	return execFormatted(ctx, pool, `ALTER ROLE %I WITH LOGIN NOINHERIT PASSWORD %L`, role, password)
 }
 
-// grantAgent gives the agent role exactly what an agent needs: read and write memories
-// and vectors, forget (tombstones, audit), archive and rehydrate (pending vector
-// deletions, archive runs), read settings; no DDL, nothing outside. The snapshot,
-// restore and archive workers connect as this role too.
-func grantAgent(ctx context.Context, pool *pgxpool.Pool, database string, n Names) error {
-	stmts := []struct {
-		sql  string
-		args []any
-	}{
-		{`GRANT CONNECT ON DATABASE %I TO %I`, []any{database, n.Role}},
-		{`GRANT USAGE ON SCHEMA %I TO %I`, []any{n.Schema, n.Role}},
-		{`GRANT SELECT, INSERT, UPDATE, DELETE ON %I.memories, %I.vectors TO %I`, []any{n.Schema, n.Schema, n.Role}},
-		{`GRANT SELECT, INSERT, UPDATE ON %I.tombstones TO %I`, []any{n.Schema, n.Role}},
-		{`GRANT SELECT, INSERT ON %I.audit_log TO %I`, []any{n.Schema, n.Role}},
-		{`GRANT SELECT, INSERT, DELETE ON %I.index_deletions TO %I`, []any{n.Schema, n.Role}},
-		{`GRANT SELECT, INSERT, UPDATE ON %I.archive_runs TO %I`, []any{n.Schema, n.Role}},
-		{`GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO %I`, []any{n.Schema, n.Role}},
-		{`GRANT SELECT ON %I.store_meta, %I.schema_migrations TO %I`, []any{n.Schema, n.Schema, n.Role}},
-		{`ALTER ROLE %I SET search_path = %I`, []any{n.Role, n.Schema}},
-	}
-	for _, s := range stmts {
-		if err := execFormatted(ctx, pool, s.sql, s.args...); err != nil {
-			return err
-		}
-	}
-	return nil
+// Privileges are what each role may do on each table of a store's schema. Nothing
+// else is granted: no DDL, nothing outside the schema, and no UPDATE or DELETE of
+// tombstones for anyone (they are append-only: only the operator's admin could
+// un-forget). docs/memorystore.md has this table.
+var Privileges = map[string]map[string][]string{
+	// Agents remember, recall, search and forget: they read and write memories and
+	// (embedded index) vectors, record tombstones and the audit of their forgets.
+	"agent": {
+		"memories":          {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"vectors":           {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"tombstones":        {"SELECT", "INSERT"},
+		"audit_log":         {"INSERT"},
+		"store_meta":        {"SELECT"},
+		"schema_migrations": {"SELECT"},
+	},
+	// Jobs also keep the archival and pending index deletions, and read the audit
+	// log's counterpart of what they did.
+	"worker": {
+		"memories":          {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"vectors":           {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"tombstones":        {"SELECT", "INSERT"},
+		"audit_log":         {"SELECT", "INSERT"},
+		"index_deletions":   {"SELECT", "INSERT", "DELETE"},
+		"archive_runs":      {"SELECT", "INSERT", "UPDATE"},
+		"store_meta":        {"SELECT"},
+		"schema_migrations": {"SELECT"},
+	},
 }
 
-// DeletePostgres drops the store's schema and role. It refuses to drop a schema that is
+// grantRoles gives each role exactly its Privileges, in one transaction that first
+// revokes whatever it held (so a privilege dropped in a newer version goes, and no
+// agent ever sees the gap between the revoke and the grants).
+func grantRoles(ctx context.Context, pool *pgxpool.Pool, database string, n Names) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for kind, role := range map[string]string{"agent": n.Role, "worker": n.WorkerRole} {
+			stmts := []struct {
+				sql  string
+				args []any
+			}{
+				{`GRANT CONNECT ON DATABASE %I TO %I`, []any{database, role}},
+				{`GRANT USAGE ON SCHEMA %I TO %I`, []any{n.Schema, role}},
+				{`REVOKE ALL ON ALL TABLES IN SCHEMA %I FROM %I`, []any{n.Schema, role}},
+				{`REVOKE ALL ON ALL SEQUENCES IN SCHEMA %I FROM %I`, []any{n.Schema, role}},
+				// The audit log's id.
+				{`GRANT USAGE ON ALL SEQUENCES IN SCHEMA %I TO %I`, []any{n.Schema, role}},
+				{`ALTER ROLE %I SET search_path = %I`, []any{role, n.Schema}},
+			}
+			tables := Privileges[kind]
+			for _, table := range slices.Sorted(maps.Keys(tables)) {
+				// The privilege names are constants of this file, never input.
+				stmts = append(stmts, struct {
+					sql  string
+					args []any
+				}{`GRANT ` + strings.Join(tables[table], ", ") + ` ON %I.%I TO %I`, []any{n.Schema, table, role}})
+			}
+			for _, s := range stmts {
+				if err := execFormattedTx(ctx, tx, s.sql, s.args...); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// DeletePostgres drops the store's schema and roles. It refuses to drop a schema that is
 // not marked as this store's. Missing objects are fine (deletion is retried).
 func DeletePostgres(ctx context.Context, admin PostgresConn, names Names, owner string) error {
 	pool, err := OpenPool(ctx, admin)
@@ -201,17 +290,20 @@ func DeletePostgres(ctx context.Context, admin PostgresConn, names Names, owner 
 	if err := execFormatted(ctx, pool, `DROP SCHEMA IF EXISTS %I CASCADE`, names.Schema); err != nil {
 		return classify(what+": dropping schema "+names.Schema, err)
 	}
-	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, names.Role).Scan(&exists); err != nil {
-		return classify(what, err)
-	}
-	if exists {
-		// DROP OWNED revokes the role's remaining privileges (CONNECT) in this database.
-		if err := execFormatted(ctx, pool, `DROP OWNED BY %I`, names.Role); err != nil {
-			return classify(what+": dropping role "+names.Role, err)
+	for _, role := range []string{names.Role, names.WorkerRole} {
+		var exists bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, role).Scan(&exists); err != nil {
+			return classify(what, err)
 		}
-		if err := execFormatted(ctx, pool, `DROP ROLE IF EXISTS %I`, names.Role); err != nil {
-			return classify(what+": dropping role "+names.Role, err)
+		if !exists {
+			continue
+		}
+		// DROP OWNED revokes the role's remaining privileges (CONNECT) in this database.
+		if err := execFormatted(ctx, pool, `DROP OWNED BY %I`, role); err != nil {
+			return classify(what+": dropping role "+role, err)
+		}
+		if err := execFormatted(ctx, pool, `DROP ROLE IF EXISTS %I`, role); err != nil {
+			return classify(what+": dropping role "+role, err)
 		}
 	}
 	return nil
@@ -221,6 +313,20 @@ func DeletePostgres(ctx context.Context, admin PostgresConn, names Names, owner 
 // literals), so names and passwords are quoted by PostgreSQL itself, then runs it.
 // DDL takes no bind parameters, and this keeps quoting out of our hands.
 func execFormatted(ctx context.Context, pool *pgxpool.Pool, format string, args ...any) error {
+	return execFormattedOn(ctx, pool, format, args...)
+}
+
+// execFormattedTx is execFormatted in a transaction.
+func execFormattedTx(ctx context.Context, tx pgx.Tx, format string, args ...any) error {
+	return execFormattedOn(ctx, tx, format, args...)
+}
+
+type execer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func execFormattedOn(ctx context.Context, pool execer, format string, args ...any) error {
 	placeholders := ""
 	for i := range args {
 		placeholders += fmt.Sprintf(", $%d::text", i+2)

@@ -32,13 +32,13 @@ import (
 )
 
 // These tests run the archive worker against the real PostgreSQL (as the store's own
-// agent role, as a Job does), MinIO and Milvus Lite, with an injected clock.
+// worker role, as a Job does), MinIO and Milvus Lite, with an injected clock.
 
 var archiveHalfLives = memory.HalfLives{memory.Working: 6 * time.Hour, memory.Episodic: 30 * 24 * time.Hour, memory.Semantic: 180 * 24 * time.Hour}
 
 const archiveThreshold = 0.3
 
-// archiveEnv is a provisioned store (schema, agent role) with generated memories, its
+// archiveEnv is a provisioned store (schema, roles) with generated memories, its
 // vector index, and a bucket for cold packages.
 type archiveEnv struct {
 	*fixtureEnv
@@ -47,7 +47,7 @@ type archiveEnv struct {
 	mix    *milvus.Index // the Milvus index, nil with the Postgres engine
 	mem    *service.Memory
 	items  []memory.Item
-	agent  Secrets // the agent role's connection, what the Job gets
+	job    Secrets // the worker role's connection, what the Job gets
 	milvus string  // Milvus address
 	coll   string
 }
@@ -67,20 +67,20 @@ func newArchiveEnv(t *testing.T, engine string, n int) *archiveEnv {
 		t.Fatal(err)
 	}
 	const owner = "team-a/bot"
-	if _, err := provision.EnsurePostgres(ctx, admin, names, owner, "agent-pw"); err != nil {
+	if _, err := provision.EnsurePostgres(ctx, admin, names, owner, provision.Passwords{Agent: "agent-pw", Worker: "worker-pw"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := provision.DeletePostgres(context.Background(), admin, names, owner); err != nil {
-			t.Errorf("removing the store's schema and role: %v", err)
+			t.Errorf("removing the store's schema and roles: %v", err)
 		}
 	})
-	agent := admin
-	agent.User, agent.Password = names.Role, "agent-pw"
+	w := admin
+	w.User, w.Password = names.WorkerRole, "worker-pw"
 	f.schema, f.store = names.Schema, pgstore.New(f.pool, names.Schema)
 
-	e := &archiveEnv{fixtureEnv: f, engine: engine, agent: f.sec}
-	e.agent.PostgresURI = agent.URL(nil)
+	e := &archiveEnv{fixtureEnv: f, engine: engine, job: f.sec}
+	e.job.PostgresURI = w.URL(nil)
 	if engine == "Milvus" {
 		e.milvus = testutil.MilvusAddr(t)
 		c, err := milvus.Connect(ctx, e.milvus)
@@ -293,7 +293,7 @@ func testArchiveRun(t *testing.T, engine string) {
 	before := e.state(t)
 	dry := e.config("dry")
 	dry.DryRun = true
-	sum, err := RunArchive(ctx, dry, e.agent, RunOptions{Version: "test"})
+	sum, err := RunArchive(ctx, dry, e.job, RunOptions{Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func testArchiveRun(t *testing.T, engine string) {
 
 	// The run.
 	cfg := e.config("run-1")
-	sum, err = RunArchive(ctx, cfg, e.agent, RunOptions{Version: "test"})
+	sum, err = RunArchive(ctx, cfg, e.job, RunOptions{Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func testArchiveRun(t *testing.T, engine string) {
 
 	// Again at the same clock: nothing left to do.
 	again := e.config("run-2")
-	sum, err = RunArchive(ctx, again, e.agent, RunOptions{})
+	sum, err = RunArchive(ctx, again, e.job, RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +413,7 @@ func testArchiveRun(t *testing.T, engine string) {
 	}
 	third := e.config("run-3")
 	third.Now, third.DeleteAfter = later, 30*24*time.Hour
-	sum, err = RunArchive(ctx, third, e.agent, RunOptions{})
+	sum, err = RunArchive(ctx, third, e.job, RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +509,7 @@ func TestArchiveCompletesAfterMilvusOutage(t *testing.T) {
 			if !withCold {
 				down.Cold = nil
 			}
-			_, err := RunArchive(ctx, down, e.agent, RunOptions{})
+			_, err := RunArchive(ctx, down, e.job, RunOptions{})
 			if err == nil || !strings.Contains(err.Error(), "connecting to Milvus "+down.MilvusAddress) {
 				t.Fatalf("run with Milvus down: %v", err)
 			}
@@ -536,7 +536,7 @@ func TestArchiveCompletesAfterMilvusOutage(t *testing.T) {
 			if !withCold {
 				up.Cold = nil
 			}
-			sum, err := RunArchive(ctx, up, e.agent, RunOptions{})
+			sum, err := RunArchive(ctx, up, e.job, RunOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -569,7 +569,7 @@ func TestArchiveCompletesAfterMilvusOutage(t *testing.T) {
 func TestArchiveRefusesUnusableSetups(t *testing.T) {
 	e := newArchiveEnv(t, "Postgres", 20)
 	ctx := context.Background()
-	noKey := e.agent
+	noKey := e.job
 	noKey.EncryptionKey = ""
 	if _, err := RunArchive(ctx, e.config("r"), noKey, RunOptions{}); err == nil || !strings.Contains(err.Error(), EnvEncryptionKey) {
 		t.Fatalf("without a key: %v", err)
@@ -579,7 +579,7 @@ func TestArchiveRefusesUnusableSetups(t *testing.T) {
 	}
 	bad := e.config("r")
 	bad.Threshold = -1
-	if _, err := RunArchive(ctx, bad, e.agent, RunOptions{}); err == nil || !strings.Contains(err.Error(), "--threshold -1") {
+	if _, err := RunArchive(ctx, bad, e.job, RunOptions{}); err == nil || !strings.Contains(err.Error(), "--threshold -1") {
 		t.Fatalf("negative threshold: %v", err)
 	}
 	// A store not yet migrated to the schema this binary writes is refused before anything.
@@ -597,14 +597,14 @@ func TestArchiveRefusesUnusableSetups(t *testing.T) {
 	// the next run with a bucket completes: the copy, then the deletions.
 	missing := e.config("r")
 	missing.Cold.Bucket = "no-such-bucket-4711"
-	if _, err := RunArchive(ctx, missing, e.agent, RunOptions{}); err == nil || !strings.Contains(err.Error(), "bucket no-such-bucket-4711 does not exist") {
+	if _, err := RunArchive(ctx, missing, e.job, RunOptions{}); err == nil || !strings.Contains(err.Error(), "bucket no-such-bucket-4711 does not exist") {
 		t.Fatalf("missing bucket: %v", err)
 	}
 	archived := e.archivedAt(t, testNow)
 	if len(archived) == 0 {
 		t.Fatal("fixture: nothing archived")
 	}
-	sum, err := RunArchive(ctx, e.config("r"), e.agent, RunOptions{})
+	sum, err := RunArchive(ctx, e.config("r"), e.job, RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,8 +627,8 @@ func TestArchiveProcess(t *testing.T) {
 	}
 	run := func(args ...string) (*exec.Cmd, []byte, error) {
 		cmd := exec.Command(bin, append([]string{"archive"}, args...)...)
-		cmd.Env = append(os.Environ(), EnvPostgresURI+"="+e.agent.PostgresURI, EnvS3AccessKey+"="+e.agent.S3AccessKey,
-			EnvS3SecretKey+"="+e.agent.S3SecretKey, EnvEncryptionKey+"="+testKey)
+		cmd.Env = append(os.Environ(), EnvPostgresURI+"="+e.job.PostgresURI, EnvS3AccessKey+"="+e.job.S3AccessKey,
+			EnvS3SecretKey+"="+e.job.S3SecretKey, EnvEncryptionKey+"="+testKey)
 		out, err := cmd.Output()
 		return cmd, out, err
 	}
@@ -660,7 +660,7 @@ func TestRehydrateFromTheColdPackage(t *testing.T) {
 	ctx := context.Background()
 	want := e.expect(t, testNow)
 	cfg := e.config("run-1")
-	if _, err := RunArchive(ctx, cfg, e.agent, RunOptions{}); err != nil {
+	if _, err := RunArchive(ctx, cfg, e.job, RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.archivedAt(t, testNow); len(got) == 0 || !slices.Equal(got, want.archived) {
@@ -681,7 +681,7 @@ func TestRehydrateFromTheColdPackage(t *testing.T) {
 		Rehydrate: true,
 		DetailKey: cfg.Cold.Prefix + "restores/rehydrate/" + restoreDetailSuffix,
 	}
-	sec := RestoreSecrets{PostgresURI: e.agent.PostgresURI, SourceS3AccessKey: e.sec.S3AccessKey,
+	sec := RestoreSecrets{PostgresURI: e.job.PostgresURI, SourceS3AccessKey: e.sec.S3AccessKey,
 		SourceS3SecretKey: e.sec.S3SecretKey, SourceKey: e.sec.EncryptionKey}
 	sum, err := RunRestore(ctx, rc, sec, RunOptions{Now: testNow})
 	if err != nil {

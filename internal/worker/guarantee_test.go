@@ -7,17 +7,21 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/memory/service"
+	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/snapshot"
+	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
@@ -512,5 +516,108 @@ func TestGuaranteeNothingWrittenBeforeThePackageVerifies(t *testing.T) {
 				t.Fatalf("the failed restore changed the target: %d rows added, %d removed", added, removed)
 			}
 		})
+	}
+}
+
+// provisionedStore is a store provisioned as the operator does (schema, pgindex
+// vectors, agent and worker roles), with the two roles' connection URIs.
+type provisionedStore struct {
+	schema, agentURI, workerURI string
+}
+
+func provisionStore(t *testing.T) provisionedStore {
+	t.Helper()
+	ctx := context.Background()
+	pg := testutil.PostgresParts(t)
+	port, err := strconv.Atoi(pg.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := provision.PostgresConn{Host: pg.Host, Port: port, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	names, err := provision.NamesFor(testutil.UniqueName("roles-"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := "team-a/" + names.Tenant
+	if _, err := provision.EnsurePostgres(ctx, admin, names, owner, provision.Passwords{Agent: "agent-pw", Worker: "worker-pw"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := provision.EnsureVectors(ctx, admin, nil, names, spec8); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := provision.DeletePostgres(context.Background(), admin, names, owner); err != nil {
+			t.Errorf("removing the store: %v", err)
+		}
+	})
+	agent, worker := admin, admin
+	agent.User, agent.Password = names.Role, "agent-pw"
+	worker.User, worker.Password = names.WorkerRole, "worker-pw"
+	return provisionedStore{schema: names.Schema, agentURI: agent.URL(nil), workerURI: worker.URL(nil)}
+}
+
+// agentMemory is the memory service as an agent has it: the agent role's login.
+func agentMemory(t *testing.T, s provisionedStore) *service.Memory {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), s.agentURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	m, err := service.New(pgstore.New(pool, s.schema), pgindex.New(pool, s.schema, spec8), embed.NewHashing(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestGuaranteeEachRoleSuffices runs everything as the roles the operator hands out:
+// agents remember, search and forget with the connection Secret's role; the snapshot
+// and restore Jobs (applying tombstones, with their audit records and pending vector
+// deletions) with the worker role. Neither needs more than it is granted
+// (provision.TestGuaranteeRolePrivileges holds them to no more).
+func TestGuaranteeEachRoleSuffices(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	src, dst := provisionStore(t), provisionStore(t)
+	agentSrc, agentDst := agentMemory(t, src), agentMemory(t, dst)
+	old := time.Now().Add(-time.Hour)
+	for _, m := range []memory.Item{memoryOf("a1", "user:1", "likes tea", old), memoryOf("b1", "user:2", "likes coffee", old)} {
+		if _, err := agentSrc.Remember(ctx, m); err != nil {
+			t.Fatalf("the agent role cannot remember: %v", err)
+		}
+	}
+	if _, err := agentDst.Remember(ctx, memoryOf("t-b1", "user:2", "the target's copy of user 2", old)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentSrc.Forget(ctx, "user:2", "asked", "agent"); err != nil {
+		t.Fatalf("the agent role cannot forget: %v", err)
+	}
+	if res, err := agentSrc.Search(ctx, service.SearchQuery{Scope: "user:1", Text: "tea"}); err != nil || len(res) != 1 {
+		t.Fatalf("the agent role cannot search: %v, %v", res, err)
+	}
+
+	cfg := f.config("roles/")
+	cfg.Schema = src.schema
+	sec := f.sec
+	sec.PostgresURI = src.workerURI
+	if _, err := RunSnapshot(ctx, cfg, sec, RunOptions{Now: time.Now()}); err != nil {
+		t.Fatalf("the worker role cannot snapshot: %v", err)
+	}
+	rc := f.restoreConfig(dst.schema, "roles/")
+	rsec := f.restoreSecrets()
+	rsec.PostgresURI = dst.workerURI
+	sum, err := RunRestore(ctx, rc, rsec, RunOptions{Now: time.Now()})
+	if err != nil {
+		t.Fatalf("the worker role cannot restore: %v", err)
+	}
+	if sum.Restored != 1 || sum.Tombstones != 1 || sum.Forgotten != 1 {
+		t.Fatalf("restore summary %+v: want a1 restored and user:2's tombstone forgetting the target's copy", sum)
+	}
+	if got := scopesOf(t, f, dst.schema); !slices.Equal(got, []string{"user:1/a1"}) {
+		t.Fatalf("target holds %v", got)
+	}
+	if res, err := agentDst.Search(ctx, service.SearchQuery{Scope: "user:2", Text: "coffee"}); err != nil || len(res) != 0 {
+		t.Fatalf("search of the forgotten user in the target: %v, %v", res, err)
 	}
 }

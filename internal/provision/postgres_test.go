@@ -1,0 +1,154 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/amemory/memory-operator/internal/testutil"
+)
+
+// provisioned is a store's schema and roles on the test server, removed afterwards.
+func provisioned(t *testing.T) (PostgresConn, Names, Passwords) {
+	t.Helper()
+	pg := testutil.PostgresParts(t)
+	port, err := strconv.Atoi(pg.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := PostgresConn{Host: pg.Host, Port: port, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	names, err := NamesFor(testutil.UniqueName("grants-"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := Passwords{Agent: "agent-pw", Worker: "worker-pw"}
+	if _, err := EnsurePostgres(context.Background(), admin, names, "team-a/bot", pw); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := DeletePostgres(context.Background(), admin, names, "team-a/bot"); err != nil {
+			t.Errorf("DeletePostgres: %v", err)
+		}
+	})
+	return admin, names, pw
+}
+
+// connectAs opens a connection as one of the store's roles.
+func connectAs(t *testing.T, admin PostgresConn, role, password string) *pgx.Conn {
+	t.Helper()
+	c := admin
+	c.User, c.Password = role, password
+	conn, err := pgx.Connect(context.Background(), c.URL(nil))
+	if err != nil {
+		t.Fatalf("connecting as %s: %v", role, err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// TestGuaranteeRolePrivileges holds each role of a store to exactly the privileges
+// docs/memorystore.md lists (the table below is that one, written out again: the test
+// does not read Privileges), and shows what they mean: neither role can move or
+// remove a tombstone, agents cannot touch the archival bookkeeping, no one can change
+// the schema. Re-provisioning takes back what an older version granted.
+func TestGuaranteeRolePrivileges(t *testing.T) {
+	admin, names, pw := provisioned(t)
+	ctx := context.Background()
+	crud := "SELECT,INSERT,UPDATE,DELETE"
+	want := map[string]map[string]string{
+		names.Role: {
+			"memories": crud, "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "INSERT",
+			"index_deletions": "", "archive_runs": "", "store_meta": "SELECT", "schema_migrations": "SELECT",
+		},
+		names.WorkerRole: {
+			"memories": crud, "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "SELECT,INSERT",
+			"index_deletions": "SELECT,INSERT,DELETE", "archive_runs": "SELECT,INSERT,UPDATE", "store_meta": "SELECT", "schema_migrations": "SELECT",
+		},
+	}
+	check := func(t *testing.T) {
+		t.Helper()
+		conn := connectAs(t, admin, admin.User, admin.Password)
+		rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1`, names.Schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tables) != 8 {
+			t.Fatalf("schema %s has tables %v; this test knows 8", names.Schema, tables)
+		}
+		for role, perTable := range want {
+			for _, table := range tables {
+				expected, ok := perTable[table]
+				if !ok {
+					t.Errorf("table %s is not in the privileges table: decide what %s may do with it", table, role)
+					continue
+				}
+				var got []string
+				for _, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"} {
+					var has bool
+					if err := conn.QueryRow(ctx, `SELECT has_table_privilege($1, $2, $3)`, role,
+						pgx.Identifier{names.Schema, table}.Sanitize(), priv).Scan(&has); err != nil {
+						t.Fatal(err)
+					}
+					if has {
+						got = append(got, priv)
+					}
+				}
+				if strings.Join(got, ",") != expected {
+					t.Errorf("%s on %s: %v, want %q", role, table, got, expected)
+				}
+			}
+			var create bool
+			if err := conn.QueryRow(ctx, `SELECT has_schema_privilege($1, $2, 'CREATE')`, role, names.Schema).Scan(&create); err != nil || create {
+				t.Errorf("%s may create objects in %s (%v)", role, names.Schema, err)
+			}
+		}
+	}
+	check(t)
+
+	denied := func(t *testing.T, conn *pgx.Conn, sql string) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("%q: %v, want permission denied", sql, err)
+		}
+	}
+	for role, password := range map[string]string{names.Role: pw.Agent, names.WorkerRole: pw.Worker} {
+		conn := connectAs(t, admin, role, password)
+		if _, err := conn.Exec(ctx, `INSERT INTO tombstones (scope, forgotten_at) VALUES ('user:`+role+`', now())`); err != nil {
+			t.Errorf("%s cannot record a tombstone: %v", role, err)
+		}
+		denied(t, conn, `UPDATE tombstones SET scope = 'user:elsewhere'`)
+		denied(t, conn, `DELETE FROM tombstones`)
+		denied(t, conn, `TRUNCATE tombstones`)
+		denied(t, conn, `CREATE TABLE sneaky (x int)`)
+		denied(t, conn, `DROP TABLE memories`)
+	}
+	agent := connectAs(t, admin, names.Role, pw.Agent)
+	denied(t, agent, `SELECT * FROM index_deletions`)
+	denied(t, agent, `INSERT INTO archive_runs (archived_at, marked) VALUES (now(), 1)`)
+	denied(t, agent, `SELECT * FROM audit_log`)
+
+	// What an older operator granted (UPDATE on tombstones, the archival tables to the
+	// agent) is taken back by the next reconcile.
+	adminConn := connectAs(t, admin, admin.User, admin.Password)
+	for _, g := range []string{`GRANT UPDATE, DELETE ON %s.tombstones TO %s`, `GRANT ALL ON %s.index_deletions TO %s`, `GRANT ALL ON %s.archive_runs TO %s`} {
+		if _, err := adminConn.Exec(ctx, strings.NewReplacer("%s.", pgx.Identifier{names.Schema}.Sanitize()+".").Replace(
+			strings.Replace(g, "TO %s", "TO "+pgx.Identifier{names.Role}.Sanitize(), 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := EnsurePostgres(ctx, admin, names, "team-a/bot", pw); err != nil {
+		t.Fatal(err)
+	}
+	check(t)
+}
