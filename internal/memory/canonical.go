@@ -129,6 +129,13 @@ const maxExponent = 1 << 20
 // digits without leading or trailing zeros and a decimal exponent, printed plainly when
 // short and in scientific notation ("1.5e+30") otherwise. It never goes through float64,
 // so large integers and long fractions keep their value.
+// Limits of PostgreSQL's numeric: NUMERIC_DSCALE_MAX, and (NUMERIC_WEIGHT_MAX + 1)
+// base-10000 digits before the point.
+const (
+	maxNumericScale = 16383
+	maxNumericWhole = 131072
+)
+
 func canonicalNumber(lit string) (string, error) {
 	s := lit
 	neg := false
@@ -148,6 +155,12 @@ func canonicalNumber(lit string) (string, error) {
 		}
 		exp = e
 	}
+	// PostgreSQL's numeric (what jsonb keeps numbers in) holds at most 16383 digits
+	// after the decimal point, counted as written (trailing zeros included), and
+	// 131072 before it.
+	if scale := len(frac) - exp; scale > maxNumericScale {
+		return "", fmt.Errorf("number %.40s has %d digits after the decimal point; PostgreSQL keeps at most %d", lit, scale, maxNumericScale)
+	}
 	// value = digits * 10^(exp - len(frac))
 	digits := strings.TrimLeft(intPart+frac, "0")
 	exp -= len(frac)
@@ -157,6 +170,9 @@ func canonicalNumber(lit string) (string, error) {
 	trimmed := strings.TrimRight(digits, "0")
 	exp += len(digits) - len(trimmed)
 	digits = trimmed
+	if whole := len(digits) + exp; whole > maxNumericWhole {
+		return "", fmt.Errorf("number %.40s has %d digits before the decimal point; PostgreSQL keeps at most %d", lit, whole, maxNumericWhole)
+	}
 
 	var out string
 	n := len(digits)

@@ -183,11 +183,12 @@ func (m *Mapper) Map(scope string) (target string, keep bool, err error) {
 	return scope, true, nil
 }
 
-// Load reads a large scope map in format f and adds its entries as exact rules. It
-// streams r: memory grows with the entries kept, not with the input. It returns the
+// Load reads a large scope map in format f and adds its entries as exact rules (a
+// UTF-8 byte order mark at the start is ignored). It streams r: memory grows with the entries kept, not with the input. It returns the
 // number of entries read; on a malformed line it stops with a *MapError naming the
 // line (entries before it stay added, so discard the Mapper on error).
 func (m *Mapper) Load(r io.Reader, f MapFormat) (int, error) {
+	r = skipBOM(r)
 	switch f {
 	case MapCSV:
 		return m.loadCSV(r)
@@ -197,8 +198,18 @@ func (m *Mapper) Load(r io.Reader, f MapFormat) (int, error) {
 	return 0, fmt.Errorf("restore: unknown scope map format %q (want csv or jsonl)", f)
 }
 
+// skipBOM drops a UTF-8 byte order mark at the start of r: editors and spreadsheet
+// exports write one, and it is no part of the first scope.
+func skipBOM(r io.Reader) io.Reader {
+	br := bufio.NewReaderSize(r, 256<<10)
+	if b, err := br.Peek(3); err == nil && bytes.Equal(b, []byte{0xEF, 0xBB, 0xBF}) {
+		_, _ = br.Discard(3)
+	}
+	return br
+}
+
 func (m *Mapper) loadCSV(r io.Reader) (int, error) {
-	cr := csv.NewReader(bufio.NewReaderSize(r, 256<<10))
+	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1 // checked here, with a clearer message
 	cr.Comment = '#'
 	cr.TrimLeadingSpace = true

@@ -171,6 +171,30 @@ func TestMapperLoadReportsTheBadLine(t *testing.T) {
 	}
 }
 
+// A UTF-8 byte order mark at the start of a map file (spreadsheet exports write one)
+// is not part of the first entry or header; one anywhere else is refused.
+func TestMapperLoadSkipsAByteOrderMark(t *testing.T) {
+	const bom = "\uFEFF"
+	for _, tc := range []struct {
+		format MapFormat
+		in     string
+	}{
+		{MapCSV, bom + "from,to\nuser:1,user:9\n"},
+		{MapCSV, bom + "user:1,user:9\n"},
+		{MapJSONLines, bom + `{"from":"user:1","to":"user:9"}` + "\n"},
+	} {
+		m := newMapper(t, UnmappedFail)
+		if n, err := m.Load(strings.NewReader(tc.in), tc.format); err != nil || n != 1 {
+			t.Fatalf("%s with a BOM: Load = %d, %v", tc.format, n, err)
+		}
+		assertMaps(t, m, "user:1", "user:9")
+	}
+	m := newMapper(t, UnmappedFail)
+	if _, err := m.Load(strings.NewReader("user:1,user:9\n"+bom+"user:2,user:8\n"), MapCSV); err == nil {
+		t.Fatal("a BOM inside the map was accepted")
+	}
+}
+
 func TestMapperLoadJSONLines(t *testing.T) {
 	m := newMapper(t, UnmappedSkip)
 	in := `{"from":"user:1","to":"user:9"}` + "\n" +

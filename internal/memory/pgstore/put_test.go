@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -276,5 +277,60 @@ func TestPutConcurrentSameContent(t *testing.T) {
 	}
 	if n, _ := s.Count(t.Context()); n != 1 {
 		t.Fatalf("Count = %d, want 1", n)
+	}
+}
+
+// TestGuaranteeValidationMatchesPostgres feeds content that encoding/json accepts but
+// jsonb may not (lone UTF-16 surrogates, invalid UTF-8, NUL, numbers at numeric's
+// limits, deep nesting) to Validate and then to PostgreSQL: whatever Validate accepts,
+// Put and Merge store; the rest is refused up front, never with a raw SQLSTATE.
+func TestGuaranteeValidationMatchesPostgres(t *testing.T) {
+	s, _ := newStore(t)
+	deep := strings.Repeat(`{"a":`, 2000) + `1` + strings.Repeat(`}`, 2000)
+	contents := []string{
+		`{"a":"\ud83d"}`, `{"a":"\ude00"}`, `{"a":"x\ud83d\u0041"}`, `{"\udbff":1}`, `{"a":"\ud83d\ude00"}`, `{"a":"\\ud800"}`,
+		`{"a":"\u0000"}`, `{"\u0000":1}`, "{\"a\":\"caf\xe9\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"\xff\":1}",
+		`{"a":1e400}`, `{"a":-0}`, `{"a":1e-500}`, `{"a":1e-20000}`, `{"a":1e200000}`, `{"a":123456789012345678901234567890}`,
+		`{"a":"\u2028\u2029"}`, `{"a":1,"a":2}`, deep, `{"a":[` + strings.Repeat(`1,`, 10000) + `1]}`,
+	}
+	stored, refused := 0, 0
+	for i, c := range contents {
+		it := item(fmt.Sprintf("v%d", i), "user:v", memory.Semantic, "", c, 1, 0)
+		if err := it.Validate(); err != nil {
+			refused++
+			var fe *memory.FieldError
+			if !errors.As(err, &fe) || fe.Field != "content" {
+				t.Errorf("content %.40q: refused without naming the field: %v", c, err)
+			}
+			continue
+		}
+		if _, err := s.Put(t.Context(), it); err != nil {
+			t.Errorf("content %.40q passed validation but PostgreSQL refused it: %v", c, err)
+			continue
+		}
+		it.MemoryID, it.Scope = fmt.Sprintf("m%d", i), "user:m"
+		res, err := s.Merge(t.Context(), []memory.Item{it}, MergeOptions{})
+		if err != nil || res.Outcomes[0] != MergeInserted {
+			t.Errorf("content %.40q passed validation but Merge failed: %v %v", c, res, err)
+			continue
+		}
+		stored++
+	}
+	t.Logf("%d contents stored, %d refused by validation", stored, refused)
+
+	// At numeric's limits exactly: stored; one digit beyond: refused.
+	for c, ok := range map[string]bool{
+		`{"a":1e-16383}`: true, `{"a":1e-16384}`: false, `{"a":0.5e-16382}`: true, `{"a":0e-16384}`: false,
+		`{"a":1e131071}`: true, `{"a":1e131072}`: false, `{"a":12.5e131070}`: true,
+	} {
+		it := item("limit", "user:limit", memory.Semantic, "", c, 1, 0)
+		if err := it.Validate(); (err == nil) != ok {
+			t.Errorf("content %s: Validate = %v, want accepted %v", c, err, ok)
+		}
+		if ok {
+			if _, err := s.Merge(t.Context(), []memory.Item{it}, MergeOptions{DryRun: true}); err != nil {
+				t.Errorf("content %s at the limit: %v", c, err)
+			}
+		}
 	}
 }
