@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,6 +31,7 @@ func runSnapshotWorker(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer reportPeakMemory("snapshot")
 
 	start := time.Now().UTC()
 	m, err := worker.RunSnapshot(ctx, cfg, worker.SecretsFromEnv(), worker.RunOptions{Version: version, Now: start, Progress: os.Stderr})
@@ -62,6 +65,7 @@ func runRestoreWorker(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer reportPeakMemory("restore")
 
 	sum, err := worker.RunRestore(ctx, cfg, worker.RestoreSecretsFromEnv(), worker.RunOptions{Version: version, Now: time.Now().UTC(), Progress: os.Stderr})
 	if err != nil && sum.Error != "" {
@@ -98,6 +102,7 @@ func runArchiveWorker(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer reportPeakMemory("archive")
 
 	sum, err := worker.RunArchive(ctx, cfg, worker.SecretsFromEnv(), worker.RunOptions{Version: version, Now: time.Now().UTC(), Progress: os.Stderr})
 	if err != nil {
@@ -110,6 +115,25 @@ func runArchiveWorker(args []string) int {
 	fmt.Println(string(msg))
 	writeTerminationLog(string(msg))
 	return 0
+}
+
+// reportPeakMemory writes the process's peak resident memory (VmHWM) to stderr when
+// a worker ends: Job logs show what a run needed, and the tests hold the workers to
+// their memory target with it. (A parent's rusage of its child is no measure: with
+// vfork-style spawning the child's high-water mark starts at the parent's.)
+func reportPeakMemory(cmd string) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
+				fmt.Fprintf(os.Stderr, "memory-operator %s: peak memory %d MiB\n", cmd, kb>>10)
+			}
+			return
+		}
+	}
 }
 
 // fail reports a worker error on stderr and in the termination log.

@@ -257,6 +257,41 @@ func TestMemoryRestoreFailedJobRecordsTheWorkerError(t *testing.T) {
 	g.Expect(got.Status.Detail).To(BeNil())
 }
 
+// A restore that failed after writing part of the package (its backend lost midway)
+// is Failed, and its status says what it wrote, from the summary the worker left with
+// its error.
+func TestGuaranteeFailedRestoreReportsWhatItWrote(t *testing.T) {
+	f := services(t)
+	store := readySnapshotStore(t, f, "bot")
+	ns := store.Namespace
+	createSecret(t, ns, "dr-s3", map[string]string{"accessKeyID": f.s3.AccessKey, "secretAccessKey": f.s3.SecretKey})
+	restore := newRestore(ns, "halfway", "", store.Name, fromLocation(f, "memory-test", "dr/z/", "dr-s3"))
+	create(t, restore)
+	job := waitForJob(t, restore)
+	key := client.ObjectKeyFromObject(restore)
+	waitRestoreCondition(t, key, memoryv1alpha1.ConditionProgressing, metav1.ConditionTrue, memoryv1alpha1.ReasonJobCreated)
+
+	summary := worker.RestoreSummary{ManifestSHA256: strings.Repeat("ab", 32), FormatVersion: 2, PackageID: "p", Shards: 4,
+		Embeddings: "Reuse", Read: 12000, Restored: 9000, Unchanged: 1000, Scopes: 900, Tombstones: 3, Forgotten: 7,
+		Error: "restore: shard shards/000003.jsonl.zst.sealed: pgstore: merge: connection reset by peer"}
+	msg, err := summary.TerminationMessage()
+	g := NewWithT(t)
+	g.Expect(err).NotTo(HaveOccurred())
+	finishedPod(t, job, 1, string(msg))
+	failJob(t, job, batchv1.JobReasonBackoffLimitExceeded, "Job has reached the specified backoff limit")
+
+	got := waitRestoreCondition(t, key, memoryv1alpha1.ConditionCompleted, metav1.ConditionTrue, memoryv1alpha1.ReasonFailed)
+	g.Expect(got.Status.Phase).To(Equal(memoryv1alpha1.PhaseFailed))
+	g.Expect(got.Status.Read).To(Equal(int64(12000)))
+	g.Expect(got.Status.Restored).To(Equal(int64(9000)))
+	g.Expect(got.Status.Unchanged).To(Equal(int64(1000)))
+	g.Expect(got.Status.Tombstones).To(Equal(int64(3)))
+	g.Expect(got.Status.Forgotten).To(Equal(int64(7)))
+	m := restoreCondition(got, memoryv1alpha1.ConditionCompleted).Message
+	g.Expect(m).To(ContainSubstring("connection reset by peer"))
+	g.Expect(m).To(ContainSubstring("Before it failed it wrote 9000 memories of the 12000 it read"))
+}
+
 func TestMemoryRestoreFailsWhenItsJobDisappears(t *testing.T) {
 	f := services(t)
 	store := readySnapshotStore(t, f, "bot")

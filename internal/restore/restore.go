@@ -50,7 +50,7 @@ const (
 	DefaultBatchSize = 5000
 	// DefaultBatchBytes bounds a batch's items by size: with the batches in flight
 	// and the one being read, a restore holds a few times this much item data.
-	DefaultBatchBytes = 4 << 20
+	DefaultBatchBytes = 2 << 20
 	// maxEmbedTexts bounds the texts of one Embed call.
 	maxEmbedTexts = 1024
 )

@@ -522,7 +522,7 @@ func TestGuaranteeNothingWrittenBeforeThePackageVerifies(t *testing.T) {
 // provisionedStore is a store provisioned as the operator does (schema, pgindex
 // vectors, agent and worker roles), with the two roles' connection URIs.
 type provisionedStore struct {
-	schema, agentURI, workerURI string
+	schema, workerRole, agentURI, workerURI string
 }
 
 func provisionStore(t *testing.T) provisionedStore {
@@ -553,7 +553,7 @@ func provisionStore(t *testing.T) provisionedStore {
 	agent, worker := admin, admin
 	agent.User, agent.Password = names.Role, "agent-pw"
 	worker.User, worker.Password = names.WorkerRole, "worker-pw"
-	return provisionedStore{schema: names.Schema, agentURI: agent.URL(nil), workerURI: worker.URL(nil)}
+	return provisionedStore{schema: names.Schema, workerRole: names.WorkerRole, agentURI: agent.URL(nil), workerURI: worker.URL(nil)}
 }
 
 // agentMemory is the memory service as an agent has it: the agent role's login.
@@ -619,5 +619,60 @@ func TestGuaranteeEachRoleSuffices(t *testing.T) {
 	}
 	if res, err := agentDst.Search(ctx, service.SearchQuery{Scope: "user:2", Text: "coffee"}); err != nil || len(res) != 0 {
 		t.Fatalf("search of the forgotten user in the target: %v, %v", res, err)
+	}
+}
+
+// progressHook calls fn with each progress line a worker writes.
+type progressHook func(line string)
+
+func (h progressHook) Write(p []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimSpace(string(p)), "\n") {
+		h(l)
+	}
+	return len(p), nil
+}
+
+// TestGuaranteeFailedRestoreReportsWhatItWrote loses the target midway through a
+// restore (the worker role may no longer write memories after the first batches
+// committed): the restore fails, its summary says exactly how many memories it wrote,
+// and a new restore of the package completes it.
+func TestGuaranteeFailedRestoreReportsWhatItWrote(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	const n = 30_000
+	f.importGenerated(t, n)
+	if _, err := RunSnapshot(ctx, f.config("halfway/"), f.sec, RunOptions{Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	dst := provisionStore(t)
+	rc := f.restoreConfig(dst.schema, "halfway/")
+	rc.Embeddings = "Defer"
+	rsec := f.restoreSecrets()
+	rsec.PostgresURI = dst.workerURI
+	worker := dst.workerRole
+	revoked := false
+	lose := progressHook(func(line string) {
+		var read, restored, skipped int64
+		if _, err := fmt.Sscanf(line, "read %d, restored %d, skipped %d", &read, &restored, &skipped); err == nil && restored > 0 && !revoked {
+			revoked = true
+			if _, err := f.pool.Exec(ctx, `REVOKE INSERT, UPDATE ON `+pgx.Identifier{dst.schema, "memories"}.Sanitize()+` FROM `+pgx.Identifier{worker}.Sanitize()); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	sum, err := RunRestore(ctx, rc, rsec, RunOptions{Now: testNow, Progress: lose})
+	if err == nil || !revoked {
+		t.Fatalf("the restore did not fail midway (revoked %v): %+v", revoked, sum)
+	}
+	written := int64(len(scopesOf(t, f, dst.schema)))
+	if sum.Error == "" || sum.Restored != written || written == 0 || written == n {
+		t.Fatalf("failed restore: summary says %d restored (error %q), the target holds %d of %d", sum.Restored, sum.Error, written, n)
+	}
+	if _, err := f.pool.Exec(ctx, `GRANT INSERT, UPDATE ON `+pgx.Identifier{dst.schema, "memories"}.Sanitize()+` TO `+pgx.Identifier{worker}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	again, err := RunRestore(ctx, rc, rsec, RunOptions{Now: testNow})
+	if err != nil || again.Restored+again.Unchanged != n || again.Unchanged != written {
+		t.Fatalf("the second restore: %+v, %v", again, err)
 	}
 }
