@@ -292,6 +292,26 @@ func TestGuaranteeFailedRestoreReportsWhatItWrote(t *testing.T) {
 	g.Expect(m).To(ContainSubstring("Before it failed it wrote 9000 memories of the 12000 it read"))
 }
 
+// Inline renames too many for admission to check two by two (CEL's cost limit) are
+// checked by the controller: two scopes mapped to one fail the restore, no Job.
+func TestMemoryRestoreRefusesLongInlineMappingsThatMerge(t *testing.T) {
+	f := services(t)
+	store := readySnapshotStore(t, f, "bot")
+	ns := store.Namespace
+	createSecret(t, ns, "dr-s3", map[string]string{"accessKeyID": f.s3.AccessKey, "secretAccessKey": f.s3.SecretKey})
+	restore := newRestore(ns, "long-map", "", store.Name, fromLocation(f, "memory-test", "dr/long/", "dr-s3"))
+	restore.Spec.Mapping = &memoryv1alpha1.RestoreMapping{}
+	for i := range 600 {
+		restore.Spec.Mapping.Scopes = append(restore.Spec.Mapping.Scopes, memoryv1alpha1.ScopeRename{From: fmt.Sprintf("user:%d", i), To: fmt.Sprintf("user:new-%d", i)})
+	}
+	restore.Spec.Mapping.Scopes[599].To = "user:new-7"
+	create(t, restore)
+	got := waitRestoreCondition(t, client.ObjectKeyFromObject(restore), memoryv1alpha1.ConditionCompleted, metav1.ConditionTrue, memoryv1alpha1.ReasonFailed)
+	g := NewWithT(t)
+	g.Expect(restoreCondition(got, memoryv1alpha1.ConditionCompleted).Message).To(ContainSubstring("mapping.scopes maps both user:7 and user:599 to user:new-7"))
+	g.Expect(restoreJobsIn(g, ns)).To(BeEmpty())
+}
+
 func TestMemoryRestoreFailsWhenItsJobDisappears(t *testing.T) {
 	f := services(t)
 	store := readySnapshotStore(t, f, "bot")
@@ -428,6 +448,30 @@ func TestMemoryRestoreAdmission(t *testing.T) {
 			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{Scopes: []memoryv1alpha1.ScopeRename{
 				{From: "user:1", To: "user:a"}, {From: "user:1", To: "user:b"}}}
 		}, `spec.mapping.scopes[1]: Duplicate value: {"from":"user:1"}`},
+		{"two scopes to one", func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{Scopes: []memoryv1alpha1.ScopeRename{
+				{From: "user:1", To: "user:a"}, {From: "user:2", To: "user:b"}, {From: "user:3", To: "user:a"}}}
+		}, "two mapping.scopes entries map to the same scope, which would merge two users' memories"},
+		{"two scopes to one, on purpose", func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{AllowMerge: true, Scopes: []memoryv1alpha1.ScopeRename{
+				{From: "user:1", To: "user:a"}, {From: "user:3", To: "user:a"}}}
+		}, ""},
+		{"map without a key", func(r *memoryv1alpha1.MemoryRestore) {
+			src := cmMap("")
+			src.Format = memoryv1alpha1.MappingCSV
+			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{From: src}
+		}, "mapping.from.configMapKeyRef needs a name and a key"},
+		{"secret map without a key", func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{From: &memoryv1alpha1.MappingSource{Format: memoryv1alpha1.MappingJSONLines,
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "m"}}}}
+		}, "mapping.from.secretKeyRef needs a name and a key"},
+		{"a thousand scopes", func(r *memoryv1alpha1.MemoryRestore) {
+			m := &memoryv1alpha1.RestoreMapping{}
+			for i := range 1000 {
+				m.Scopes = append(m.Scopes, memoryv1alpha1.ScopeRename{From: fmt.Sprintf("user:%d", i), To: fmt.Sprintf("user:new-%d", i)})
+			}
+			r.Spec.Mapping = m
+		}, ""},
 		{"bad prefix", func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{Prefixes: []memoryv1alpha1.PrefixRename{{From: "user", To: "user:x-"}}}
 		}, "spec.mapping.prefixes[0].from"},

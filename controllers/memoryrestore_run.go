@@ -205,8 +205,29 @@ func (r *MemoryRestoreReconciler) checkInputs(ctx context.Context, restore *memo
 			return err
 		}
 	}
+	if m := restore.Spec.Mapping; m != nil && !m.AllowMerge {
+		if err := checkInlineTargets(m.Scopes); err != nil {
+			return err
+		}
+	}
 	if m := restore.Spec.Mapping; m != nil && m.From != nil {
 		return r.checkMapping(ctx, ns, m.From)
+	}
+	return nil
+}
+
+// checkInlineTargets refuses inline renames sending two scopes to one, for lists too
+// long for admission to check (CEL's cost limit): the worker would refuse them too,
+// but a restore that cannot succeed never gets a Job.
+func checkInlineTargets(scopes []memoryv1alpha1.ScopeRename) error {
+	from := make(map[string]string, len(scopes))
+	for _, s := range scopes {
+		if other, ok := from[s.To]; ok {
+			return &runFailure{reason: memoryv1alpha1.ReasonFailed, message: fmt.Sprintf(
+				"mapping.scopes maps both %s and %s to %s, which would merge two users' memories; map them to different scopes, or set mapping.allowMerge: true to merge them on purpose",
+				other, s.From, s.To)}
+		}
+		from[s.To] = s.From
 	}
 	return nil
 }

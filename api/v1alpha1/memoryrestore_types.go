@@ -132,8 +132,10 @@ const (
 // rule (from scopes or the large map; a scope may be mapped to one target only), else
 // the longest matching prefix rule, else the unmapped policy. Two package scopes never
 // land on one target scope unless allowMerge is set: the restore checks every rule
-// against the package's own scope list before writing anything.
-// +kubebuilder:validation:XValidation:rule="(has(self.allowMerge) && self.allowMerge) || !has(self.scopes) || self.scopes.map(s, s.to).distinct().size() == self.scopes.size()",message="two mapping.scopes entries map to the same scope, which would merge two users' memories; map them to different scopes, or set mapping.allowMerge: true to merge them on purpose"
+// against the package's own scope list before writing anything. Admission refuses
+// inline scopes with a repeated target (up to 500 of them: CEL's cost limit; the
+// controller checks longer lists before it starts the Job).
+// +kubebuilder:validation:XValidation:rule="(has(self.allowMerge) && self.allowMerge) || !has(self.scopes) || self.scopes.size() > 500 || self.scopes.map(s, s.to).distinct().size() == self.scopes.size()",message="two mapping.scopes entries map to the same scope, which would merge two users' memories; map them to different scopes, or set mapping.allowMerge: true to merge them on purpose"
 type RestoreMapping struct {
 	// Scopes are exact renames ("user:1024" to "user:dbc0a3").
 	// +optional
