@@ -49,6 +49,9 @@ func TestGuaranteeDryRunReportsWhatARunDoes(t *testing.T) {
 			if dryDetail.String() != realDetail.String() {
 				t.Fatalf("detail differs:\n%s\n%s", dryDetail.String(), realDetail.String())
 			}
+			if full.Read != full.Restored+full.Unchanged+full.Skipped.Total() {
+				t.Fatalf("counts do not add up: %+v", full)
+			}
 			// What the real run did: user:5's old memories forgotten, its new address in.
 			if full.Tombstones != 1 || full.Forgotten != 2 || full.Skipped.Tombstoned != 1 || full.Inserted < 1 {
 				t.Fatalf("real run %+v", full)

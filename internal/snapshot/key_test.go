@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -54,6 +56,29 @@ func TestParseKeyRefusesWrongLengths(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got error %v, want it to contain %q", name, err, tc.want)
 		}
+	}
+}
+
+// The test vector in docs/snapshot-format.md goes through the operator's own key
+// parser, as a key from a Secret would.
+func TestDocumentedKeyVector(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/snapshot-format.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)in hex as\\s+`([0-9a-f]{64})`.*?has key ID `([0-9a-f]{16})`").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/snapshot-format.md has no key test vector in the expected words")
+	}
+	k, err := ParseKey(m[1])
+	if err != nil {
+		t.Fatalf("the documented key does not parse: %v", err)
+	}
+	if k.ID() != string(m[2]) {
+		t.Fatalf("the documented key has ID %s, the document says %s", k.ID(), m[2])
+	}
+	if string(k[:]) != "0123456789abcdef0123456789abcdef" {
+		t.Fatalf("the documented key is %q", k[:])
 	}
 }
 
