@@ -31,8 +31,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,6 +79,9 @@ type env struct {
 
 func run(sections map[string]bool, items, rssItems, archiveItems int, bin string) error {
 	ctx := context.Background()
+	if _, err := os.Stat("/usr/bin/time"); err != nil {
+		return fmt.Errorf("peak memory is measured with GNU time: install Debian's time package (%v)", err)
+	}
 	e := &env{dsn: os.Getenv("MEMORY_TEST_PG_DSN"), s3Endpoint: os.Getenv("MEMORY_TEST_S3_ENDPOINT"),
 		s3Access: os.Getenv("MEMORY_TEST_S3_ACCESS_KEY"), s3Secret: os.Getenv("MEMORY_TEST_S3_SECRET_KEY"), bin: bin}
 	if e.dsn == "" || e.s3Endpoint == "" {
@@ -390,9 +393,12 @@ type measurement struct {
 }
 
 // measure runs a command and reports its wall time and peak RSS (of the largest
-// process in its tree, as the kernel reports for waited-for children).
+// process in its tree). The RSS comes from GNU time (/usr/bin/time), which forks the
+// command itself: the kernel's figure for a child of this Go program would start at
+// this program's own high-water mark (Go starts children vfork-style).
 func (e *env) measure(name string, cmd string, args ...string) (measurement, error) {
-	c := exec.Command(cmd, args...)
+	rssFile := filepath.Join(e.work, "rss")
+	c := exec.Command("/usr/bin/time", append([]string{"-f", "%M", "-o", rssFile, cmd}, args...)...)
 	c.Stderr = os.Stderr
 	start := time.Now()
 	out, err := c.Output()
@@ -400,6 +406,13 @@ func (e *env) measure(name string, cmd string, args ...string) (measurement, err
 	if err != nil {
 		return measurement{}, fmt.Errorf("%s: %w\n%s", name, err, out)
 	}
-	rss := float64(c.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024
-	return measurement{name: name, wall: wall, rssMiB: rss}, nil
+	raw, err := os.ReadFile(rssFile)
+	if err != nil {
+		return measurement{}, fmt.Errorf("%s: reading its peak RSS: %w", name, err)
+	}
+	kb, err := strconv.ParseFloat(strings.TrimSpace(string(raw)), 64)
+	if err != nil {
+		return measurement{}, fmt.Errorf("%s: peak RSS %q: %w", name, raw, err)
+	}
+	return measurement{name: name, wall: wall, rssMiB: kb / 1024}, nil
 }

@@ -7,33 +7,41 @@
 //
 //  1. The options are checked and the embeddings policy is resolved against the
 //     package's manifest and the target's embedder and index.
-//  2. The whole package is verified (snapshot.Reader.VerifyChecksums: every object's
-//     size and SHA-256 against the authenticated manifest, and the key opens the
-//     first chunk; chunks, order and counts are checked again while reading), then
-//     every scope of the package is mapped. A bad
-//     package, a wrong key (already at snapshot.Open), an unknown future format
-//     version (likewise), an invalid mapping target or an unmapped scope under
-//     UnmappedFail fail here, before anything is written.
-//  3. The package's tombstones, mapped, are added to the target (pgstore.AddTombstones).
-//  4. Shards are read in parallel (Options.Parallelism; shards hold disjoint scopes)
-//     and their items merged in batches (pgstore.Store.Merge: COPY into a staging
-//     table, one INSERT ... ON CONFLICT per batch), each batch one transaction whose
-//     vectors are written before it commits. Batches end at scope boundaries; up to
-//     Parallelism of them are merged at once while the next ones are read, validated
-//     and hashed, and a batch whose target scopes overlap one in flight waits for it.
+//  2. The whole package is verified and planned, before anything is written (verify.go):
+//     every tombstone and every shard is read in full (snapshot.Reader.Scan: each
+//     chunk authenticated, decompressed, each line parsed and checked, every count,
+//     order and checksum compared with the authenticated manifest) and every item
+//     validated; every scope, of items and of tombstones, is mapped. A bad package, a
+//     wrong key (already at snapshot.Open), an unknown future format version
+//     (likewise), an invalid mapping target, an unmapped scope under UnmappedFail,
+//     or a mapping that sends two package scopes to one target scope (unless
+//     Options.AllowMerge) fails here, with the target exactly as it was.
+//  3. The package's tombstones, mapped, are applied to the target
+//     (pgstore.ApplyTombstones, in batches streamed from the package): each forgets
+//     there what it covers, as Forget would, and the vector deletions owed to an
+//     external index are then done.
+//  4. Shards are read again in parallel (Options.Parallelism; shards hold disjoint
+//     scopes) and their items merged in batches (pgstore.Store.Merge: COPY into a
+//     staging table, one INSERT ... ON CONFLICT per batch), each batch one
+//     transaction whose vectors are written before it commits. Batches end at scope
+//     boundaries and hold at most BatchSize items and BatchBytes of them; up to
+//     Parallelism of them are merged at once while the next ones are read,
+//     validated and hashed, and a batch whose target scopes overlap one in flight
+//     waits for it.
 //
 // # What is restored
 //
-// For each item, in this order: a scope with a tombstone in the package is skipped
-// (Tombstoned); a scope on the denylist (Denylisted: matched against the package's
-// scope, before mapping; exact, or a prefix written "user:test-*"); the scope is
-// mapped (Unmapped when the mapper's policy is Skip); a mapped scope with a tombstone
-// in the target or in the package (mapped) is skipped (Tombstoned); a type not asked
-// for (Type; by default every type but working); an item with expires_at at or
-// before Options.Now (Expired). The rest are merged under their mapped scope: an
-// invalid item is skipped (Invalid); a conflict with a stored memory follows the
-// conflict policy (see pgstore.ConflictPolicy), the target's memory being kept
-// counting as Conflict. Archived items are restored as archived (and get no vector).
+// For each item, in this order: a scope on the denylist (Denylisted: matched against
+// the package's scope, before mapping; exact, or a prefix written "user:test-*"); the
+// scope is mapped (Unmapped when the mapper's policy is Skip); a type not asked for
+// (Type; by default every type but working); an item with expires_at at or before
+// Options.Now (Expired). The rest are merged under their mapped scope: an invalid
+// item is skipped (Invalid); an item a tombstone covers — the target's, which by then
+// include the package's, mapped — is skipped (Tombstoned; see pgstore's forget.go: a
+// tombstone covers the memories of its scope created at or before it, and a memory
+// created later is kept); a conflict with a stored memory follows the conflict
+// policy (see pgstore.ConflictPolicy), the target's memory being kept counting as
+// Conflict. Archived items are restored as archived (and get no vector).
 //
 // # Identifiers
 //
@@ -47,20 +55,22 @@
 // memory_id is held by a memory of another scope or slot in the target is never
 // moved there: it is skipped as a Conflict (Result.IDConflicts).
 //
-// Several package scopes may map to one target scope (merging accounts): their items
-// meet in the target slots and are resolved by the conflict policy. With KeepNewer
-// the result does not depend on the order the shards are processed in; with
-// Overwrite and Skip it does (the last, resp. first, writer wins).
+// Two package scopes never map to one target scope unless Options.AllowMerge is set
+// (merging two accounts of one person): then their items meet in the target slots and
+// are resolved by the conflict policy. With KeepNewer the result does not depend on
+// the order the shards are processed in; with Overwrite and Skip it does (the last,
+// resp. first, writer wins).
 //
 // # Tombstones
 //
-// A tombstone in the package blocks its own (package) scope and its mapped scope; a
-// tombstone in the target blocks the mapped scope. The package's tombstones are
-// added to the target under their mapped scope (an unmapped one under Keep keeps its
-// name; under Skip or Fail it is not added, having no known target identity — its
-// items are still blocked by their package scope). The merge checks the target's
-// tombstones again in SQL, and under a lock just before each commit, so a scope
-// forgotten while the restore runs does not come back.
+// The package's tombstones are applied to the target under their mapped scope (an
+// unmapped one under Keep keeps its name; under Skip or Fail it is not applied, having
+// no known target identity — its scope's items are not restored either). Applying one
+// forgets, in the target, what it covers: the memories of its scope created at or
+// before it, their vectors, with an audit record. Items are then checked against the
+// target's tombstones in SQL; a batch holds the store's forget lock shared, so a scope
+// forgotten while the restore runs is forgotten after the batch commits, and its
+// tombstone covers everything written before.
 //
 // # Embeddings
 //
@@ -84,8 +94,9 @@
 //
 // # Dry run
 //
-// A dry run does everything but write: each batch is merged in a transaction that is
-// rolled back, so the counts are those of a real run (exact unless several package
-// scopes map onto one target slot across batches); the embedder is not called and
-// the vectors that would be written are counted.
+// A dry run does everything but write: the package's tombstones are applied and each
+// batch is merged, with the tombstones of its target scopes applied first, in
+// transactions that are rolled back, so the counts are those of a real run (exact
+// unless several package scopes map onto one target slot across batches); the
+// embedder is not called and the vectors that would be written are counted.
 package restore

@@ -205,7 +205,7 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 	}
 	b := &mergeBatch{items: sh.batch, owner: sh.owner, closed: slices.Clone(sh.scopes[:max(n, 0)]), done: make(chan struct{})}
 	sh.scopes = append(sh.scopes[:0], sh.scopes[max(n, 0):]...)
-	sh.batch, sh.owner, sh.batchBytes = make([]memory.Item, 0, min(sh.r.o.BatchSize, 1024)), make([]*scopeStat, 0, min(sh.r.o.BatchSize, 1024)), 0
+	sh.batch, sh.owner, sh.batchBytes = make([]memory.Item, 0, sh.r.o.BatchSize), make([]*scopeStat, 0, sh.r.o.BatchSize), 0
 	if len(b.items) == 0 {
 		// Nothing to merge: the closed scopes are finalized after every batch before.
 		for len(sh.inflight) > 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -28,7 +29,9 @@ func (r *runner) verify(ctx context.Context) error {
 	if r.o.DryRun {
 		r.dryTombs = &tombstoneIndex{}
 	}
-	err := r.o.Reader.Scan(ctx, snapshot.ScanFuncs{Tombstone: v.tombstone, Item: v.item})
+	// Lines are decoded and validated on every CPU; scopes are mapped in order here.
+	err := r.o.Reader.Scan(ctx, snapshot.ScanFuncs{Tombstone: v.tombstone, Item: v.item, Check: validate,
+		Workers: max(2, runtime.GOMAXPROCS(0))})
 	if err != nil {
 		return fmt.Errorf("restore: verifying the package at %s: %w; nothing was written", r.o.Reader.Prefix(), err)
 	}
@@ -96,8 +99,13 @@ func (v *verifier) item(it memory.Item) error {
 			v.claims = append(v.claims, claim{target: v.hash(d.target), source: v.hash(it.Scope)})
 		}
 	}
-	// The merge validates again (and skips what fails, as Invalid): validating here
-	// as well proves every item parses as what it claims to be before the first write.
+	return nil
+}
+
+// validate is the first pass's check of each item. The merge validates again and
+// skips what fails (Invalid, counted and reported): validating here as well proves
+// before the first write that every item parses as what it claims to be.
+func validate(it *memory.Item) error {
 	_ = it.Validate()
 	return nil
 }

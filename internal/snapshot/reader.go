@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -194,12 +195,19 @@ func (r *Reader) Items(ctx context.Context, fn func(memory.Item) error) error {
 	return r.Scan(ctx, ScanFuncs{Item: fn})
 }
 
-// ScanFuncs receive what Scan reads; either may be nil.
+// ScanFuncs receive what Scan reads; any may be nil.
 type ScanFuncs struct {
 	// Tombstone is called for every tombstone, in scope order, before any item.
 	Tombstone func(memory.Tombstone) error
 	// Item is called for every item, in shard order.
 	Item func(memory.Item) error
+	// Check, when set, is called for every item before Item sees it, from Workers
+	// goroutines at once and in no particular order: the place for expensive work on
+	// single items (validation). Lines are then decoded on those goroutines too.
+	Check func(*memory.Item) error
+	// Workers is the number of goroutines decoding and checking lines (default 1:
+	// on the reading goroutine, with Check run there too).
+	Workers int
 }
 
 // Scan reads the whole package: the tombstones, then every shard with the scope counts
@@ -232,7 +240,22 @@ func (r *Reader) Scan(ctx context.Context, f ScanFuncs) error {
 	defer sc.close()
 	var tc typeCounts
 	for _, shard := range r.m.Shards {
-		if err := r.readShard(ctx, shard, dec, sc, &tc, fn); err != nil {
+		var err error
+		if f.Workers > 1 {
+			err = r.readShardParallel(ctx, shard, dec, sc, &tc, f)
+		} else {
+			check := fn
+			if f.Check != nil {
+				check = func(it memory.Item) error {
+					if err := f.Check(&it); err != nil {
+						return err
+					}
+					return fn(it)
+				}
+			}
+			err = r.readShard(ctx, shard, dec, sc, &tc, check)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -240,6 +263,145 @@ func (r *Reader) Scan(ctx context.Context, f ScanFuncs) error {
 		return err
 	}
 	return tc.check(r.m.Counts)
+}
+
+// lineBatch is a run of a shard's lines on its way through readShardParallel: copied
+// out of the stream, decoded (and checked) by a worker, then consumed in order.
+type lineBatch struct {
+	first int64  // line number of the first line
+	buf   []byte // the lines, back to back
+	ends  []int  // line i is buf[ends[i-1]:ends[i]]
+	items []memory.Item
+	err   error
+	done  chan struct{}
+}
+
+// parallelBatchBytes bounds a batch of lines (one longer line is a batch alone).
+const parallelBatchBytes = 256 << 10
+
+// readShardParallel is readShard with the lines decoded and checked by f.Workers
+// goroutines, and every per-shard check and f.Item run, in line order, here.
+func (r *Reader) readShardParallel(ctx context.Context, shard ShardInfo, dec *zstd.Decoder, sc *scopeChecker, tc *typeCounts, f ScanFuncs) error {
+	what := fmt.Sprintf("shard %s", shard.Name)
+	s, err := r.openStream(ctx, ObjectRef{Name: shard.Name, Bytes: shard.Bytes, SHA256: shard.SHA256}, what, dec)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan *lineBatch)
+	ordered := make(chan *lineBatch, 2*f.Workers) // bounds the batches in flight
+	var readErr error
+	var wg sync.WaitGroup
+	for range f.Workers {
+		wg.Go(func() {
+			for b := range jobs {
+				r.decodeBatch(what, b, f.Check)
+				close(b.done)
+			}
+		})
+	}
+	go func() {
+		defer close(ordered)
+		defer close(jobs)
+		newBatch := func(first int64) *lineBatch {
+			return &lineBatch{first: first, buf: make([]byte, 0, parallelBatchBytes+4096), ends: make([]int, 0, 1024), done: make(chan struct{})}
+		}
+		b := newBatch(1)
+		send := func() bool {
+			select {
+			case ordered <- b:
+			case <-ctx.Done():
+				return false
+			}
+			select {
+			case jobs <- b:
+			case <-ctx.Done():
+				b.err = ctx.Err()
+				close(b.done) // never decoded: its consumer must not wait
+				return false
+			}
+			b = newBatch(s.lines + 1)
+			return true
+		}
+		for {
+			line, err := s.next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				readErr = err
+				return
+			}
+			b.buf = append(b.buf, line...)
+			b.ends = append(b.ends, len(b.buf))
+			if len(b.buf) >= parallelBatchBytes && !send() {
+				return
+			}
+		}
+		if len(b.ends) > 0 {
+			send()
+		}
+	}()
+	st := shardCheck{what: what, shard: shard, sc: sc, tc: tc}
+	fn := f.Item
+	err = func() error {
+		for b := range ordered {
+			<-b.done
+			if b.err != nil {
+				return b.err
+			}
+			for i := range b.items {
+				if err := st.add(b.first+int64(i), &b.items[i]); err != nil {
+					return err
+				}
+				if fn != nil {
+					if err := fn(b.items[i]); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}()
+	cancel()
+	for b := range ordered { // let the reader stop
+		<-b.done
+	}
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	if readErr != nil {
+		return readErr
+	}
+	if err := parent.Err(); err != nil {
+		return err
+	}
+	if err := s.finish(); err != nil {
+		return err
+	}
+	return st.end()
+}
+
+// decodeBatch decodes (and checks) the lines of b into b.items.
+func (r *Reader) decodeBatch(what string, b *lineBatch, check func(*memory.Item) error) {
+	b.items = make([]memory.Item, len(b.ends))
+	start := 0
+	for i, end := range b.ends {
+		it, err := r.decodeItem(what, b.first+int64(i), b.buf[start:end])
+		if err == nil && check != nil {
+			err = check(&it)
+		}
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.items[i] = it
+		start = end
+	}
 }
 
 // TombstoneCount is the number of the package's tombstones.

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -870,5 +871,66 @@ func TestMinioObjectsNotExist(t *testing.T) {
 	}
 	if err := obj.Delete(context.Background(), ""); err == nil {
 		t.Fatal("Delete with an empty prefix succeeded")
+	}
+}
+
+// Scan with several workers decoding and checking lines gives the items in the same
+// order as one goroutine does, checks every one, and fails the same way on damage, a
+// failing check or a cancelled context.
+func TestScanInParallel(t *testing.T) {
+	obj := newBucket(t)
+	ctx := context.Background()
+	items := genItems(genOptions{items: 20000, scopes: 400, seed: 9})
+	opts := baseOptions("parallel")
+	opts.Selection.IncludeEmbeddings, opts.Embedding = false, nil
+	opts.ShardTargetBytes = 1 << 20
+	m := writePackage(t, obj, opts, items, nil)
+	if len(m.Shards) < 3 {
+		t.Fatalf("%d shards; the test needs several", len(m.Shards))
+	}
+	r, err := Open(ctx, obj, "parallel", &testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect := func(workers int) ([]string, int64, error) {
+		var ids []string
+		var checked atomic.Int64
+		err := r.Scan(ctx, ScanFuncs{Workers: workers,
+			Check: func(it *memory.Item) error { checked.Add(1); return it.Validate() },
+			Item:  func(it memory.Item) error { ids = append(ids, it.MemoryID); return nil }})
+		return ids, checked.Load(), err
+	}
+	one, n1, err := collect(1)
+	if err != nil || n1 != int64(len(items)) {
+		t.Fatalf("one worker: %v, %d checked", err, n1)
+	}
+	four, n4, err := collect(4)
+	if err != nil || n4 != int64(len(items)) || !slices.Equal(one, four) {
+		t.Fatalf("four workers: %v, %d checked, same order %v", err, n4, slices.Equal(one, four))
+	}
+	boom := errors.New("boom")
+	if err := r.Scan(ctx, ScanFuncs{Workers: 4, Check: func(it *memory.Item) error {
+		if it.MemoryID == items[15000].MemoryID {
+			return boom
+		}
+		return nil
+	}}); !errors.Is(err, boom) {
+		t.Fatalf("failing check: %v", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := r.Scan(cancelled, ScanFuncs{Workers: 4}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	// A damaged chunk in a later shard: both ways refuse it as corrupt.
+	name := "parallel/" + m.Shards[2].Name
+	body := getObject(t, obj, name)
+	damaged := bytes.Clone(body)
+	damaged[len(damaged)/2] ^= 0x40
+	putObject(t, obj, name, damaged)
+	for _, w := range []int{1, 4} {
+		if err := r.Scan(ctx, ScanFuncs{Workers: w}); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%d workers over a damaged shard: %v", w, err)
+		}
 	}
 }
