@@ -9,9 +9,39 @@
 package jsonscan
 
 import (
+	"encoding/binary"
 	"unicode/utf16"
 	"unicode/utf8"
 )
+
+// plainRun is the length of the run at the start of b of bytes a string holds as they
+// are: anything but '"', '\\' and control characters, and (when ascii) bytes from 0x80.
+// It tests eight bytes at a time (the usual SWAR bit tricks: a word has a byte below n
+// when (w - n*0x01..) & ^w & 0x80.. is not zero), then finds the byte one by one.
+func plainRun(b []byte, ascii bool) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		special := (w - ones*0x20) &^ w        // a control character
+		special |= ((w ^ ones*'"') - ones) &^ (w ^ ones*'"')
+		special |= ((w ^ ones*'\\') - ones) &^ (w ^ ones*'\\')
+		special &= highs
+		if ascii {
+			special |= w & highs
+		}
+		if special != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		c := b[i]
+		if c == '"' || c == '\\' || c < 0x20 || (ascii && c >= utf8.RuneSelf) {
+			break
+		}
+	}
+	return i
+}
 
 // MaxDepth is encoding/json's nesting limit.
 const MaxDepth = 10000
@@ -68,13 +98,7 @@ func (s *Scanner) String(dst []byte) ([]byte, bool) {
 	s.Pos++
 	for {
 		start := s.Pos
-		for s.Pos < len(s.Data) {
-			b := s.Data[s.Pos]
-			if b == '"' || b == '\\' || b < 0x20 || b >= utf8.RuneSelf {
-				break
-			}
-			s.Pos++
-		}
+		s.Pos += plainRun(s.Data[s.Pos:], true)
 		dst = append(dst, s.Data[start:s.Pos]...)
 		if s.Pos >= len(s.Data) {
 			return dst, false
@@ -287,6 +311,10 @@ func (s *Scanner) skipString() bool {
 	}
 	s.Pos++
 	for s.Pos < len(s.Data) {
+		s.Pos += plainRun(s.Data[s.Pos:], false)
+		if s.Pos >= len(s.Data) {
+			return false
+		}
 		switch b := s.Data[s.Pos]; {
 		case b == '"':
 			s.Pos++

@@ -218,7 +218,7 @@ func checkStorableText(raw []byte) error {
 		}
 		return fmt.Errorf("is not valid UTF-8 (byte 0x%02x at offset %d)", raw[i], i)
 	}
-	for i := 0; ; {
+	for i := 0; i < len(raw); {
 		j := bytes.IndexByte(raw[i:], '\\')
 		if j < 0 {
 			return nil
@@ -244,6 +244,7 @@ func checkStorableText(raw []byte) error {
 			i += 6
 		}
 	}
+	return nil
 }
 
 // hex4 decodes the four hex digits at the start of b.

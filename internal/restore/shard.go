@@ -71,7 +71,7 @@ type shardRun struct {
 	idx int
 
 	scopes     []*scopeStat // scopes not yet handed to a batch to finalize; the last is the current one
-	batch      []memory.Item
+	batch      []pgstore.PreparedItem
 	batchBytes int64        // the batch's items' size (itemSize)
 	owner      []*scopeStat // owner[i] is batch[i]'s scope
 	inflight   []*mergeBatch
@@ -90,7 +90,7 @@ type shardRun struct {
 
 // mergeBatch is one batch on its way into the target.
 type mergeBatch struct {
-	items  []memory.Item
+	items  []pgstore.PreparedItem
 	owner  []*scopeStat
 	closed []*scopeStat // scopes complete once this batch is: finalized after it
 	// targets are the distinct target scopes of items.
@@ -106,7 +106,24 @@ type mergeBatch struct {
 }
 
 func (sh *shardRun) run(ctx context.Context, info snapshot.ShardInfo) error {
-	err := sh.r.o.Reader.ShardItems(ctx, info, func(it memory.Item) error { return sh.add(ctx, it) })
+	var preps []pgstore.Preparation
+	if sh.r.preps != nil {
+		preps = sh.r.preps[sh.idx]
+	}
+	var n int
+	err := sh.r.o.Reader.ShardItemsPinned(ctx, info, sh.r.pins, func(it memory.Item) error {
+		var p pgstore.PreparedItem
+		if n < len(preps) {
+			p = pgstore.Attach(it, &preps[n])
+		} else {
+			p = pgstore.PrepareItem(it)
+		}
+		n++
+		return sh.add(ctx, p)
+	})
+	if sh.r.preps != nil {
+		sh.r.preps[sh.idx] = nil // done with them
+	}
 	if err == nil {
 		err = sh.flush(ctx, true)
 	}
@@ -130,7 +147,8 @@ func (sh *shardRun) run(ctx context.Context, info snapshot.ShardInfo) error {
 }
 
 // add applies the item rules and queues the item for the next batch.
-func (sh *shardRun) add(ctx context.Context, it memory.Item) error {
+func (sh *shardRun) add(ctx context.Context, p pgstore.PreparedItem) error {
+	it := &p.Item
 	sh.read++
 	if n := len(sh.scopes); n == 0 || sh.scopes[n-1].source != it.Scope {
 		d, err := sh.r.decide(it.Scope)
@@ -159,8 +177,8 @@ func (sh *shardRun) add(ctx context.Context, it memory.Item) error {
 		return nil
 	}
 	it.Scope = sc.target
-	sh.batch = append(sh.batch, it)
-	sh.batchBytes += itemSize(&it)
+	sh.batch = append(sh.batch, p)
+	sh.batchBytes += itemSize(it)
 	sh.owner = append(sh.owner, sc)
 	if sh.full(maxBatchFactor) {
 		return sh.flush(ctx, false) // one scope larger than a batch
@@ -205,7 +223,7 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 	}
 	b := &mergeBatch{items: sh.batch, owner: sh.owner, closed: slices.Clone(sh.scopes[:max(n, 0)]), done: make(chan struct{})}
 	sh.scopes = append(sh.scopes[:0], sh.scopes[max(n, 0):]...)
-	sh.batch, sh.owner, sh.batchBytes = make([]memory.Item, 0, sh.r.o.BatchSize), make([]*scopeStat, 0, sh.r.o.BatchSize), 0
+	sh.batch, sh.owner, sh.batchBytes = make([]pgstore.PreparedItem, 0, sh.r.o.BatchSize), make([]*scopeStat, 0, sh.r.o.BatchSize), 0
 	if len(b.items) == 0 {
 		// Nothing to merge: the closed scopes are finalized after every batch before.
 		for len(sh.inflight) > 0 {
@@ -220,9 +238,10 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 			b.targets = append(b.targets, o.target)
 		}
 	}
-	// Validating and hashing the batch here, before waiting for batches in flight,
-	// overlaps it with the database's work on them.
-	prepared := pgstore.PrepareMerge(b.items)
+	// Planning the batch here (its items were validated and hashed as they were
+	// added), before waiting for batches in flight, overlaps it with the database's
+	// work on them.
+	prepared := pgstore.PrepareMergeItems(b.items)
 	for len(sh.inflight) > 0 && (len(sh.inflight) >= sh.r.o.Parallelism || sh.overlapsInflight(b)) {
 		if err := sh.wait(); err != nil {
 			return err
@@ -294,7 +313,7 @@ func (sh *shardRun) wait() error {
 // tally counts a merged batch.
 func (sh *shardRun) tally(b *mergeBatch) {
 	for i, o := range b.res.Outcomes {
-		sc, it := b.owner[i], &b.items[i]
+		sc, it := b.owner[i], &b.items[i].Item
 		switch o {
 		case pgstore.MergeInserted, pgstore.MergeReplaced:
 			if o == pgstore.MergeInserted {
@@ -389,7 +408,7 @@ func (r *runner) vectorWork(b *mergeBatch, res *pgstore.MergeResult) vectorWork 
 	var w vectorWork
 	dim := r.o.Index.Spec().Dimension
 	for i, o := range res.Outcomes {
-		it := &b.items[i]
+		it := &b.items[i].Item
 		if !o.Written() {
 			continue
 		}
@@ -509,10 +528,10 @@ func (r *runner) rehydrate(ctx context.Context, b *mergeBatch) error {
 	var scopes []string
 	var eligible []int
 	for i, o := range res.Outcomes {
-		if b.items[i].ArchivedAt == nil || (!o.Written() && o != pgstore.MergeUnchanged) {
+		if b.items[i].Item.ArchivedAt == nil || (!o.Written() && o != pgstore.MergeUnchanged) {
 			continue
 		}
-		sc := b.items[i].Scope
+		sc := b.items[i].Item.Scope
 		if _, ok := byScope[sc]; !ok {
 			scopes = append(scopes, sc)
 		}
@@ -536,7 +555,7 @@ func (r *runner) rehydrate(ctx context.Context, b *mergeBatch) error {
 	var w vectorWork
 	dim := r.o.Index.Spec().Dimension
 	for _, i := range eligible {
-		it := &b.items[i]
+		it := &b.items[i].Item
 		e := vector.Entry{ID: res.IDs[i], Scope: it.Scope, Type: string(it.MemoryType)}
 		switch {
 		case r.plan.reuse && len(it.Embedding) == dim:

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,4 +195,56 @@ func BenchmarkVerify(b *testing.B) {
 	}
 	b.SetBytes(raw)
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "items/s")
+}
+
+// BenchmarkScan reads back a package of SNAPSHOT_BENCH_ITEMS small memories (a few
+// words each, 20 per scope) as a restore's verifying pass does: with one goroutine,
+// and with a worker per CPU decoding and validating lines.
+func BenchmarkScan(b *testing.B) {
+	n := benchItems(b)
+	obj := newBucket(b)
+	ctx := context.Background()
+	words := strings.Fields("coffee tea oat milk berlin munich jazz running allergy peanuts invoice refund delivery address")
+	r := rand.New(rand.NewPCG(1, 2))
+	k := testKey
+	w, err := NewWriter(ctx, obj, WriterOptions{Prefix: "scan", Key: &k})
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i := range n {
+		var text strings.Builder
+		for range 6 + r.IntN(10) {
+			text.WriteString(words[r.IntN(len(words))] + " ")
+		}
+		c, _ := json.Marshal(map[string]any{"text": text.String(), "turn": r.IntN(500)})
+		it := memory.Item{MemoryID: "m" + strconv.Itoa(100000000+i), MemoryType: memory.Semantic,
+			Scope: "user:" + strconv.Itoa(10000000+i/20), Content: c, Source: "bench@1", BaseScore: 0.5, CreatedAt: at, UpdatedAt: at}
+		if err := w.Add(ctx, it); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := w.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	rd, err := Open(ctx, obj, "scan", &k)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		f    ScanFuncs
+	}{
+		{"one", ScanFuncs{}},
+		{"parallel-validate", ScanFuncs{Workers: runtime.GOMAXPROCS(0), Check: func(_ ItemPos, it *memory.Item) error { _ = it.Validate(); return nil }}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := rd.Scan(ctx, bc.f); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "items/s")
+		})
+	}
 }

@@ -286,6 +286,15 @@ type frameReader struct {
 	consumed int64 // bytes of the stream read so far, header included
 	expected int64
 	err      error
+	// pin, when set, records (first read) or checks (later reads) the tag of every
+	// chunk, so that a later read releases only the bytes the first one did.
+	pin *streamPin
+}
+
+// streamPin is one stream's chunk tags from its first read.
+type streamPin struct {
+	check bool
+	tags  [][tagSize]byte
 }
 
 func newFrameReader(r *bufio.Reader, h frameHeader, header []byte, aead cipher.AEAD, name, what string, expected int64) *frameReader {
@@ -357,6 +366,9 @@ func (f *frameReader) next() error {
 	data := f.buf[:n]
 	plain, oerr := f.aead.Open(f.out[:0], chunkNonce(&f.nonce, f.counter, atEOF), data, f.aad)
 	if oerr == nil {
+		if err := f.pinChunk(data[len(data)-tagSize:]); err != nil {
+			return err
+		}
 		return f.accept(plain, atEOF)
 	}
 	// Tell the other kind of chunk apart: a valid non-final chunk at the end means
@@ -376,7 +388,29 @@ func (f *frameReader) next() error {
 	return corruptf("%s: chunk %d failed authentication (modified, reordered or from another object)", f.what, f.counter)
 }
 
+// pinChunk records or checks the tag of the chunk just opened. A chunk's tag binds
+// its plaintext (GCM under the stream key; SHA-256 for unencrypted packages), so an
+// equal tag means the bytes the first read verified.
+func (f *frameReader) pinChunk(tag []byte) error {
+	p := f.pin
+	if p == nil {
+		return nil
+	}
+	i := int(f.counter)
+	if !p.check {
+		p.tags = append(p.tags, [tagSize]byte(tag))
+		return nil
+	}
+	if i >= len(p.tags) || [tagSize]byte(tag) != p.tags[i] {
+		return corruptf("%s: chunk %d is not the one read before (the package changed while it was being read)", f.what, f.counter)
+	}
+	return nil
+}
+
 func (f *frameReader) accept(plain []byte, final bool) error {
+	if p := f.pin; p != nil && p.check && final && int(f.counter)+1 != len(p.tags) {
+		return corruptf("%s ends after chunk %d; it had %d chunks when read before (the package changed while it was being read)", f.what, f.counter, len(p.tags))
+	}
 	if final && f.expected >= 0 && f.consumed != f.expected {
 		return corruptf("%s is %d bytes; the manifest records %d", f.what, f.consumed, f.expected)
 	}

@@ -2,8 +2,10 @@ package pgstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -147,41 +149,107 @@ type invalidItem struct {
 	err error
 }
 
-// PrepareMerge validates and hashes items (with memory.Item.ValidatedHash; no
-// defaults are filled in), truncates their times to microseconds, and plans the
-// merge rounds. It does not modify items.
+// PreparedItem is one item made ready for a merge by PrepareItem: validated, its
+// times truncated to microseconds, its content hashed and its history encoded.
+type PreparedItem struct {
+	// Item is the item as it will be stored. Its Scope may still be changed (a
+	// restore maps scopes after preparing): nothing prepared depends on the scope,
+	// and a valid item stays valid under any valid scope.
+	Item    memory.Item
+	hash    []byte
+	history []byte
+	err     error
+}
+
+// Err is why the item is invalid, nil when it is valid.
+func (p *PreparedItem) Err() error { return p.err }
+
+// PrepareItem validates and hashes it (with memory.Item.ValidatedHash; no defaults
+// are filled in) and encodes its history, after truncating its times to
+// microseconds. It is pure CPU work, safe to run on many items at once.
+func PrepareItem(it memory.Item) PreparedItem {
+	normalizeTimes(&it) // replaces pointers, never writes through
+	p := PreparedItem{Item: it}
+	if p.hash, p.err = it.ValidatedHash(); p.err == nil {
+		p.history, p.err = historyJSON(it.History)
+	}
+	if p.err != nil {
+		p.err = fmt.Errorf("memory %q: %w", it.MemoryID, p.err)
+	}
+	return p
+}
+
+// Preparation is what PrepareItem works out of an item, without the item: a caller
+// that will read the same item again (a restore's second pass) keeps it and skips the
+// work with Attach. It is 72 bytes and the item's encoded history.
+type Preparation struct {
+	hash    [sha256.Size]byte
+	history []byte
+	err     error
+}
+
+// Preparation returns p's preparation.
+func (p *PreparedItem) Preparation() Preparation {
+	var prep Preparation
+	copy(prep.hash[:], p.hash)
+	prep.history, prep.err = p.history, p.err
+	return prep
+}
+
+// Attach prepares it with prep, worked out by PrepareItem from the same item (its
+// scope may differ): the times are truncated again, nothing else is redone.
+func Attach(it memory.Item, prep *Preparation) PreparedItem {
+	normalizeTimes(&it)
+	p := PreparedItem{Item: it, history: prep.history, err: prep.err}
+	if p.err == nil {
+		p.hash = prep.hash[:]
+	}
+	return p
+}
+
+// PrepareMerge prepares items (PrepareItem) and plans the merge rounds. It does not
+// modify items.
 func PrepareMerge(items []memory.Item) *PreparedBatch {
-	b := &PreparedBatch{n: len(items), rows: make([]mergeRow, 0, len(items))}
-	lastByID := make(map[string]int32, len(items))
-	lastBySlot := make(map[string]int32, len(items))
-	var slot strings.Builder
+	ps := make([]PreparedItem, len(items))
 	for i := range items {
-		it := items[i] // a copy: normalizeTimes replaces pointers, never writes through
-		normalizeTimes(&it)
-		var err error
-		var hash, history []byte
-		if hash, err = it.ValidatedHash(); err == nil {
-			history, err = historyJSON(it.History)
-		}
-		if err != nil {
-			b.invalid = append(b.invalid, invalidItem{pos: i, err: fmt.Errorf("memory %q: %w", it.MemoryID, err)})
+		ps[i] = PrepareItem(items[i])
+	}
+	return PrepareMergeItems(ps)
+}
+
+// PrepareMergeItems plans the merge rounds of prepared items; items must not change
+// until the batch is merged.
+func PrepareMergeItems(items []PreparedItem) *PreparedBatch {
+	b := &PreparedBatch{n: len(items), rows: make([]mergeRow, 0, len(items))}
+	// Keys are hashes of the ID and of the slot: two that collide only put an item in
+	// a later round than it needs, never two meetings of one memory in one round.
+	lastByID := make(map[uint64]int32, len(items))
+	lastBySlot := make(map[uint64]int32, len(items))
+	seed := maphash.MakeSeed()
+	var h maphash.Hash
+	for i := range items {
+		p := &items[i]
+		if p.err != nil {
+			b.invalid = append(b.invalid, invalidItem{pos: i, err: p.err})
 			continue
 		}
+		it := &p.Item
 		// A slot is (scope, key), or (scope, content hash) for an item without a key.
-		slot.Reset()
-		slot.WriteString(it.Scope)
+		h.SetSeed(seed)
+		h.WriteString(it.Scope)
 		if it.Key != "" {
-			slot.WriteString("\x00k")
-			slot.WriteString(it.Key)
+			h.WriteString("\x00k")
+			h.WriteString(it.Key)
 		} else {
-			slot.WriteString("\x00h")
-			slot.Write(hash)
+			h.WriteString("\x00h")
+			h.Write(p.hash)
 		}
-		sk := slot.String()
-		round := max(lastByID[it.MemoryID], lastBySlot[sk]) + 1
-		lastByID[it.MemoryID], lastBySlot[sk] = round, round
+		sk := h.Sum64()
+		id := maphash.String(seed, it.MemoryID)
+		round := max(lastByID[id], lastBySlot[sk]) + 1
+		lastByID[id], lastBySlot[sk] = round, round
 		b.rounds = max(b.rounds, round)
-		b.rows = append(b.rows, mergeRow{pos: i, it: &it, hash: hash, history: history, round: round})
+		b.rows = append(b.rows, mergeRow{pos: i, it: it, hash: p.hash, history: p.history, round: round})
 	}
 	return b
 }
