@@ -23,7 +23,7 @@ func plainRun(b []byte, ascii bool) int {
 	i := 0
 	for ; i+8 <= len(b); i += 8 {
 		w := binary.LittleEndian.Uint64(b[i:])
-		special := (w - ones*0x20) &^ w        // a control character
+		special := (w - ones*0x20) &^ w // a control character
 		special |= ((w ^ ones*'"') - ones) &^ (w ^ ones*'"')
 		special |= ((w ^ ones*'\\') - ones) &^ (w ^ ones*'\\')
 		special &= highs
