@@ -50,6 +50,9 @@ const MaxDepth = 10000
 type Scanner struct {
 	Data []byte
 	Pos  int
+	// Numbers, when set, is called by Value for every number it skips, with its
+	// literal and whether it is a plain integer; false fails the value.
+	Numbers func(lit []byte, plain bool) bool
 }
 
 // SkipSpace moves past JSON whitespace.
@@ -298,8 +301,8 @@ func (s *Scanner) skip(depth int) bool {
 	case 'n':
 		return s.Literal("null")
 	default:
-		_, _, ok := s.Number()
-		return ok
+		lit, plain, ok := s.Number()
+		return ok && (s.Numbers == nil || s.Numbers(lit, plain))
 	}
 }
 

@@ -94,3 +94,37 @@ func TestContentHashUnchangedByFastPath(t *testing.T) {
 		}
 	}
 }
+
+// FuzzValidContentFast holds the validation fast path to the slow one: whenever it
+// accepts content, decoding it as content succeeds.
+func FuzzValidContentFast(f *testing.F) {
+	for _, c := range canonicalCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) { checkValidContentFast(t, raw) })
+}
+
+func checkValidContentFast(t *testing.T, raw []byte) bool {
+	t.Helper()
+	fast := validContentFast(raw)
+	_, slowErr := decodeContent(raw)
+	if fast && slowErr != nil {
+		t.Errorf("%q: the fast path accepted what the slow path refuses: %v", raw, slowErr)
+	}
+	return fast
+}
+
+func TestValidContentFastMatchesSlow(t *testing.T) {
+	accepted := 0
+	for _, c := range canonicalCases {
+		if checkValidContentFast(t, []byte(c)) {
+			accepted++
+		}
+	}
+	for _, c := range []string{`{"n":1e-16383}`, `{"n":1e-16384}`, `{"n":1.5e131071}`, `{"a":{"b":[1,2,{"c":"\u00e9"}]}}`} {
+		checkValidContentFast(t, []byte(c))
+	}
+	if accepted < 8 { // the objects among the cases
+		t.Errorf("the fast path accepted only %d cases", accepted)
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/amemory/memory-operator/internal/jsonscan"
 )
 
 // Item is one memory in the neutral format. The JSON field names are the format's
@@ -217,13 +219,36 @@ func ValidateID(id string) error {
 // ValidateContent checks that raw is a single JSON object that PostgreSQL's jsonb can
 // store (no NUL characters in strings or keys, numbers within range).
 func ValidateContent(raw json.RawMessage) error {
-	buf := canonBufs.Get().(*[]byte)
-	defer canonBufs.Put(buf)
-	if _, first, err := appendCanonicalFast((*buf)[:0], raw); err == nil && first == '{' {
+	if validContentFast(raw) {
 		return nil
 	}
 	_, err := decodeContent(raw)
 	return err
+}
+
+// validContentFast reports that raw is surely a storable JSON object, checking its
+// syntax, text and numbers in one scan without building anything (a restore validates
+// every memory of a package before writing any). false means "ask the slow path",
+// which decides and words the error. FuzzValidContentFast holds it to the slow path.
+func validContentFast(raw []byte) bool {
+	if checkStorableText(raw) != nil || bytes.Contains(raw, []byte(`\u0000`)) {
+		return false // the slow path tells lone surrogates and NUL characters apart
+	}
+	sc := jsonscan.Scanner{Data: raw, Numbers: storableNumber}
+	if sc.Next() != '{' {
+		return false
+	}
+	_, ok := sc.Value()
+	return ok && sc.AtEnd()
+}
+
+// storableNumber reports whether a number literal fits PostgreSQL's numeric.
+func storableNumber(lit []byte, plain bool) bool {
+	if plain && len(lit) <= 21 {
+		return true
+	}
+	_, err := canonicalNumber(string(lit))
+	return err == nil
 }
 
 // canonBufs recycles the buffers canonical content is built in before hashing.
