@@ -408,10 +408,8 @@ type runner struct {
 	// dryTombs are the package's tombstones under their target scopes, kept for a dry
 	// run, which applies them in each batch's rolled-back transaction instead of once.
 	dryTombs *tombstoneIndex
-	// pins make the second pass read exactly what the first verified; preps, when
-	// kept (preps[shard][item]), are the first pass's preparations of the items.
-	pins  *snapshot.Pins
-	preps [][]pgstore.Preparation
+	// pins make the second pass read exactly what the first verified.
+	pins *snapshot.Pins
 
 	mu       sync.Mutex // guards progress, the detail writer and targets
 	progress Progress

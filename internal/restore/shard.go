@@ -106,24 +106,9 @@ type mergeBatch struct {
 }
 
 func (sh *shardRun) run(ctx context.Context, info snapshot.ShardInfo) error {
-	var preps []pgstore.Preparation
-	if sh.r.preps != nil {
-		preps = sh.r.preps[sh.idx]
-	}
-	var n int
 	err := sh.r.o.Reader.ShardItemsPinned(ctx, info, sh.r.pins, func(it memory.Item) error {
-		var p pgstore.PreparedItem
-		if n < len(preps) {
-			p = pgstore.Attach(it, &preps[n])
-		} else {
-			p = pgstore.PrepareItem(it)
-		}
-		n++
-		return sh.add(ctx, p)
+		return sh.add(ctx, pgstore.PrepareItem(it))
 	})
-	if sh.r.preps != nil {
-		sh.r.preps[sh.idx] = nil // done with them
-	}
 	if err == nil {
 		err = sh.flush(ctx, true)
 	}

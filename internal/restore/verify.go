@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/amemory/memory-operator/internal/memory"
-	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 )
 
@@ -30,17 +29,8 @@ func (r *runner) verify(ctx context.Context) error {
 	if r.o.DryRun {
 		r.dryTombs = &tombstoneIndex{}
 	}
-	// The second pass must read what this one verified: the chunks are pinned. And a
-	// package small enough has each item's preparation for the merge (validation, hash,
-	// history) kept, so the second pass only decodes.
+	// The second pass must read what this one verified: the chunks are pinned.
 	r.pins = snapshot.NewPins()
-	man := r.o.Reader.Manifest()
-	if man.Counts.Items <= maxKeptPreparations {
-		r.preps = make([][]pgstore.Preparation, len(man.Shards))
-		for i, sh := range man.Shards {
-			r.preps[i] = make([]pgstore.Preparation, sh.Items)
-		}
-	}
 	// Lines are decoded and checked on every CPU; scopes are mapped in order here.
 	err := r.o.Reader.Scan(ctx, snapshot.ScanFuncs{Tombstone: v.tombstone, Item: v.item, Check: r.check,
 		Workers: max(2, runtime.GOMAXPROCS(0)), Pins: r.pins})
@@ -114,23 +104,14 @@ func (v *verifier) item(it memory.Item) error {
 	return nil
 }
 
-// maxKeptPreparations is the most items whose preparations the first pass keeps for
-// the second (72 bytes each, plus their encoded history): beyond it the second pass
-// prepares items again, and memory stays bounded whatever the package's size.
-const maxKeptPreparations = 500_000
-
 // check is the first pass's work on each item, on several goroutines at once: it is
 // validated (the merge skips what fails, as Invalid, counted and reported; checking
-// here proves before the first write that every item parses as what it claims to be)
-// and, when kept, hashed and its history encoded for the merge. Preparing an item
-// does not depend on its scope, so mapping it later changes nothing.
-func (r *runner) check(pos snapshot.ItemPos, it *memory.Item) error {
-	if r.preps == nil || pos.Index >= int64(len(r.preps[pos.Shard])) {
-		_ = it.Validate() // (more items than the manifest says: the scan fails at the shard's end)
-		return nil
-	}
-	p := pgstore.PrepareItem(*it)
-	r.preps[pos.Shard][pos.Index] = p.Preparation()
+// here proves before the first write that every item parses as what it claims to be).
+// Validity does not depend on the scope, so mapping it later changes nothing. The
+// second pass validates again while preparing the merge: keeping each item's
+// preparation instead was measured slower, and costs memory.
+func (r *runner) check(it *memory.Item) error {
+	_ = it.Validate()
 	return nil
 }
 

@@ -236,7 +236,7 @@ func BenchmarkScan(b *testing.B) {
 		f    ScanFuncs
 	}{
 		{"one", ScanFuncs{}},
-		{"parallel-validate", ScanFuncs{Workers: runtime.GOMAXPROCS(0), Check: func(_ ItemPos, it *memory.Item) error { _ = it.Validate(); return nil }}},
+		{"parallel-validate", ScanFuncs{Workers: runtime.GOMAXPROCS(0), Check: func(it *memory.Item) error { _ = it.Validate(); return nil }}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {

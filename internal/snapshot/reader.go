@@ -203,9 +203,8 @@ type ScanFuncs struct {
 	Item func(memory.Item) error
 	// Check, when set, is called for every item before Item sees it, from Workers
 	// goroutines at once and in no particular order: the place for expensive work on
-	// single items (validation). Lines are then decoded on those goroutines too. pos
-	// says which item it is.
-	Check func(pos ItemPos, it *memory.Item) error
+	// single items (validation). Lines are then decoded on those goroutines too.
+	Check func(it *memory.Item) error
 	// Workers is the number of goroutines decoding and checking lines (default 1:
 	// on the reading goroutine, with Check run there too).
 	Workers int
@@ -242,23 +241,21 @@ func (r *Reader) Scan(ctx context.Context, f ScanFuncs) error {
 	}
 	defer sc.close()
 	var tc typeCounts
-	for i, shard := range r.m.Shards {
+	for _, shard := range r.m.Shards {
 		var pin *streamPin
 		if f.Pins != nil {
 			pin = f.Pins.record(shard.Name)
 		}
 		var err error
 		if f.Workers > 1 {
-			err = r.readShardParallel(ctx, i, shard, pin, dec, sc, &tc, f)
+			err = r.readShardParallel(ctx, shard, pin, dec, sc, &tc, f)
 		} else {
 			check := fn
 			if f.Check != nil {
-				var n int64
 				check = func(it memory.Item) error {
-					if err := f.Check(ItemPos{Shard: i, Index: n}, &it); err != nil {
+					if err := f.Check(&it); err != nil {
 						return err
 					}
-					n++
 					return fn(it)
 				}
 			}
@@ -272,13 +269,6 @@ func (r *Reader) Scan(ctx context.Context, f ScanFuncs) error {
 		return err
 	}
 	return tc.check(r.m.Counts)
-}
-
-// ItemPos is an item's place in a package: the index of its shard in the manifest,
-// and its index in the shard (from 0).
-type ItemPos struct {
-	Shard int
-	Index int64
 }
 
 // Pins hold the chunk tags of a package's shards from a first read (Scan with
@@ -328,7 +318,7 @@ const parallelBatchBytes = 256 << 10
 
 // readShardParallel is readShard with the lines decoded and checked by f.Workers
 // goroutines, and every per-shard check and f.Item run, in line order, here.
-func (r *Reader) readShardParallel(ctx context.Context, idx int, shard ShardInfo, pin *streamPin, dec *zstd.Decoder, sc *scopeChecker, tc *typeCounts, f ScanFuncs) error {
+func (r *Reader) readShardParallel(ctx context.Context, shard ShardInfo, pin *streamPin, dec *zstd.Decoder, sc *scopeChecker, tc *typeCounts, f ScanFuncs) error {
 	what := fmt.Sprintf("shard %s", shard.Name)
 	s, err := r.openPinnedStream(ctx, ObjectRef{Name: shard.Name, Bytes: shard.Bytes, SHA256: shard.SHA256}, what, dec, pin)
 	if err != nil {
@@ -345,7 +335,7 @@ func (r *Reader) readShardParallel(ctx context.Context, idx int, shard ShardInfo
 	for range f.Workers {
 		wg.Go(func() {
 			for b := range jobs {
-				r.decodeBatch(what, idx, b, f.Check)
+				r.decodeBatch(what, b, f.Check)
 				close(b.done)
 			}
 		})
@@ -433,15 +423,15 @@ func (r *Reader) readShardParallel(ctx context.Context, idx int, shard ShardInfo
 	return st.end()
 }
 
-// decodeBatch decodes (and checks) the lines of b, of shard idx, into b.items.
-func (r *Reader) decodeBatch(what string, idx int, b *lineBatch, check func(ItemPos, *memory.Item) error) {
+// decodeBatch decodes (and checks) the lines of b into b.items.
+func (r *Reader) decodeBatch(what string, b *lineBatch, check func(*memory.Item) error) {
 	b.items = make([]memory.Item, len(b.ends))
 	start := 0
 	for i, end := range b.ends {
 		line := b.first + int64(i)
 		it, err := r.decodeItem(what, line, b.buf[start:end])
 		if err == nil && check != nil {
-			err = check(ItemPos{Shard: idx, Index: line - 1}, &it)
+			err = check(&it)
 		}
 		if err != nil {
 			b.err = err

@@ -896,7 +896,7 @@ func TestScanInParallel(t *testing.T) {
 		var ids []string
 		var checked atomic.Int64
 		err := r.Scan(ctx, ScanFuncs{Workers: workers,
-			Check: func(_ ItemPos, it *memory.Item) error { checked.Add(1); return it.Validate() },
+			Check: func(it *memory.Item) error { checked.Add(1); return it.Validate() },
 			Item:  func(it memory.Item) error { ids = append(ids, it.MemoryID); return nil }})
 		return ids, checked.Load(), err
 	}
@@ -909,7 +909,7 @@ func TestScanInParallel(t *testing.T) {
 		t.Fatalf("four workers: %v, %d checked, same order %v", err, n4, slices.Equal(one, four))
 	}
 	boom := errors.New("boom")
-	if err := r.Scan(ctx, ScanFuncs{Workers: 4, Check: func(_ ItemPos, it *memory.Item) error {
+	if err := r.Scan(ctx, ScanFuncs{Workers: 4, Check: func(it *memory.Item) error {
 		if it.MemoryID == items[15000].MemoryID {
 			return boom
 		}

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -142,6 +141,7 @@ type PreparedBatch struct {
 	rows    []mergeRow
 	invalid []invalidItem
 	rounds  int32
+	scopes  []string // the distinct scopes of rows
 }
 
 type invalidItem struct {
@@ -179,34 +179,6 @@ func PrepareItem(it memory.Item) PreparedItem {
 	return p
 }
 
-// Preparation is what PrepareItem works out of an item, without the item: a caller
-// that will read the same item again (a restore's second pass) keeps it and skips the
-// work with Attach. It is 72 bytes and the item's encoded history.
-type Preparation struct {
-	hash    [sha256.Size]byte
-	history []byte
-	err     error
-}
-
-// Preparation returns p's preparation.
-func (p *PreparedItem) Preparation() Preparation {
-	var prep Preparation
-	copy(prep.hash[:], p.hash)
-	prep.history, prep.err = p.history, p.err
-	return prep
-}
-
-// Attach prepares it with prep, worked out by PrepareItem from the same item (its
-// scope may differ): the times are truncated again, nothing else is redone.
-func Attach(it memory.Item, prep *Preparation) PreparedItem {
-	normalizeTimes(&it)
-	p := PreparedItem{Item: it, history: prep.history, err: prep.err}
-	if p.err == nil {
-		p.hash = prep.hash[:]
-	}
-	return p
-}
-
 // PrepareMerge prepares items (PrepareItem) and plans the merge rounds. It does not
 // modify items.
 func PrepareMerge(items []memory.Item) *PreparedBatch {
@@ -227,6 +199,7 @@ func PrepareMergeItems(items []PreparedItem) *PreparedBatch {
 	lastBySlot := make(map[uint64]int32, len(items))
 	seed := maphash.MakeSeed()
 	var h maphash.Hash
+	scopes := make(map[string]struct{})
 	for i := range items {
 		p := &items[i]
 		if p.err != nil {
@@ -234,6 +207,10 @@ func PrepareMergeItems(items []PreparedItem) *PreparedBatch {
 			continue
 		}
 		it := &p.Item
+		if _, ok := scopes[it.Scope]; !ok {
+			scopes[it.Scope] = struct{}{}
+			b.scopes = append(b.scopes, it.Scope)
+		}
 		// A slot is (scope, key), or (scope, content hash) for an item without a key.
 		h.SetSeed(seed)
 		h.WriteString(it.Scope)
@@ -310,9 +287,8 @@ func (s *Store) MergePrepared(ctx context.Context, b *PreparedBatch, opts MergeO
 		}
 		return res, nil
 	}
-	sql := s.mergeSQL(policy)
 	for attempt := 1; ; attempt++ {
-		err := s.mergeOnce(ctx, b, sql, opts, res)
+		err := s.mergeOnce(ctx, b, policy, opts, res)
 		if err == nil {
 			return res, nil
 		}
@@ -341,14 +317,14 @@ func retryableMerge(err error) bool {
 	return false
 }
 
-// mergeStage is the staging table, in the session's temporary schema; it is dropped
-// at the end of the transaction.
+// mergeStage is the staging table, in the session's temporary schema; it is emptied
+// at the end of every transaction.
 var mergeStage = pgx.Identifier{"pg_temp", "memory_merge_stage"}
 
 var mergeStageCols = []string{"ord", "round", "memory_id", "memory_type", "scope", "key", "content", "content_hash",
 	"source", "base_score", "created_at", "updated_at", "expires_at", "archived_at", "history"}
 
-func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, sql string, opts MergeOptions, res *MergeResult) error {
+func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy ConflictPolicy, opts MergeOptions, res *MergeResult) error {
 	rows := b.rows
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -366,12 +342,21 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, sql string, opt
 			return fmt.Errorf("applying the tombstones of a dry run: %w", err)
 		}
 	}
+	// Nearly always no scope of the batch was ever forgotten: then the statement
+	// needs no per-item tombstone check (none can appear while the lock is held).
+	var forgotten bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.t.tombstones+` WHERE scope = ANY($1))`, b.scopes).Scan(&forgotten); err != nil {
+		return err
+	}
+	sql := s.mergeSQL(policy, forgotten)
 	// The merge statement's estimated cost (thousands of index probes) is above
 	// jit_above_cost, but compiling it costs more than running it.
 	if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+mergeStage.Sanitize()+` (
+	// The staging table lives as long as the session (its rows only as long as the
+	// transaction): creating and dropping it per batch is catalog churn.
+	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS `+mergeStage.Sanitize()+` (
 		ord          int4 NOT NULL,
 		round        int4 NOT NULL,
 		memory_id    text COLLATE "C" NOT NULL,
@@ -387,7 +372,7 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, sql string, opt
 		expires_at   timestamptz,
 		archived_at  timestamptz,
 		history      jsonb NOT NULL
-	) ON COMMIT DROP`); err != nil {
+	) ON COMMIT DELETE ROWS`); err != nil {
 		return err
 	}
 	_, err = tx.CopyFrom(ctx, mergeStage, mergeStageCols, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
@@ -497,7 +482,8 @@ func historyUnion(arrays string) string {
 		ORDER BY e.ut, e.v->'content', e.st, e.v::text) d)`
 }
 
-// mergeSQL builds the merge statement for a policy; $1 is the round. Its parts:
+// mergeSQL builds the merge statement for a policy, checking each item against the
+// tombstones when some scope of the batch has one; $1 is the round. Its parts:
 //
 //   - src finds each staged item's memory: by slot ((scope, key), or (scope,
 //     content_hash) without a key), else by memory_id when that memory has the same
@@ -510,7 +496,11 @@ func historyUnion(arrays string) string {
 //     (memory_id) applies the policy, guarded so that a memory of another scope or
 //     slot is never updated, and writing only when something changes.
 //   - the final SELECT reports, per staged row, what happened.
-func (s *Store) mergeSQL(p ConflictPolicy) string {
+func (s *Store) mergeSQL(p ConflictPolicy, tombstones bool) string {
+	covered := `false`
+	if tombstones {
+		covered = s.covered("s")
+	}
 	m, st := s.t.memories, mergeStage.Sanitize()
 	cols := `memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at, expires_at, archived_at, history`
 	canonHistory := `CASE WHEN jsonb_array_length(history) < 2 THEN history ELSE ` + historyUnion(`history`) + ` END`
@@ -552,7 +542,7 @@ func (s *Store) mergeSQL(p ConflictPolicy) string {
 				coalesce(slot.memory_id, CASE WHEN same_slot THEN byid.memory_id END) AS tid,
 				coalesce(slot.content_hash, CASE WHEN same_slot THEN byid.content_hash END) AS ex_hash,
 				(slot.memory_id IS NULL AND byid.memory_id IS NOT NULL AND NOT same_slot) AS id_in_use,
-				` + s.covered("s") + ` AS tombstoned
+				` + covered + ` AS tombstoned
 			FROM ` + st + ` s
 			LEFT JOIN LATERAL (
 				SELECT x.memory_id, x.content_hash FROM ` + m + ` x
