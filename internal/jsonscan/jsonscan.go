@@ -259,39 +259,9 @@ func (s *Scanner) Value() ([]byte, bool) {
 func (s *Scanner) skip(depth int) bool {
 	switch s.Next() {
 	case '{':
-		if depth >= MaxDepth {
-			return false
-		}
-		s.Pos++
-		if s.Consume('}') {
-			return true
-		}
-		for {
-			if !s.skipString() || !s.Consume(':') || !s.skip(depth+1) {
-				return false
-			}
-			if s.Consume(',') {
-				continue
-			}
-			return s.Consume('}')
-		}
+		return depth < MaxDepth && s.skipObject(depth)
 	case '[':
-		if depth >= MaxDepth {
-			return false
-		}
-		s.Pos++
-		if s.Consume(']') {
-			return true
-		}
-		for {
-			if !s.skip(depth + 1) {
-				return false
-			}
-			if s.Consume(',') {
-				continue
-			}
-			return s.Consume(']')
-		}
+		return depth < MaxDepth && s.skipArray(depth)
 	case '"':
 		return s.skipString()
 	case 't':
@@ -303,6 +273,38 @@ func (s *Scanner) skip(depth int) bool {
 	default:
 		lit, plain, ok := s.Number()
 		return ok && (s.Numbers == nil || s.Numbers(lit, plain))
+	}
+}
+
+// skipObject skips the object at Pos, whose members are at depth+1.
+func (s *Scanner) skipObject(depth int) bool {
+	s.Pos++
+	if s.Consume('}') {
+		return true
+	}
+	for {
+		if !s.skipString() || !s.Consume(':') || !s.skip(depth+1) {
+			return false
+		}
+		if !s.Consume(',') {
+			return s.Consume('}')
+		}
+	}
+}
+
+// skipArray skips the array at Pos, whose elements are at depth+1.
+func (s *Scanner) skipArray(depth int) bool {
+	s.Pos++
+	if s.Consume(']') {
+		return true
+	}
+	for {
+		if !s.skip(depth + 1) {
+			return false
+		}
+		if !s.Consume(',') {
+			return s.Consume(']')
+		}
 	}
 }
 

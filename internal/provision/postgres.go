@@ -135,11 +135,11 @@ func EnsurePostgres(ctx context.Context, admin PostgresConn, names Names, owner 
 type Ownership int
 
 const (
-	// OwnedByUs: the schema exists with this store's mark.
+	// OwnedByUs means the schema exists with this store's mark.
 	OwnedByUs Ownership = iota
-	// NoSchema: there is no such schema.
+	// NoSchema means there is no such schema.
 	NoSchema
-	// OwnedByOther: the schema exists and is another store's, or unmarked.
+	// OwnedByOther means the schema exists and is another store's, or unmarked.
 	OwnedByOther
 )
 

@@ -333,35 +333,9 @@ func (f *frameReader) Read(p []byte) (int, error) {
 // never in place: a failed GCM open zeroes its output, and a chunk that fails as one
 // kind (final or not) is tried as the other to tell truncation from tampering.
 func (f *frameReader) next() error {
-	n, err := io.ReadFull(f.r, f.buf)
-	f.consumed += int64(n)
-	atEOF := false
-	switch {
-	case err == nil:
-		if f.expected >= 0 && f.consumed > f.expected {
-			return corruptf("%s is longer than the %d bytes the manifest records", f.what, f.expected)
-		}
-		if _, perr := f.r.Peek(1); perr == io.EOF {
-			atEOF = true
-		} else if perr != nil {
-			return fmt.Errorf("reading %s: %w", f.what, perr)
-		}
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		atEOF = true
-	default:
-		return fmt.Errorf("reading %s: %w", f.what, err)
-	}
-	if atEOF {
-		switch {
-		case f.expected >= 0 && f.consumed > f.expected:
-			return corruptf("%s is %d bytes; the manifest records %d", f.what, f.consumed, f.expected)
-		case f.expected >= 0 && f.consumed < f.expected:
-			return corruptf("%s is truncated: it ends after %d of the %d bytes the manifest records", f.what, f.consumed, f.expected)
-		case n == 0:
-			return corruptf("%s is truncated: it ends after chunk %d without a final chunk", f.what, int64(f.counter)-1)
-		case n < tagSize:
-			return corruptf("%s is truncated: chunk %d is %d bytes, shorter than its %d-byte tag", f.what, f.counter, n, tagSize)
-		}
+	n, atEOF, err := f.read()
+	if err != nil {
+		return err
 	}
 	data := f.buf[:n]
 	plain, oerr := f.aead.Open(f.out[:0], chunkNonce(&f.nonce, f.counter, atEOF), data, f.aad)
@@ -371,10 +345,51 @@ func (f *frameReader) next() error {
 		}
 		return f.accept(plain, atEOF)
 	}
+	return f.openFailed(data, atEOF)
+}
+
+// read reads the next chunk's bytes into f.buf: n of them, the last of the stream
+// when atEOF. It fails when the stream's length disagrees with the manifest, or the
+// stream ends where no final chunk can be.
+func (f *frameReader) read() (n int, atEOF bool, err error) {
+	n, err = io.ReadFull(f.r, f.buf)
+	f.consumed += int64(n)
+	switch {
+	case err == nil:
+		if f.expected >= 0 && f.consumed > f.expected {
+			return 0, false, corruptf("%s is longer than the %d bytes the manifest records", f.what, f.expected)
+		}
+		if _, perr := f.r.Peek(1); perr == io.EOF {
+			atEOF = true
+		} else if perr != nil {
+			return 0, false, fmt.Errorf("reading %s: %w", f.what, perr)
+		}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		atEOF = true
+	default:
+		return 0, false, fmt.Errorf("reading %s: %w", f.what, err)
+	}
+	if atEOF {
+		switch {
+		case f.expected >= 0 && f.consumed > f.expected:
+			return 0, false, corruptf("%s is %d bytes; the manifest records %d", f.what, f.consumed, f.expected)
+		case f.expected >= 0 && f.consumed < f.expected:
+			return 0, false, corruptf("%s is truncated: it ends after %d of the %d bytes the manifest records", f.what, f.consumed, f.expected)
+		case n == 0:
+			return 0, false, corruptf("%s is truncated: it ends after chunk %d without a final chunk", f.what, int64(f.counter)-1)
+		case n < tagSize:
+			return 0, false, corruptf("%s is truncated: chunk %d is %d bytes, shorter than its %d-byte tag", f.what, f.counter, n, tagSize)
+		}
+	}
+	return n, atEOF, nil
+}
+
+// openFailed words why a chunk failed to open.
+func (f *frameReader) openFailed(data []byte, atEOF bool) error {
 	// Tell the other kind of chunk apart: a valid non-final chunk at the end means
 	// chunks are missing; a valid final chunk followed by more data means data was
 	// appended. Only a full-size chunk can be non-final.
-	if !atEOF || n == len(f.buf) {
+	if !atEOF || len(data) == len(f.buf) {
 		if _, err := f.aead.Open(f.out[:0], chunkNonce(&f.nonce, f.counter, !atEOF), data, f.aad); err == nil {
 			if atEOF {
 				return corruptf("%s is truncated: it ends after chunk %d, which is not the final chunk", f.what, f.counter)

@@ -343,66 +343,10 @@ func (r *Reader) readShardParallel(ctx context.Context, shard ShardInfo, pin *st
 	go func() {
 		defer close(ordered)
 		defer close(jobs)
-		newBatch := func(first int64) *lineBatch {
-			return &lineBatch{first: first, buf: make([]byte, 0, parallelBatchBytes+4096), ends: make([]int, 0, 1024), done: make(chan struct{})}
-		}
-		b := newBatch(1)
-		send := func() bool {
-			select {
-			case ordered <- b:
-			case <-ctx.Done():
-				return false
-			}
-			select {
-			case jobs <- b:
-			case <-ctx.Done():
-				b.err = ctx.Err()
-				close(b.done) // never decoded: its consumer must not wait
-				return false
-			}
-			b = newBatch(s.lines + 1)
-			return true
-		}
-		for {
-			line, err := s.next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				readErr = err
-				return
-			}
-			b.buf = append(b.buf, line...)
-			b.ends = append(b.ends, len(b.buf))
-			if len(b.buf) >= parallelBatchBytes && !send() {
-				return
-			}
-		}
-		if len(b.ends) > 0 {
-			send()
-		}
+		readErr = batchLines(ctx, s, ordered, jobs)
 	}()
 	st := shardCheck{what: what, shard: shard, sc: sc, tc: tc}
-	fn := f.Item
-	err = func() error {
-		for b := range ordered {
-			<-b.done
-			if b.err != nil {
-				return b.err
-			}
-			for i := range b.items {
-				if err := st.add(b.first+int64(i), &b.items[i]); err != nil {
-					return err
-				}
-				if fn != nil {
-					if err := fn(b.items[i]); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
-	}()
+	err = deliverBatches(ordered, &st, f.Item)
 	cancel()
 	for b := range ordered { // let the reader stop
 		<-b.done
@@ -421,6 +365,72 @@ func (r *Reader) readShardParallel(ctx context.Context, shard ShardInfo, pin *st
 		return err
 	}
 	return st.end()
+}
+
+// batchLines reads the stream's lines into batches and sends each to ordered (in
+// line order, for delivery) and to jobs (for decoding). It returns the stream's read
+// error, or nil when the stream ended or ctx was cancelled.
+func batchLines(ctx context.Context, s *stream, ordered, jobs chan<- *lineBatch) error {
+	newBatch := func(first int64) *lineBatch {
+		return &lineBatch{first: first, buf: make([]byte, 0, parallelBatchBytes+4096), ends: make([]int, 0, 1024), done: make(chan struct{})}
+	}
+	b := newBatch(1)
+	send := func() bool {
+		select {
+		case ordered <- b:
+		case <-ctx.Done():
+			return false
+		}
+		select {
+		case jobs <- b:
+		case <-ctx.Done():
+			b.err = ctx.Err()
+			close(b.done) // never decoded: its consumer must not wait
+			return false
+		}
+		b = newBatch(s.lines + 1)
+		return true
+	}
+	for {
+		line, err := s.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		b.buf = append(b.buf, line...)
+		b.ends = append(b.ends, len(b.buf))
+		if len(b.buf) >= parallelBatchBytes && !send() {
+			return nil
+		}
+	}
+	if len(b.ends) > 0 {
+		send()
+	}
+	return nil
+}
+
+// deliverBatches waits for each decoded batch in line order and passes its items to
+// the shard's checks and then to fn (when set), stopping at the first error.
+func deliverBatches(ordered <-chan *lineBatch, st *shardCheck, fn func(memory.Item) error) error {
+	for b := range ordered {
+		<-b.done
+		if b.err != nil {
+			return b.err
+		}
+		for i := range b.items {
+			if err := st.add(b.first+int64(i), &b.items[i]); err != nil {
+				return err
+			}
+			if fn != nil {
+				if err := fn(b.items[i]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // decodeBatch decodes (and checks) the lines of b into b.items.
