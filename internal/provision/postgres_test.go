@@ -3,7 +3,6 @@ package provision
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -17,11 +16,7 @@ import (
 func provisioned(t *testing.T) (PostgresConn, Names, Passwords) {
 	t.Helper()
 	pg := testutil.PostgresParts(t)
-	port, err := strconv.Atoi(pg.Port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := PostgresConn{Host: pg.Host, Port: port, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	admin := PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
 	names, err := NamesFor(testutil.UniqueName("grants-"), "")
 	if err != nil {
 		t.Fatal(err)

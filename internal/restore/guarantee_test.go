@@ -1,7 +1,6 @@
 package restore_test
 
 import (
-	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -36,19 +35,8 @@ func TestGuaranteeDryRunReportsWhatARunDoes(t *testing.T) {
 		t.Run(string(policy), func(t *testing.T) {
 			dst := e.newStore(t)
 			seed(t, dst, targetItems)
-			before := dst.dump(t)
 			opts := restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: embed.NewHashing(dim), Conflict: policy}
-			var dryDetail, realDetail bytes.Buffer
-			opts.DryRun, opts.Detail = true, &dryDetail
-			dry := run(t, opts)
-			assertSameDump(t, dst.dump(t), before)
-			opts.DryRun, opts.Detail = false, &realDetail
-			full := run(t, opts)
-			dry.DryRun = false
-			assertResult(t, dry, *full)
-			if dryDetail.String() != realDetail.String() {
-				t.Fatalf("detail differs:\n%s\n%s", dryDetail.String(), realDetail.String())
-			}
+			full := dryThenReal(t, dst, opts, nil)
 			if full.Read != full.Restored+full.Unchanged+full.Skipped.Total() {
 				t.Fatalf("counts do not add up: %+v", full)
 			}

@@ -311,6 +311,29 @@ func (s *store) count(t testing.TB) int64 {
 	return n
 }
 
+// dryThenReal restores with opts twice into dst: a dry run, which must leave dst as it
+// was (afterDry checks more, when set), then the real run, whose result and detail
+// the dry run must have predicted exactly. It returns the real run's result.
+func dryThenReal(t testing.TB, dst *store, opts restore.Options, afterDry func()) *restore.Result {
+	t.Helper()
+	before := dst.dump(t)
+	var dryDetail, realDetail bytes.Buffer
+	opts.DryRun, opts.Detail = true, &dryDetail
+	dry := run(t, opts)
+	assertSameDump(t, dst.dump(t), before)
+	if afterDry != nil {
+		afterDry()
+	}
+	opts.DryRun, opts.Detail = false, &realDetail
+	full := run(t, opts)
+	dry.DryRun = false
+	assertResult(t, dry, *full)
+	if dryDetail.String() != realDetail.String() {
+		t.Fatalf("detail differs:\n%s\n%s", dryDetail.String(), realDetail.String())
+	}
+	return full
+}
+
 func run(t testing.TB, o restore.Options) *restore.Result {
 	t.Helper()
 	if o.Now.IsZero() {

@@ -653,23 +653,13 @@ func TestRestoreDryRun(t *testing.T) {
 			if _, err := dst.ApplyTombstones(context.Background(), []memory.Tombstone{{Scope: "user:gone", ForgottenAt: testNow}}, pgstore.ApplyOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			before := dst.dump(t)
 			emb := hashing(embed.NewHashing(dim))
 			opts := restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: emb, Mapping: m, Conflict: policy}
-			var dryDetail, realDetail bytes.Buffer
-			opts.DryRun, opts.Detail = true, &dryDetail
-			dry := run(t, opts)
-			assertSameDump(t, dst.dump(t), before)
-			if emb.texts.Load() != 0 {
-				t.Fatal("a dry run called the embedder")
-			}
-			opts.DryRun, opts.Detail = false, &realDetail
-			full := run(t, opts)
-			dry.DryRun = false
-			assertResult(t, dry, *full)
-			if dryDetail.String() != realDetail.String() {
-				t.Fatalf("detail differs:\n%s\n%s", dryDetail.String(), realDetail.String())
-			}
+			dryThenReal(t, dst, opts, func() {
+				if emb.texts.Load() != 0 {
+					t.Fatal("a dry run called the embedder")
+				}
+			})
 		})
 	}
 	// A package with tombstones and mappings: still nothing written, same counts.

@@ -469,49 +469,59 @@ func (r *Reader) Tombstones(ctx context.Context, fn func(memory.Tombstone) error
 		}
 		return nil
 	}
+	what := "tombstone object " + set.Object.Name
+	var prev string
+	var n int64
+	err := r.eachLine(ctx, *set.Object, what, func(lineNo int64, line []byte) error {
+		var t memory.Tombstone
+		if err := json.Unmarshal(line, &t); err != nil {
+			return corruptf("%s line %d is not a tombstone: %v", what, lineNo, err)
+		}
+		if err := checkTombstone(t, prev); err != nil {
+			return corruptf("%s line %d: %v", what, lineNo, err)
+		}
+		prev = t.Scope
+		if n++; n > set.Count {
+			return corruptf("%s holds more than the %d tombstones the manifest records", what, set.Count)
+		}
+		t.ForgottenAt = t.ForgottenAt.UTC()
+		return fn(t)
+	})
+	if err != nil {
+		return err
+	}
+	if n != set.Count {
+		return corruptf("%s holds %d tombstones; the manifest records %d", what, n, set.Count)
+	}
+	return nil
+}
+
+// eachLine streams the side object ref (verified like a shard: size, SHA-256 and, when
+// encrypted, every chunk) and calls fn with each line and its number (from 1). An
+// error at the object's end can follow lines already passed to fn.
+func (r *Reader) eachLine(ctx context.Context, ref ObjectRef, what string, fn func(lineNo int64, line []byte) error) error {
 	dec, err := newDecoder()
 	if err != nil {
 		return err
 	}
 	defer dec.Close()
-	s, err := r.openStream(ctx, *set.Object, "tombstone object "+set.Object.Name, dec)
+	s, err := r.openStream(ctx, ref, what, dec)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	var prev string
-	var n int64
 	for {
 		line, err := s.next()
 		if err == io.EOF {
-			break
+			return s.finish()
 		}
 		if err != nil {
 			return err
 		}
-		var t memory.Tombstone
-		if err := json.Unmarshal(line, &t); err != nil {
-			return corruptf("%s line %d is not a tombstone: %v", s.what, s.lines, err)
-		}
-		if err := checkTombstone(t, prev); err != nil {
-			return corruptf("%s line %d: %v", s.what, s.lines, err)
-		}
-		prev = t.Scope
-		if n++; n > set.Count {
-			return corruptf("%s holds more than the %d tombstones the manifest records", s.what, set.Count)
-		}
-		t.ForgottenAt = t.ForgottenAt.UTC()
-		if err := fn(t); err != nil {
+		if err := fn(s.lines, line); err != nil {
 			return err
 		}
 	}
-	if err := s.finish(); err != nil {
-		return err
-	}
-	if n != set.Count {
-		return corruptf("%s holds %d tombstones; the manifest records %d", s.what, n, set.Count)
-	}
-	return nil
 }
 
 // ShardItems calls fn for every item of one shard, checking it like Items does (the
@@ -967,41 +977,23 @@ func (r *Reader) ReadScopeCounts(ctx context.Context, fn func(scope string, item
 		}
 		return nil
 	}
-	dec, err := newDecoder()
-	if err != nil {
-		return err
-	}
-	defer dec.Close()
-	s, err := r.openStream(ctx, *c.ScopeCountsObject, "scope counts object "+c.ScopeCountsObject.Name, dec)
-	if err != nil {
-		return err
-	}
-	defer s.close()
+	what := "scope counts object " + c.ScopeCountsObject.Name
 	var prev string
 	var n int64
-	for {
-		line, err := s.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
+	err := r.eachLine(ctx, *c.ScopeCountsObject, what, func(lineNo int64, line []byte) error {
 		var sc scopeCount
 		if err := json.Unmarshal(line, &sc); err != nil || sc.Scope <= prev || sc.Items < 1 {
-			return corruptf("%s line %d is not a valid scope count in ascending scope order", s.what, s.lines)
+			return corruptf("%s line %d is not a valid scope count in ascending scope order", what, lineNo)
 		}
 		prev = sc.Scope
 		n++
-		if err := fn(sc.Scope, sc.Items); err != nil {
-			return err
-		}
-	}
-	if err := s.finish(); err != nil {
+		return fn(sc.Scope, sc.Items)
+	})
+	if err != nil {
 		return err
 	}
 	if n != c.Scopes {
-		return corruptf("%s lists %d scopes; the manifest records %d", s.what, n, c.Scopes)
+		return corruptf("%s lists %d scopes; the manifest records %d", what, n, c.Scopes)
 	}
 	return nil
 }

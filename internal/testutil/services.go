@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -35,18 +36,24 @@ func PostgresDSN(t testing.TB) string {
 // (the operator reads host, port and credentials from a Secret).
 type Postgres struct {
 	Host, Port, User, Password string
+	PortNumber                 int // Port as a number
 }
 
 // PostgresParts returns the superuser connection settings.
 func PostgresParts(t testing.TB) Postgres {
 	t.Helper()
 	PostgresDSN(t)
-	return Postgres{
+	pg := Postgres{
 		Host:     os.Getenv("MEMORY_TEST_PG_HOST"),
 		Port:     os.Getenv("MEMORY_TEST_PG_PORT"),
 		User:     os.Getenv("MEMORY_TEST_PG_USER"),
 		Password: os.Getenv("MEMORY_TEST_PG_PASSWORD"),
 	}
+	var err error
+	if pg.PortNumber, err = strconv.Atoi(pg.Port); err != nil {
+		t.Fatalf("MEMORY_TEST_PG_PORT: %v", err)
+	}
+	return pg
 }
 
 // MilvusAddr is host:port of the Milvus Lite gRPC server.

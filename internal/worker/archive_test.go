@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,11 +56,7 @@ func newArchiveEnv(t *testing.T, engine string, n int) *archiveEnv {
 	ctx := context.Background()
 	f := newFixture(t)
 	pg := testutil.PostgresParts(t)
-	port, err := strconv.Atoi(pg.Port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := provision.PostgresConn{Host: pg.Host, Port: port, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	admin := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
 	names, err := provision.NamesFor(testutil.UniqueName("arch-"), "")
 	if err != nil {
 		t.Fatal(err)

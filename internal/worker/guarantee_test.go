@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -529,11 +528,7 @@ func provisionStore(t *testing.T) provisionedStore {
 	t.Helper()
 	ctx := context.Background()
 	pg := testutil.PostgresParts(t)
-	port, err := strconv.Atoi(pg.Port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := provision.PostgresConn{Host: pg.Host, Port: port, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	admin := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
 	names, err := provision.NamesFor(testutil.UniqueName("roles-"), "")
 	if err != nil {
 		t.Fatal(err)
