@@ -58,19 +58,8 @@ func EnsureObjectStore(ctx context.Context, s S3Conn, names Names, owner string)
 	defer cancel()
 	what := fmt.Sprintf("object storage %s: bucket %s", s.Endpoint, s.Bucket)
 
-	exists, err := c.BucketExists(ctx, s.Bucket)
-	if err != nil {
-		return classify(what, err)
-	}
-	if !exists {
-		if !s.CreateBucket {
-			return fail(ReasonBucketNotFound, "%s does not exist and createBucket is false", what)
-		}
-		if err := c.MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{Region: s.Region}); err != nil {
-			if resp := minio.ToErrorResponse(err); resp.Code != "BucketAlreadyOwnedByYou" && resp.Code != "BucketAlreadyExists" {
-				return classify(what+": creating", err)
-			}
-		}
+	if err := ensureBucket(ctx, c, s, what, true); err != nil {
+		return err
 	}
 
 	key := names.Prefix + markerName
@@ -87,6 +76,28 @@ func EnsureObjectStore(ctx context.Context, s S3Conn, names Names, owner string)
 		}
 	case current.Owner != owner:
 		return fail(ReasonTenantConflict, "%s: prefix %s is reserved by %s", what, names.Prefix, current.Owner)
+	}
+	return nil
+}
+
+// ensureBucket fails unless the bucket exists or createBucket allows making it, which
+// it does when create is set.
+func ensureBucket(ctx context.Context, c *minio.Client, s S3Conn, what string, create bool) error {
+	exists, err := c.BucketExists(ctx, s.Bucket)
+	switch {
+	case err != nil:
+		return classify(what, err)
+	case exists:
+		return nil
+	case !s.CreateBucket:
+		return fail(ReasonBucketNotFound, "%s does not exist and createBucket is false", what)
+	case !create:
+		return nil
+	}
+	if err := c.MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{Region: s.Region}); err != nil {
+		if resp := minio.ToErrorResponse(err); resp.Code != "BucketAlreadyOwnedByYou" && resp.Code != "BucketAlreadyExists" {
+			return classify(what+": creating", err)
+		}
 	}
 	return nil
 }

@@ -84,6 +84,8 @@ func OpenPool(ctx context.Context, c PostgresConn) (*pgxpool.Pool, error) {
 // PostgresResult reports what EnsurePostgres found or made.
 type PostgresResult struct {
 	SchemaVersion int
+	// LastRestore is the latest restore the store received, nil when none.
+	LastRestore *pgstore.ReceivedRestore
 }
 
 // ownerComment marks a schema as a given MemoryStore's, so two stores claiming the same
@@ -127,7 +129,11 @@ func EnsurePostgres(ctx context.Context, admin PostgresConn, names Names, owner 
 	if err := grantRoles(ctx, pool, admin.Database, names); err != nil {
 		return PostgresResult{}, classify(what+": granting "+names.Role+" and "+names.WorkerRole, err)
 	}
-	return PostgresResult{SchemaVersion: pgstore.LatestVersion}, nil
+	last, err := pgstore.New(pool, names.Schema).LastRestore(ctx)
+	if err != nil {
+		return PostgresResult{}, classify(what, err)
+	}
+	return PostgresResult{SchemaVersion: pgstore.LatestVersion, LastRestore: last}, nil
 }
 
 // Ownership says whose a store's schema is: the mark provisioning leaves on it decides
@@ -225,8 +231,8 @@ var Privileges = map[string]map[string][]string{
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
 	},
-	// Jobs also keep the archival and pending index deletions, and read the audit
-	// log's counterpart of what they did.
+	// Jobs also keep the archival, the pending index deletions and the record of the
+	// restores received, and read the audit log's counterpart of what they did.
 	"worker": {
 		"memories":          {"SELECT", "INSERT", "UPDATE", "DELETE"},
 		"vectors":           {"SELECT", "INSERT", "UPDATE", "DELETE"},
@@ -234,6 +240,7 @@ var Privileges = map[string]map[string][]string{
 		"audit_log":         {"SELECT", "INSERT"},
 		"index_deletions":   {"SELECT", "INSERT", "DELETE"},
 		"archive_runs":      {"SELECT", "INSERT", "UPDATE"},
+		"restores":          {"SELECT", "INSERT", "UPDATE"},
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
 	},

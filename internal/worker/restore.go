@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/restore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
@@ -66,6 +68,25 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		return sum, fmt.Errorf("target: %w", err)
 	}
 	defer pool.Close()
+	// A package the target already received is not restored again unless asked: a
+	// GitOps tool recreating a MemoryRestore must not re-run it into live data, where
+	// it could bring back what agents changed or deleted since. Nor is this restore
+	// run twice (its Job retried after it completed).
+	prior, err := target.ReceivedPackage(ctx, manifestSHA)
+	if err != nil {
+		return sum, fmt.Errorf("target: %w", err)
+	}
+	if prior != nil && (prior.UID == cfg.RestoreUID || !cfg.AllowRepeat) {
+		man := reader.Manifest()
+		sum = RestoreSummary{ManifestSHA256: manifestSHA, FormatVersion: reader.StoredFormatVersion(),
+			PackageID: man.PackageID, DryRun: cfg.DryRun, Embeddings: cfg.Embeddings}
+		if prior.UID == cfg.RestoreUID {
+			sum.Restored, sum.Unchanged = prior.Restored, prior.Unchanged
+		} else {
+			sum.AlreadyRestored = &PriorRestore{Name: prior.Name, UID: prior.UID, CompletedAt: prior.CompletedAt}
+		}
+		return sum, nil
+	}
 	index, closeIndex, err := targetIndex(ctx, cfg, pool)
 	if err != nil {
 		return sum, err
@@ -113,6 +134,20 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		return sum, err
 	}
 	sum.DetailKey = detailKey
+	if !cfg.DryRun && cfg.RestoreUID != "" {
+		err := target.RecordRestore(ctx, pgstore.ReceivedRestore{
+			UID: cfg.RestoreUID, Name: cfg.RestoreNamespace + "/" + cfg.RestoreName,
+			PackageID: sum.PackageID, ManifestSHA256: manifestSHA,
+			Source:      "s3://" + cfg.Source.Bucket + "/" + cfg.Source.Prefix,
+			CompletedAt: time.Now().UTC(), Restored: sum.Restored, Unchanged: sum.Unchanged,
+		})
+		if err != nil {
+			// Everything was written; only the record is missing, and a rerun of
+			// this restore (the Job's retry) is idempotent.
+			sum.Error = truncateUTF8(err.Error(), maxSummaryError)
+			return sum, err
+		}
+	}
 	return sum, nil
 }
 

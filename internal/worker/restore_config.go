@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/amemory/memory-operator/internal/memory"
 )
@@ -64,8 +65,10 @@ type ScopeRule struct {
 // maps follows Unmapped. Denylist is matched against the package's scopes, before
 // mapping.
 type RestoreConfig struct {
-	// RestoreNamespace and RestoreName name the MemoryRestore (for the audit log).
-	RestoreNamespace, RestoreName string
+	// RestoreNamespace and RestoreName name the MemoryRestore (for the audit log), and
+	// RestoreUID tells it apart from another of the same name: the target records it
+	// with the package once the restore completed.
+	RestoreNamespace, RestoreName, RestoreUID string
 
 	// Source is the package; its Prefix (the folder holding manifest.json) ends in '/'.
 	Source Destination
@@ -112,6 +115,10 @@ type RestoreConfig struct {
 	// AllowMerge lets the mapping send several package scopes to one target scope
 	// (restore.Options.AllowMerge); without it such a restore is refused.
 	AllowMerge bool
+	// AllowRepeat restores the package even when the target already received it from
+	// another restore; without it such a restore writes nothing (RestoreSummary
+	// .AlreadyRestored says from which).
+	AllowRepeat bool
 
 	// DetailKey is the object, in Source.Bucket, that receives the per-scope detail
 	// (zstd-compressed JSON lines).
@@ -180,6 +187,10 @@ func (c RestoreConfig) Args() []string {
 	if c.AllowMerge {
 		args = append(args, "--allow-merge")
 	}
+	if c.AllowRepeat {
+		args = append(args, "--allow-repeat")
+	}
+	opt("--restore-uid", c.RestoreUID)
 	return args
 }
 
@@ -224,6 +235,8 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.BoolVar(&c.DryRun, "dry-run", false, "write nothing to the target")
 	fs.BoolVar(&c.Rehydrate, "rehydrate", false, "bring the package's archived memories back live")
 	fs.BoolVar(&c.AllowMerge, "allow-merge", false, "let the mapping merge several package scopes into one target scope")
+	fs.BoolVar(&c.AllowRepeat, "allow-repeat", false, "restore the package even if the target already received it from another restore")
+	fs.StringVar(&c.RestoreUID, "restore-uid", "", "UID of the MemoryRestore, recorded by the target with the package")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -400,6 +413,17 @@ type RestoreSummary struct {
 	// Error is why the restore failed, when it failed after writing part of the
 	// package (at most maxSummaryError bytes).
 	Error string `json:"error,omitempty"`
+	// AlreadyRestored, when set, is the earlier restore from which the target had
+	// received the package: nothing was read past the manifest, nothing written.
+	AlreadyRestored *PriorRestore `json:"alreadyRestored,omitempty"`
+}
+
+// PriorRestore is a restore the target store had received.
+type PriorRestore struct {
+	// Name is the MemoryRestore's namespace/name.
+	Name        string    `json:"name"`
+	UID         string    `json:"uid"`
+	CompletedAt time.Time `json:"completedAt"`
 }
 
 // SkippedCount counts memories of the package that were not restored, by reason.

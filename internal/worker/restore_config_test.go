@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 const testSHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
@@ -12,7 +13,7 @@ const testSHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a0
 func TestRestoreArgsRoundTrip(t *testing.T) {
 	cases := []RestoreConfig{
 		{
-			RestoreNamespace: "team-a", RestoreName: "migrate",
+			RestoreNamespace: "team-a", RestoreName: "migrate", RestoreUID: "5a6b7c8d-0000-4c2e-9a51-0d6f3c2b1a00", AllowRepeat: true,
 			Source:      Destination{Endpoint: "s3.eu-west-1.amazonaws.com", Region: "eu-west-1", Bucket: "dr", Prefix: "agents/nightly-1f0e4c9a/"},
 			Unencrypted: false, ExpectManifestSHA256: testSHA,
 			TargetNamespace: "team-a", TargetName: "bot-v2", Tenant: "acme-v2",
@@ -104,6 +105,8 @@ func TestRestoreSummaryRoundTrip(t *testing.T) {
 		Skipped:      SkippedCount{Denylisted: 1, Tombstoned: 2, Unmapped: 3, Expired: 4, Type: 5, Conflict: 6, Invalid: 7},
 		FirstInvalid: `memory "m-1": content: must be a JSON object, got a string`,
 		DetailKey:    "p/restores/r-1/detail.jsonl.zst",
+		AlreadyRestored: &PriorRestore{Name: "team-a/migrate", UID: "5a6b7c8d-0000-4c2e-9a51-0d6f3c2b1a00",
+			CompletedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)},
 	}
 	msg, err := want.TerminationMessage()
 	if err != nil {

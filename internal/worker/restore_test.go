@@ -295,3 +295,90 @@ func TestWorkersGiveUpOnAnUnreachableMilvus(t *testing.T) {
 		t.Fatalf("the failed restore wrote %d memories", len(got))
 	}
 }
+
+// TestGuaranteeRecreatedRestoreNeverRerunsIntoALiveStore: a GitOps tool that deletes
+// and recreates an identical MemoryRestore (self-heal, a re-sync) must not restore the
+// package again into a store that received it and moved on: with conflictPolicy
+// Overwrite that would undo what agents wrote since. The second restore writes nothing
+// and names the first; spec.allowRepeat restores it again on purpose; the first
+// restore's own Job retry is a no-op too.
+func TestGuaranteeRecreatedRestoreNeverRerunsIntoALiveStore(t *testing.T) {
+	f := newFixture(t)
+	f.seed(t, f.pgIndex(t))
+	ctx := context.Background()
+	if _, err := RunSnapshot(ctx, f.config("pkg/"), f.sec, RunOptions{Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	target := f.targetSchema(t)
+	store := pgstore.New(f.pool, target)
+	coffee := func() string {
+		t.Helper()
+		it, err := store.Get(ctx, "u1-coffee")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(it.Content)
+	}
+	restoreAs := func(uid string, allowRepeat bool) RestoreSummary {
+		t.Helper()
+		rc := f.restoreConfig(target, "pkg/")
+		rc.RestoreUID, rc.RestoreName, rc.AllowRepeat, rc.ConflictPolicy = uid, "migrate-"+uid, allowRepeat, "Overwrite"
+		sum, err := RunRestore(ctx, rc, f.restoreSecrets(), RunOptions{Now: testNow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+
+	first := restoreAs("uid-1", false)
+	if first.Restored == 0 || first.AlreadyRestored != nil {
+		t.Fatalf("first restore: %+v", first)
+	}
+	packageValue := coffee()
+	// An agent changes its mind after the migration.
+	if _, err := store.Put(ctx, mem("u1-coffee", "user:1", memory.Semantic, "preference.coffee", "espresso, no milk", 0)); err != nil {
+		t.Fatal(err)
+	}
+	agentValue := coffee()
+	if agentValue == packageValue {
+		t.Fatalf("the agent's write did not change the memory: %s", agentValue)
+	}
+
+	// The restore deleted and recreated by a GitOps tool: a new UID, the same package.
+	again := restoreAs("uid-2", false)
+	if again.AlreadyRestored == nil || again.AlreadyRestored.UID != "uid-1" || again.AlreadyRestored.Name != "team-b/migrate-uid-1" ||
+		again.Read != 0 || again.Restored != 0 || again.ManifestSHA256 != first.ManifestSHA256 {
+		t.Fatalf("recreated restore: %+v (prior %+v)", again, again.AlreadyRestored)
+	}
+	if got := coffee(); got != agentValue {
+		t.Fatalf("the recreated restore overwrote the agent's memory: %s, want %s", got, agentValue)
+	}
+	// The first restore's Job retried after it completed: nothing written either, and
+	// it reports what it had done.
+	retry := restoreAs("uid-1", false)
+	if retry.AlreadyRestored != nil || retry.Restored != first.Restored || coffee() != agentValue {
+		t.Fatalf("retried restore: %+v; memory %s", retry, coffee())
+	}
+	last, err := store.LastRestore(ctx)
+	if err != nil || last == nil || last.UID != "uid-1" {
+		t.Fatalf("last restore = %+v, %v", last, err)
+	}
+
+	// Asked for on purpose, the package is restored again, and recorded.
+	repeat := restoreAs("uid-3", true)
+	if repeat.AlreadyRestored != nil || repeat.Read == 0 || coffee() != packageValue {
+		t.Fatalf("allowRepeat restore: %+v; memory %s, want %s", repeat, coffee(), packageValue)
+	}
+	if last, err := store.LastRestore(ctx); err != nil || last == nil || last.UID != "uid-3" || last.Source != "s3://"+f.bucket+"/pkg/" {
+		t.Fatalf("last restore after the repeat = %+v, %v", last, err)
+	}
+	// A dry run is never recorded.
+	rc := f.restoreConfig(target, "pkg/")
+	rc.RestoreUID, rc.AllowRepeat, rc.DryRun = "uid-dry", true, true
+	if _, err := RunRestore(ctx, rc, f.restoreSecrets(), RunOptions{Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := store.LastRestore(ctx); err != nil || last.UID != "uid-3" {
+		t.Fatalf("a dry run was recorded: %+v, %v", last, err)
+	}
+}

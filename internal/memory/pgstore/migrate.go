@@ -109,11 +109,28 @@ ALTER TABLE {{t "tombstones"}} DROP CONSTRAINT {{i "tombstones_pkey"}};
 ALTER TABLE {{t "tombstones"}} ALTER COLUMN scope TYPE text COLLATE "C";
 ALTER TABLE {{t "tombstones"}} ADD CONSTRAINT {{i "tombstones_pkey"}} PRIMARY KEY (scope, forgotten_at);
 `,
+	// 4: the restores the store received (restores.go), one row per MemoryRestore
+	// that completed into it: a second restore of a package already received writes
+	// nothing unless asked to.
+	`
+CREATE TABLE {{t "restores"}} (
+	restore_uid     text PRIMARY KEY,
+	restore_name    text NOT NULL,
+	package_id      text NOT NULL,
+	manifest_sha256 text NOT NULL,
+	source          text NOT NULL,
+	completed_at    timestamptz NOT NULL,
+	restored        bigint NOT NULL,
+	unchanged       bigint NOT NULL
+);
+CREATE INDEX {{i "restores_manifest_idx"}} ON {{t "restores"}} (manifest_sha256, completed_at);
+CREATE INDEX {{i "restores_completed_idx"}} ON {{t "restores"}} (completed_at);
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 3
+const LatestVersion = 4
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.

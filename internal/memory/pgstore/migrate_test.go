@@ -109,6 +109,14 @@ func TestMigrate(t *testing.T) {
 		"memories | expires_at | timestamp with time zone | YES | ",
 		"memories | archived_at | timestamp with time zone | YES | ",
 		"memories | history | jsonb | NO | '[]'::jsonb",
+		"restores | restore_uid | text | NO | ",
+		"restores | restore_name | text | NO | ",
+		"restores | package_id | text | NO | ",
+		"restores | manifest_sha256 | text | NO | ",
+		"restores | source | text | NO | ",
+		"restores | completed_at | timestamp with time zone | NO | ",
+		"restores | restored | bigint | NO | ",
+		"restores | unchanged | bigint | NO | ",
 		"schema_migrations | version | integer | NO | ",
 		"schema_migrations | applied_at | timestamp with time zone | NO | now()",
 		"store_meta | key | text | NO | ",
@@ -144,6 +152,8 @@ func TestMigrate(t *testing.T) {
 		"memories_scope_id_idx: CREATE INDEX memories_scope_id_idx ON S.memories USING btree (scope, memory_id)",
 		"memories_scope_key_uq: CREATE UNIQUE INDEX memories_scope_key_uq ON S.memories USING btree (scope, key) WHERE (key IS NOT NULL)",
 		"memories_scope_type_idx: CREATE INDEX memories_scope_type_idx ON S.memories USING btree (scope, memory_type)",
+		"restores_completed_idx: CREATE INDEX restores_completed_idx ON S.restores USING btree (completed_at)",
+		"restores_manifest_idx: CREATE INDEX restores_manifest_idx ON S.restores USING btree (manifest_sha256, completed_at)",
 		"vectors_scope_type_idx: CREATE INDEX vectors_scope_type_idx ON S.vectors USING btree (scope, memory_type)",
 	}
 	if strings.Join(defs, "\n") != strings.Join(wantIdx, "\n") {

@@ -41,7 +41,7 @@ type Store struct {
 
 type tableNames struct {
 	memories, tombstones, auditLog, vectors, storeMeta string
-	indexDeletions, archiveRuns                        string
+	indexDeletions, archiveRuns, restores              string
 }
 
 // DefaultImportBatch is how many items Import copies and inserts per transaction.
@@ -63,6 +63,7 @@ func New(pool *pgxpool.Pool, schema string) *Store {
 
 			indexDeletions: q("index_deletions"),
 			archiveRuns:    q("archive_runs"),
+			restores:       q("restores"),
 		},
 		importBatch: DefaultImportBatch,
 	}
