@@ -33,6 +33,7 @@ manifests: controller-gen ## Generate CRDs and RBAC into config/ and the Helm ch
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/...;./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	cp config/crd/bases/*.yaml charts/memory-operator/crds/
+	hack/sync-chart-rbac.sh
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.

@@ -80,6 +80,8 @@ func runManager(args []string) int {
 	}{
 		{"MemoryStore", &controllers.MemoryStoreReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
 			OperatorNamespace: operatorNS}},
+		{"ClusterMemoryBackend", &controllers.ClusterMemoryBackendReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
+			OperatorNamespace: operatorNS, Clock: clock.RealClock{}}},
 		{"MemorySnapshot", &controllers.MemorySnapshotReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
 			Clock: clock.RealClock{}, WorkerImage: workerImage}},
 		{"MemoryRestore", &controllers.MemoryRestoreReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,

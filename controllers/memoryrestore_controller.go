@@ -61,11 +61,16 @@ func (r *MemoryRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err := r.Get(ctx, req.NamespacedName, restore); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !restore.DeletionTimestamp.IsZero() || restore.IsDone() {
+	if !restore.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
 
 	original := restore.DeepCopy()
+	if restore.IsDone() {
+		// Never run again; only bring the summary conditions up to date (a restore
+		// finished by an older operator has none).
+		return ctrl.Result{}, r.patchStatus(ctx, original, restore)
+	}
 	result, err := r.run(ctx, restore)
 	if perr := r.patchStatus(ctx, original, restore); perr != nil {
 		logf.FromContext(ctx).Error(perr, "Failed to record status")

@@ -108,6 +108,7 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 	cfg := worker.RestoreConfig{
 		RestoreNamespace:     restore.Namespace,
 		RestoreName:          restore.Name,
+		RestoreUID:           string(restore.UID),
 		Source:               in.Source.Package,
 		Unencrypted:          spec.Source.Unencrypted,
 		ExpectManifestSHA256: in.Source.ManifestSHA256,
@@ -122,6 +123,7 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 		DryRun:               spec.DryRun,
 		Rehydrate:            spec.Rehydrate,
 		AllowMerge:           spec.Mapping != nil && spec.Mapping.AllowMerge,
+		AllowRepeat:          spec.AllowRepeat,
 		DetailKey:            worker.RestoreDetailKey(in.Source.Package.Prefix, runFolder(restore)),
 	}
 	for _, t := range spec.EffectiveTypes() {

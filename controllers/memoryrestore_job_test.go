@@ -90,7 +90,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 			source: ptr.To(snapshotSource()),
 			milvus: "milvus:19530", // ignored: the target keeps its vectors in PostgreSQL
 			wantConfig: worker.RestoreConfig{
-				RestoreNamespace: "team-a", RestoreName: "migrate",
+				RestoreNamespace: "team-a", RestoreName: "migrate", RestoreUID: restoreUID,
 				Source:               worker.Destination{Endpoint: "minio.storage:9000", Region: "eu-1", Insecure: true, Bucket: "memory", Prefix: packagePath},
 				ExpectManifestSHA256: manifestSHA,
 				TargetNamespace:      "team-a", TargetName: "support-bot", Tenant: "acme",
@@ -145,7 +145,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 			target: openAITarget,
 			milvus: "milvus:19530",
 			wantConfig: worker.RestoreConfig{
-				RestoreNamespace: "team-a", RestoreName: "migrate",
+				RestoreNamespace: "team-a", RestoreName: "migrate", RestoreUID: restoreUID,
 				Source:          worker.Destination{Endpoint: "s3.eu-west-1.amazonaws.com", Region: "eu-west-1", Bucket: "dr", Prefix: "agents/nightly-0a1b2c3d/"},
 				Unencrypted:     true,
 				TargetNamespace: "team-a", TargetName: "support-bot", Tenant: "acme",
@@ -184,17 +184,18 @@ func TestRestoreJobBuilder(t *testing.T) {
 				r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{From: &memoryv1alpha1.MappingSource{
 					Object: &memoryv1alpha1.MappingObject{Bucket: "maps", Key: "acme/users.ndjson"}}}
 				r.Spec.Job = memoryv1alpha1.JobOptions{}
+				r.Spec.AllowRepeat = true
 			}),
 			target: builderStore("Postgres", nil),
 			wantConfig: worker.RestoreConfig{
-				RestoreNamespace: "team-a", RestoreName: "migrate",
+				RestoreNamespace: "team-a", RestoreName: "migrate", RestoreUID: restoreUID,
 				Source:          worker.Destination{Endpoint: "minio:9000", Insecure: true, Bucket: "snaps", Prefix: "p/"},
 				TargetNamespace: "team-a", TargetName: "support-bot", Tenant: "acme",
 				Schema: "mem_acme", VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
 				Embedder:  "Hashing",
 				MapObject: "acme/users.ndjson", MapBucket: "maps", MapFormat: "jsonl", Unmapped: "Keep",
 				Types:          []string{"episodic", "semantic", "procedural"},
-				ConflictPolicy: "KeepNewer", Embeddings: "Reuse",
+				ConflictPolicy: "KeepNewer", Embeddings: "Reuse", AllowRepeat: true,
 				DetailKey: "p/restores/migrate-5a6b7c8d/detail.jsonl.zst",
 			},
 			wantEnv: map[string][2]string{

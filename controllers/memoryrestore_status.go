@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,10 +14,13 @@ import (
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
-// patchStatus writes the restore's status in one place: derives the phase, skips the
-// call when nothing changed, patches with an optimistic lock (a conflict is retried by
-// the queue) and emits an Event for every transition.
+// patchStatus writes the restore's status in one place: derives the summary
+// conditions and the phase, skips the call when nothing changed, patches with an
+// optimistic lock (a conflict is retried by the queue) and emits an Event for every
+// transition.
 func (r *MemoryRestoreReconciler) patchStatus(ctx context.Context, original, restore *memoryv1alpha1.MemoryRestore) error {
+	restore.Status.ObservedGeneration = restore.Generation
+	setSummary(&restore.Status.Conditions, restore.Generation, runSummary(restore.Status.Conditions))
 	restore.Status.Phase = restore.DerivePhase()
 	changed, err := patchStatusIfChanged(ctx, r.Client, original, restore, original.Status, restore.Status)
 	if !changed || err != nil {
@@ -53,6 +57,13 @@ func (r *MemoryRestoreReconciler) recordResult(ctx context.Context, restore *mem
 		return nil
 	}
 	recordRestoreSummary(restore, sum)
+	if prior := sum.AlreadyRestored; prior != nil {
+		restore.SetCompleted(memoryv1alpha1.ReasonAlreadyRestored, fmt.Sprintf(
+			"Nothing written: MemoryStore %s already received this package (manifest SHA-256 %s) from MemoryRestore %s (uid %s) at %s; "+
+				"set spec.allowRepeat: true in a new MemoryRestore to restore it again",
+			restore.Spec.TargetRef.Name, sum.ManifestSHA256, prior.Name, prior.UID, prior.CompletedAt.UTC().Format(time.RFC3339)))
+		return nil
+	}
 	restore.SetCompleted(memoryv1alpha1.ReasonSucceeded, restoreResultMessage(restore))
 	return nil
 }

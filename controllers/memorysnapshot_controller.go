@@ -68,11 +68,14 @@ func (r *MemorySnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if !snap.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
+	original := snap.DeepCopy()
 	if r.expired(snap) {
-		return r.expire(ctx, snap)
+		if !r.keepManaged(snap) {
+			return r.expire(ctx, snap)
+		}
+		return ctrl.Result{}, r.patchStatus(ctx, original, snap)
 	}
 
-	original := snap.DeepCopy()
 	var result ctrl.Result
 	var err error
 	if !snap.IsDone() {

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +36,24 @@ func (r *MemorySnapshotReconciler) scheduleExpiry(snap *memoryv1alpha1.MemorySna
 // expired reports whether a finished snapshot's TTL has passed.
 func (r *MemorySnapshotReconciler) expired(snap *memoryv1alpha1.MemorySnapshot) bool {
 	return snap.IsDone() && snap.Spec.TTL != nil && snap.Status.ExpiresAt != nil && !r.now().Before(snap.Status.ExpiresAt)
+}
+
+// keepManaged records, instead of deleting, an expired snapshot that a GitOps tool
+// manages (unless spec.ttlDeletesGitOpsManaged): the tool would create it again and a
+// new snapshot be taken. It reports whether the snapshot is kept.
+func (r *MemorySnapshotReconciler) keepManaged(snap *memoryv1alpha1.MemorySnapshot) bool {
+	manager := gitOpsManager(snap)
+	if manager == "" || snap.Spec.TTLDeletesGitOpsManaged {
+		return false
+	}
+	if !meta.IsStatusConditionFalse(snap.Status.Conditions, memoryv1alpha1.ConditionExpired) {
+		msg := fmt.Sprintf("TTL %s passed at %s, but %s manages this snapshot: it and its package are kept. "+
+			"Remove it from Git to delete it, or set spec.ttlDeletesGitOpsManaged and exclude it from pruning and self-heal",
+			snap.Spec.TTL.Duration, snap.Status.ExpiresAt.UTC().Format(time.RFC3339), manager)
+		snap.SetCondition(memoryv1alpha1.ConditionExpired, metav1.ConditionFalse, memoryv1alpha1.ReasonTTLKept, msg)
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, memoryv1alpha1.ReasonTTLKept, "Expire", "%s", msg)
+	}
+	return true
 }
 
 // expire deletes the package, then the snapshot. A package that cannot be reached keeps

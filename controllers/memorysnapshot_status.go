@@ -12,10 +12,13 @@ import (
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
 
-// patchStatus writes the snapshot's status in one place: derives the phase, skips the
-// call when nothing changed, patches with an optimistic lock (a conflict is retried by
-// the queue) and emits an Event for every transition.
+// patchStatus writes the snapshot's status in one place: derives the summary
+// conditions and the phase, skips the call when nothing changed, patches with an
+// optimistic lock (a conflict is retried by the queue) and emits an Event for every
+// transition.
 func (r *MemorySnapshotReconciler) patchStatus(ctx context.Context, original, snap *memoryv1alpha1.MemorySnapshot) error {
+	snap.Status.ObservedGeneration = snap.Generation
+	setSummary(&snap.Status.Conditions, snap.Generation, runSummary(snap.Status.Conditions))
 	snap.Status.Phase = snap.DerivePhase()
 	changed, err := patchStatusIfChanged(ctx, r.Client, original, snap, original.Status, snap.Status)
 	if !changed || err != nil {
@@ -39,7 +42,7 @@ func emitRunTransitions(recorder events.EventRecorder, obj runtime.Object, actio
 	if !meta.IsStatusConditionTrue(before, memoryv1alpha1.ConditionCompleted) && meta.IsStatusConditionTrue(after, memoryv1alpha1.ConditionCompleted) {
 		c := meta.FindStatusCondition(after, memoryv1alpha1.ConditionCompleted)
 		eventType := corev1.EventTypeWarning
-		if c.Reason == memoryv1alpha1.ReasonSucceeded {
+		if memoryv1alpha1.IsSuccessReason(c.Reason) {
 			eventType = corev1.EventTypeNormal
 		}
 		recorder.Eventf(obj, nil, eventType, c.Reason, action, "%s", c.Message)

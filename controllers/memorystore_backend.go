@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/provision"
@@ -61,9 +61,15 @@ func (r *MemoryStoreReconciler) resolveBackend(ctx context.Context, store *memor
 		}
 	}
 
+	return resolveBackendSpec(ctx, r.APIReader, spec, secretNS)
+}
+
+// resolveBackendSpec reads the credentials of a backend spec from its Secrets in
+// secretNS (straight from the API server through reader).
+func resolveBackendSpec(ctx context.Context, reader client.Reader, spec memoryv1alpha1.BackendSpec, secretNS string) (*resolvedBackend, error) {
 	rb := &resolvedBackend{spec: spec}
 	pg := spec.Postgres
-	creds, err := r.readSecret(ctx, secretNS, pg.AdminSecret.Name,
+	creds, err := secretStrings(ctx, reader, secretNS, pg.AdminSecret.Name,
 		orDefault(pg.AdminSecret.UsernameKey, "username"), orDefault(pg.AdminSecret.PasswordKey, "password"))
 	if err != nil {
 		return nil, err
@@ -83,7 +89,7 @@ func (r *MemoryStoreReconciler) resolveBackend(ctx context.Context, store *memor
 	if m := spec.Milvus; m != nil {
 		rb.milvus = &provision.MilvusConn{Address: m.Address}
 		if ref := m.CredentialsSecret; ref != nil {
-			creds, err := r.readSecret(ctx, secretNS, ref.Name,
+			creds, err := secretStrings(ctx, reader, secretNS, ref.Name,
 				orDefault(ref.UsernameKey, "username"), orDefault(ref.PasswordKey, "password"))
 			if err != nil {
 				return nil, err
@@ -94,7 +100,7 @@ func (r *MemoryStoreReconciler) resolveBackend(ctx context.Context, store *memor
 
 	if o := spec.ObjectStorage; o != nil {
 		ref := o.CredentialsSecret
-		creds, err := r.readSecret(ctx, secretNS, ref.Name,
+		creds, err := secretStrings(ctx, reader, secretNS, ref.Name,
 			orDefault(ref.AccessKeyIDKey, "accessKeyID"), orDefault(ref.SecretAccessKeyKey, "secretAccessKey"))
 		if err != nil {
 			return nil, err
@@ -120,24 +126,17 @@ func (rb *resolvedBackend) basePrefix() string {
 	return orDefault(rb.spec.ObjectStorage.Prefix, "memory-operator")
 }
 
-// readSecret returns the values of keys in a Secret, read directly from the API server.
-func (r *MemoryStoreReconciler) readSecret(ctx context.Context, namespace, name string, keys ...string) ([]string, error) {
-	secret := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, stepErrorf(memoryv1alpha1.ReasonSecretNotFound, "Secret %s/%s not found", namespace, name)
-		}
+// secretStrings returns the values of keys in a Secret, as strings.
+func secretStrings(ctx context.Context, reader client.Reader, namespace, name string, keys ...string) ([]string, error) {
+	values, err := secretValues(ctx, reader, namespace, name, keys...)
+	if err != nil {
 		return nil, err
 	}
-	values := make([]string, len(keys))
-	for i, k := range keys {
-		v, ok := secret.Data[k]
-		if !ok || len(v) == 0 {
-			return nil, stepErrorf(memoryv1alpha1.ReasonSecretKeyMissing, "Secret %s/%s has no key %q", namespace, name, k)
-		}
-		values[i] = string(v)
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
 	}
-	return values, nil
+	return out, nil
 }
 
 func orDefault(v, def string) string {

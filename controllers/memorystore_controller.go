@@ -4,6 +4,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +49,7 @@ type MemoryStoreReconciler struct {
 // +kubebuilder:rbac:groups=memory.amemory.io,resources=memorystores/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=memory.amemory.io,resources=memorystores/finalizers,verbs=update
 // +kubebuilder:rbac:groups=memory.amemory.io,resources=clustermemorybackends,verbs=get;list;watch
+// +kubebuilder:rbac:groups=memory.amemory.io,resources=memoryrestores,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -71,6 +73,19 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 
+	// A generation not seen yet says so first: provisioning can take a while, and
+	// until its status says otherwise a store must not look done.
+	if store.Status.ObservedGeneration != store.Generation {
+		original := store.DeepCopy()
+		store.Status.ObservedGeneration = store.Generation
+		markReconciling(&store.Status.Conditions, store.Generation, memoryv1alpha1.ReasonProvisioning,
+			fmt.Sprintf("Provisioning backends for generation %d", store.Generation))
+		store.Status.Phase = store.DerivePhase()
+		if _, err := patchStatusIfChanged(ctx, r.Client, original, store, original.Status, store.Status); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
 	original := store.DeepCopy()
 	result, err := r.provision(ctx, store)
 	if perr := r.patchStatus(ctx, original, store); perr != nil {
@@ -83,12 +98,14 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 }
 
 // SetupWithManager wires the watches: MemoryStores, their connection Secrets, Secrets
-// they reference (metadata only) and the ClusterMemoryBackends they use.
+// they reference (metadata only), the ClusterMemoryBackends they use, and restores
+// that completed into them (status.lastRestore).
 func (r *MemoryStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&memoryv1alpha1.MemoryStore{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.storesForSecret), builder.OnlyMetadata).
 		Watches(&memoryv1alpha1.ClusterMemoryBackend{}, handler.EnqueueRequestsFromMapFunc(r.storesForBackend)).
+		Watches(&memoryv1alpha1.MemoryRestore{}, handler.EnqueueRequestsFromMapFunc(storeOfRestore)).
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](minRetryDelay, maxRetryDelay),
 		}).

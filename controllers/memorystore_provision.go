@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/vector"
 )
@@ -48,6 +51,7 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	store.Status.Postgres = &memoryv1alpha1.PostgresStatus{
 		Database: rb.postgres.Database, Schema: names.Schema, Role: names.Role, WorkerRole: names.WorkerRole, SchemaVersion: pg.SchemaVersion,
 	}
+	store.Status.LastRestore = receivedRestore(pg.LastRestore)
 	store.SetCondition(memoryv1alpha1.ConditionPostgresReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
 		fmt.Sprintf("Schema %s at version %d, roles %s (agents) and %s (Jobs)", names.Schema, pg.SchemaVersion, names.Role, names.WorkerRole))
 
@@ -100,6 +104,19 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	return ctrl.Result{}, nil
 }
 
+// receivedRestore is the store's record of a restore, for status.
+func receivedRestore(r *pgstore.ReceivedRestore) *memoryv1alpha1.ReceivedRestore {
+	if r == nil {
+		return nil
+	}
+	name := r.Name
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		name = name[i+1:] // recorded as namespace/name; the restore is in the store's namespace
+	}
+	return &memoryv1alpha1.ReceivedRestore{Name: name, UID: types.UID(r.UID), PackageID: r.PackageID,
+		ManifestSHA256: r.ManifestSHA256, Source: r.Source, CompletedAt: metav1.NewTime(r.CompletedAt)}
+}
+
 // embedder builds the store's embedder. An OpenAI-compatible endpoint is asked for one
 // embedding to prove it answers with the declared dimension.
 func (r *MemoryStoreReconciler) embedder(ctx context.Context, store *memoryv1alpha1.MemoryStore) (embed.Embedder, error) {
@@ -111,7 +128,7 @@ func (r *MemoryStoreReconciler) embedder(ctx context.Context, store *memoryv1alp
 	}
 	var apiKey string
 	if ref := e.APIKeySecret; ref != nil {
-		v, err := r.readSecret(ctx, store.Namespace, ref.Name, ref.Key)
+		v, err := secretStrings(ctx, r.APIReader, store.Namespace, ref.Name, ref.Key)
 		if err != nil {
 			return nil, err
 		}

@@ -10,10 +10,13 @@ import (
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
 
-// patchStatus writes the status in one place: derives the phase, skips the call when
-// nothing changed, patches with an optimistic lock (a conflict is retried by the queue)
-// and emits an Event for every transition of Ready or Degraded.
+// patchStatus writes the status in one place: derives the summary conditions and the
+// phase, skips the call when nothing changed, patches with an optimistic lock (a
+// conflict is retried by the queue) and emits an Event for every transition of Ready
+// or Degraded.
 func (r *MemoryStoreReconciler) patchStatus(ctx context.Context, original, store *memoryv1alpha1.MemoryStore) error {
+	store.Status.ObservedGeneration = store.Generation
+	setSummary(&store.Status.Conditions, store.Generation, storeSummary(store))
 	store.Status.Phase = store.DerivePhase()
 	changed, err := patchStatusIfChanged(ctx, r.Client, original, store, original.Status, store.Status)
 	if !changed || err != nil {

@@ -86,3 +86,13 @@ func (r *MemoryStoreReconciler) storesForBackend(ctx context.Context, obj client
 	}
 	return requests
 }
+
+// storeOfRestore maps a restore that completed successfully to its target store, whose
+// status records the last restore it received.
+func storeOfRestore(_ context.Context, obj client.Object) []reconcile.Request {
+	restore, ok := obj.(*memoryv1alpha1.MemoryRestore)
+	if !ok || !restore.Succeeded() || restore.Spec.DryRun {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: restore.Namespace, Name: restore.Spec.TargetRef.Name}}}
+}

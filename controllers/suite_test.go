@@ -92,6 +92,12 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: setup: %v\n", err)
 		return 1
 	}
+	backends := &ClusterMemoryBackendReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
+		Recorder: mgr.GetEventRecorder("memory-operator"), OperatorNamespace: operatorNamespace, Clock: clock.RealClock{}}
+	if err := backends.SetupWithManager(mgr); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: setup ClusterMemoryBackend: %v\n", err)
+		return 1
+	}
 	if err := newSnapshotReconciler(mgr.GetClient(), mgr.GetAPIReader(), clock.RealClock{}).SetupWithManager(mgr); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: setup MemorySnapshot: %v\n", err)
 		return 1

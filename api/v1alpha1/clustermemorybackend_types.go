@@ -15,12 +15,24 @@ type ClusterMemoryBackendSpec struct {
 	AllowedNamespaces []string `json:"allowedNamespaces,omitempty"`
 }
 
-// ClusterMemoryBackendStatus is reserved for future use (e.g. reachability checks).
+// ClusterMemoryBackendStatus is what the operator found when it last checked the
+// backends (every few minutes, and whenever the backend or its Secrets change).
 type ClusterMemoryBackendStatus struct {
+	// ObservedGeneration is the generation the status describes; -1 until the
+	// operator first writes the status.
+	// +kubebuilder:default=-1
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastChecked is when the backends were last checked.
+	// +optional
+	LastChecked *metav1.Time `json:"lastChecked,omitempty"`
+	// Stores is the number of MemoryStores that use this backend.
+	// +optional
+	Stores int32 `json:"stores,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -29,6 +41,9 @@ type ClusterMemoryBackendStatus struct {
 // +kubebuilder:printcolumn:name="Postgres",type=string,JSONPath=`.spec.postgres.host`
 // +kubebuilder:printcolumn:name="Milvus",type=string,JSONPath=`.spec.milvus.address`
 // +kubebuilder:printcolumn:name="Bucket",type=string,JSONPath=`.spec.objectStorage.bucket`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Stores",type=integer,JSONPath=`.status.stores`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ClusterMemoryBackend is shared infrastructure declared by the platform team, like a
@@ -38,6 +53,10 @@ type ClusterMemoryBackend struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec   ClusterMemoryBackendSpec   `json:"spec"`
+	// Status reads {observedGeneration: -1} until the operator first writes it (CRD
+	// defaults), so an object it has not seen yet never looks done to kstatus (Flux),
+	// Argo CD or a human.
+	// +kubebuilder:default={}
 	Status ClusterMemoryBackendStatus `json:"status,omitempty"`
 }
 

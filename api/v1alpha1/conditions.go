@@ -1,8 +1,19 @@
 package v1alpha1
 
-// Condition types. Ready summarises the others.
+// Condition types. Ready, Reconciling and Stalled summarise the others the way kstatus
+// (Flux), Argo CD's health checks and humans read them: Ready=True when done,
+// Reconciling=True only while work is under way, Stalled=True (with Ready=False) on a
+// terminal failure or one only a human can fix. The other conditions say what.
 const (
-	ConditionReady            = "Ready"
+	ConditionReady = "Ready"
+	// ConditionReconciling is present, True, only while the operator is working on the
+	// object (or waiting for something that will come); it is removed when that ends.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is present, True, only when the object cannot make progress
+	// without a human: a snapshot or restore that failed, a store whose backends
+	// contradict its spec. It is removed when that is no longer so.
+	ConditionStalled = "Stalled"
+
 	ConditionPostgresReady    = "PostgresReady"
 	ConditionVectorReady      = "VectorReady"
 	ConditionObjectStoreReady = "ObjectStoreReady"
@@ -24,6 +35,9 @@ const (
 	ConditionProgressing = "Progressing"
 	// ConditionCompleted is True once a one-shot run ended; its reason says how.
 	ConditionCompleted = "Completed"
+	// ConditionExpired is False, reason TTLKept, on a snapshot whose TTL passed but
+	// which a GitOps tool manages, so it was kept.
+	ConditionExpired = "Expired"
 )
 
 // Condition reasons, CamelCase as Kubernetes expects.
@@ -60,6 +74,14 @@ const (
 	ReasonJobCreated           = "JobCreated"
 	ReasonRunning              = "Running"
 	ReasonSucceeded            = "Succeeded"
+	// ReasonPending: a run the operator has yet to start.
+	ReasonPending = "Pending"
+	// ReasonAlreadyRestored: the target store had already received the package from
+	// another MemoryRestore, so this one wrote nothing (see spec.allowRepeat).
+	ReasonAlreadyRestored = "AlreadyRestored"
+	// ReasonTTLKept: a snapshot's TTL passed, but a GitOps tool manages the object
+	// (spec.ttlDeletesGitOpsManaged is off), so neither it nor its package was deleted.
+	ReasonTTLKept = "TTLKept"
 	ReasonFailed               = "Failed"
 	ReasonDeadlineExceeded     = "DeadlineExceeded"
 	ReasonManifestInvalid      = "ManifestInvalid"
@@ -90,3 +112,9 @@ const (
 	PhaseRunning   = "Running"
 	PhaseSucceeded = "Succeeded"
 )
+
+// IsSuccessReason reports whether a one-shot run (snapshot, restore) that completed
+// with this reason did what was asked: it succeeded, or found it already done.
+func IsSuccessReason(reason string) bool {
+	return reason == ReasonSucceeded || reason == ReasonAlreadyRestored
+}

@@ -26,7 +26,7 @@ func (r *MemoryRestore) IsDone() bool {
 // Succeeded reports whether the restore finished and its Job did all it was asked.
 func (r *MemoryRestore) Succeeded() bool {
 	c := meta.FindStatusCondition(r.Status.Conditions, ConditionCompleted)
-	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonSucceeded
+	return c != nil && c.Status == metav1.ConditionTrue && IsSuccessReason(c.Reason)
 }
 
 // DerivePhase computes the phase from the conditions.

@@ -245,6 +245,14 @@ type MemoryRestoreSpec struct {
 	// +optional
 	Rehydrate bool `json:"rehydrate,omitempty"`
 
+	// AllowRepeat restores the package even when the target store already received it
+	// from another MemoryRestore. Without it such a restore writes nothing and
+	// completes with reason AlreadyRestored: a GitOps tool that deletes and recreates
+	// an identical MemoryRestore (self-heal, a re-sync) never re-runs it into a live
+	// store, where it could bring back what agents changed or deleted since.
+	// +optional
+	AllowRepeat bool `json:"allowRepeat,omitempty"`
+
 	// Job shapes the worker Job.
 	// +optional
 	Job JobOptions `json:"job,omitempty"`
@@ -299,6 +307,11 @@ type RestoreSkipped struct {
 // MemoryRestoreStatus is what the run did. Per-scope detail is in the object that
 // status.detail points at, never here.
 type MemoryRestoreStatus struct {
+	// ObservedGeneration is the generation the status describes; -1 until the
+	// operator first writes the status.
+	// +kubebuilder:default=-1
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Phase is derived from the conditions: Pending, Running, Succeeded, Failed.
 	// +optional
 	Phase string `json:"phase,omitempty"`
@@ -377,9 +390,10 @@ type MemoryRestoreStatus struct {
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.source`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.targetRef.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Restored",type=integer,JSONPath=`.status.restored`
 // +kubebuilder:printcolumn:name="Skipped",type=integer,JSONPath=`.status.skipped`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Completed")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Mapped",type=integer,JSONPath=`.status.mappedScopes`,priority=1
 // +kubebuilder:printcolumn:name="Dry-Run",type=boolean,JSONPath=`.spec.dryRun`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -391,6 +405,10 @@ type MemoryRestore struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec   MemoryRestoreSpec   `json:"spec"`
+	// Status reads {observedGeneration: -1} until the operator first writes it (CRD
+	// defaults), so an object it has not seen yet never looks done to kstatus (Flux),
+	// Argo CD or a human.
+	// +kubebuilder:default={}
 	Status MemoryRestoreStatus `json:"status,omitempty"`
 }
 

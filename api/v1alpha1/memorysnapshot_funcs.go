@@ -30,7 +30,7 @@ func (s *MemorySnapshot) IsDone() bool {
 // Succeeded reports whether the snapshot finished and its package is complete.
 func (s *MemorySnapshot) Succeeded() bool {
 	c := meta.FindStatusCondition(s.Status.Conditions, ConditionCompleted)
-	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonSucceeded
+	return c != nil && c.Status == metav1.ConditionTrue && IsSuccessReason(c.Reason)
 }
 
 // DerivePhase computes the phase from the conditions.
@@ -41,7 +41,7 @@ func (s *MemorySnapshot) DerivePhase() string {
 // oneShotPhase is the phase of a one-shot run (snapshot, restore) from its conditions.
 func oneShotPhase(conditions []metav1.Condition) string {
 	if c := meta.FindStatusCondition(conditions, ConditionCompleted); c != nil && c.Status == metav1.ConditionTrue {
-		if c.Reason == ReasonSucceeded {
+		if IsSuccessReason(c.Reason) {
 			return PhaseSucceeded
 		}
 		return PhaseFailed

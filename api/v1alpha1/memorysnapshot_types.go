@@ -83,9 +83,16 @@ type SnapshotParameters struct {
 	// is recorded). Off by default: a restore can re-embed.
 	// +optional
 	IncludeEmbeddings bool `json:"includeEmbeddings,omitempty"`
-	// TTL deletes the snapshot and its package this long after it completes.
+	// TTL deletes the snapshot and its package this long after it completes. A
+	// snapshot that a GitOps tool manages (an Argo CD tracking annotation or instance
+	// label, a Flux kustomize or helm label) is kept past its TTL, since the tool
+	// would create it again and take a new snapshot; ttlDeletesGitOpsManaged opts in.
 	// +optional
 	TTL *metav1.Duration `json:"ttl,omitempty"`
+	// TTLDeletesGitOpsManaged lets the TTL delete a snapshot even when a GitOps tool
+	// manages it (exclude it from pruning and self-heal, or it comes back).
+	// +optional
+	TTLDeletesGitOpsManaged bool `json:"ttlDeletesGitOpsManaged,omitempty"`
 	// Job shapes the worker Job.
 	// +optional
 	Job JobOptions `json:"job,omitempty"`
@@ -125,6 +132,11 @@ type SnapshotLocation struct {
 
 // MemorySnapshotStatus is what the run produced.
 type MemorySnapshotStatus struct {
+	// ObservedGeneration is the generation the status describes; -1 until the
+	// operator first writes the status.
+	// +kubebuilder:default=-1
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Phase is derived from the conditions: Pending, Running, Succeeded, Failed.
 	// +optional
 	Phase string `json:"phase,omitempty"`
@@ -170,7 +182,8 @@ type MemorySnapshotStatus struct {
 // +kubebuilder:resource:shortName=msnap,categories=memory
 // +kubebuilder:printcolumn:name="Store",type=string,JSONPath=`.spec.storeRef.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Completed")].reason`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Items",type=integer,JSONPath=`.status.items`
 // +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.bytes`
 // +kubebuilder:printcolumn:name="Duration",type=string,JSONPath=`.status.duration`
@@ -184,6 +197,10 @@ type MemorySnapshot struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec   MemorySnapshotSpec   `json:"spec"`
+	// Status reads {observedGeneration: -1} until the operator first writes it (CRD
+	// defaults), so an object it has not seen yet never looks done to kstatus (Flux),
+	// Argo CD or a human.
+	// +kubebuilder:default={}
 	Status MemorySnapshotStatus `json:"status,omitempty"`
 }
 

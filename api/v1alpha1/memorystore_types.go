@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ReclaimPolicy says what happens to a store's data when the MemoryStore is deleted.
@@ -200,7 +201,9 @@ type ObjectStorageStatus struct {
 
 // MemoryStoreStatus is the observed state of a MemoryStore.
 type MemoryStoreStatus struct {
-	// ObservedGeneration is the generation the status describes.
+	// ObservedGeneration is the generation the status describes; -1 until the
+	// operator first writes the status.
+	// +kubebuilder:default=-1
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
@@ -236,6 +239,25 @@ type MemoryStoreStatus struct {
 	// Archival is the archival schedule's state and its last run.
 	// +optional
 	Archival *ArchivalStatus `json:"archival,omitempty"`
+
+	// LastRestore is the last MemoryRestore that wrote into the store, as the store's
+	// database records it (a restore of a package the store already received writes
+	// nothing unless it sets spec.allowRepeat).
+	// +optional
+	LastRestore *ReceivedRestore `json:"lastRestore,omitempty"`
+}
+
+// ReceivedRestore is a MemoryRestore that completed into a store.
+type ReceivedRestore struct {
+	// Name and UID of the MemoryRestore (in the store's namespace).
+	Name string    `json:"name"`
+	UID  types.UID `json:"uid"`
+	// PackageID and ManifestSHA256 identify the package.
+	PackageID      string `json:"packageID,omitempty"`
+	ManifestSHA256 string `json:"manifestSHA256,omitempty"`
+	// Source is where the package was read from (s3://bucket/prefix).
+	Source      string      `json:"source,omitempty"`
+	CompletedAt metav1.Time `json:"completedAt"`
 }
 
 // +kubebuilder:object:root=true
@@ -258,6 +280,10 @@ type MemoryStore struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec   MemoryStoreSpec   `json:"spec"`
+	// Status reads {observedGeneration: -1} until the operator first writes it (CRD
+	// defaults), so an object it has not seen yet never looks done to kstatus (Flux),
+	// Argo CD or a human.
+	// +kubebuilder:default={}
 	Status MemoryStoreStatus `json:"status,omitempty"`
 }
 
