@@ -289,7 +289,7 @@ func TestGuaranteeFailedRestoreReportsWhatItWrote(t *testing.T) {
 	g.Expect(got.Status.Forgotten).To(Equal(int64(7)))
 	m := restoreCondition(got, memoryv1alpha1.ConditionCompleted).Message
 	g.Expect(m).To(ContainSubstring("connection reset by peer"))
-	g.Expect(m).To(ContainSubstring("Before it failed it wrote 9000 memories of the 12000 it read"))
+	g.Expect(m).To(ContainSubstring("; before it failed it wrote 9000 memories of the 12000 it read"))
 }
 
 // Inline renames too many for admission to check two by two (CEL's cost limit) are

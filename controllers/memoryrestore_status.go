@@ -86,7 +86,7 @@ func partialMessage(sum *worker.RestoreSummary) string {
 	if sum == nil {
 		return ""
 	}
-	return fmt.Sprintf(" Before it failed it wrote %d memories of the %d it read (%d unchanged), applied %d tombstones forgetting %d memories; "+
+	return fmt.Sprintf("; before it failed it wrote %d memories of the %d it read (%d unchanged), applied %d tombstones forgetting %d memories; "+
 		"the restore is idempotent: a new MemoryRestore of the same package completes it.",
 		sum.Restored, sum.Read, sum.Unchanged, sum.Tombstones, sum.Forgotten)
 }

@@ -497,6 +497,42 @@ func TestArgoHealthTests(t *testing.T) {
 		if err := yaml.UnmarshalStrict(data, &tests); err != nil {
 			t.Fatalf("%s/health_test.yaml: %v", kind, err)
 		}
+		// Every fixture is judged, also one not (yet) listed in health_test.yaml (a
+		// held-out object dropped into testdata/): the judges must agree on it, and
+		// call it Degraded exactly when its name says "failed".
+		listed := map[string]bool{}
+		for _, tc := range tests.Tests {
+			listed[filepath.Clean(tc.InputPath)] = true
+		}
+		files, err := filepath.Glob(filepath.Join(dir, "testdata", "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			rel, _ := filepath.Rel(dir, file)
+			if listed[rel] {
+				continue
+			}
+			t.Run(kind+"/unlisted/"+rel, func(t *testing.T) {
+				objs, err := ReadObjects(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, obj := range objs {
+					vs, err := Judge(healthDir, obj)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s:\n%s", rel, vs)
+					if !vs.Agree() {
+						t.Errorf("judges disagree:\n%s", vs)
+					}
+					if failed := strings.Contains(filepath.Base(file), "failed"); failed != (vs.ArgoCD.Health == Degraded) {
+						t.Errorf("name says failed=%v but verdict is %s", failed, vs.ArgoCD.Health)
+					}
+				}
+			})
+		}
 		for _, tc := range tests.Tests {
 			t.Run(kind+"/"+tc.InputPath, func(t *testing.T) {
 				objs, err := ReadObjects(filepath.Join(dir, tc.InputPath))
