@@ -46,7 +46,7 @@ func TestGitOpsReapplyingIsANoOpAndEditsAreRefused(t *testing.T) {
 			return map[string]any{"apiVersion": memoryv1alpha1.GroupVersion.String(), "kind": "MemorySnapshot",
 				"metadata": map[string]any{"namespace": s.ns, "name": "gitops-snapshot", "labels": fluxMarks},
 				"spec": map[string]any{"storeRef": map[string]any{"name": s.store.Name},
-					"encryption": map[string]any{"keySecret": map[string]any{"name": snapshotKeySecret, "key": "key"}},
+					"encryption":        map[string]any{"keySecret": map[string]any{"name": snapshotKeySecret, "key": "key"}},
 					"includeEmbeddings": dryRun}} // dryRun stands in for any edit
 		},
 		"MemoryRestore": func(dryRun bool) map[string]any {
