@@ -561,3 +561,32 @@ func TestArgoHealthTests(t *testing.T) {
 		}
 	}
 }
+
+// TestArgoCDConfigIsCurrent: the argocd-cm patch users apply holds the scripts as they
+// are here.
+func TestArgoCDConfigIsCurrent(t *testing.T) {
+	want, err := ArgoCDConfig(healthDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(healthDir, ArgoCDConfigFile))
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("config/health/%s is not current (%v): run go run ./hack/health/healthcheck -argocd-cm > config/health/%s",
+			ArgoCDConfigFile, err, ArgoCDConfigFile)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(got, &cm); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range kinds {
+		script, err := os.ReadFile(ScriptPath(healthDir, group, kind))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cm.Data["resource.customizations.health."+group+"_"+kind] != string(script) {
+			t.Errorf("no script for %s under its argocd-cm key", kind)
+		}
+	}
+}

@@ -4,6 +4,8 @@
 // object gets disagreeing verdicts or a judge fails.
 //
 //	go run ./hack/health/healthcheck [-dir config/health] file.yaml...
+//
+// With -argocd-cm it prints instead the argocd-cm patch installing the Lua scripts.
 package main
 
 import (
@@ -18,11 +20,21 @@ import (
 
 func main() {
 	dir := flag.String("dir", "config/health", "directory holding <group>/<Kind>/health.lua and "+health.FluxChecksFile)
+	argoCM := flag.Bool("argocd-cm", false, "print the argocd-cm patch installing the health scripts, and exit")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: healthcheck [-dir DIR] file.yaml...\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: healthcheck [-dir DIR] file.yaml...\n       healthcheck [-dir DIR] -argocd-cm\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if *argoCM {
+		cm, err := health.ArgoCDConfig(*dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		_, _ = os.Stdout.Write(cm)
+		return
+	}
 	if flag.NArg() == 0 {
 		flag.Usage()
 		os.Exit(2)
