@@ -52,7 +52,7 @@ type ClusterMemoryBackend struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   ClusterMemoryBackendSpec   `json:"spec"`
+	Spec ClusterMemoryBackendSpec `json:"spec"`
 	// Status reads {observedGeneration: -1} until the operator first writes it (CRD
 	// defaults), so an object it has not seen yet never looks done to kstatus (Flux),
 	// Argo CD or a human.

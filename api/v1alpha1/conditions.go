@@ -81,11 +81,11 @@ const (
 	ReasonAlreadyRestored = "AlreadyRestored"
 	// ReasonTTLKept: a snapshot's TTL passed, but a GitOps tool manages the object
 	// (spec.ttlDeletesGitOpsManaged is off), so neither it nor its package was deleted.
-	ReasonTTLKept = "TTLKept"
-	ReasonFailed               = "Failed"
-	ReasonDeadlineExceeded     = "DeadlineExceeded"
-	ReasonManifestInvalid      = "ManifestInvalid"
-	ReasonExpired              = "Expired"
+	ReasonTTLKept          = "TTLKept"
+	ReasonFailed           = "Failed"
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	ReasonManifestInvalid  = "ManifestInvalid"
+	ReasonExpired          = "Expired"
 
 	// A restore waits while its snapshot does not exist or has not finished, and fails
 	// when the snapshot failed.

@@ -279,7 +279,7 @@ type MemoryStore struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   MemoryStoreSpec   `json:"spec"`
+	Spec MemoryStoreSpec `json:"spec"`
 	// Status reads {observedGeneration: -1} until the operator first writes it (CRD
 	// defaults), so an object it has not seen yet never looks done to kstatus (Flux),
 	// Argo CD or a human.

@@ -20,6 +20,7 @@ import (
 // Health is a judge's verdict in a vocabulary common to the three judges.
 type Health string
 
+// The verdicts: done, not yet (working, waiting, being deleted), failed.
 const (
 	Healthy     Health = "Healthy"
 	Progressing Health = "Progressing"

@@ -39,16 +39,9 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 	if err != nil {
 		return sum, err
 	}
-	var key *snapshot.Key
-	if !cfg.Unencrypted {
-		if sec.SourceKey == "" {
-			return sum, fmt.Errorf("no package key: set %s (or pass --unencrypted for a plaintext package)", EnvSourceKey)
-		}
-		k, err := snapshot.ParseKey([]byte(sec.SourceKey))
-		if err != nil {
-			return sum, fmt.Errorf("package key from %s: %w", EnvSourceKey, err)
-		}
-		key = &k
+	key, err := sourceKey(cfg, sec)
+	if err != nil {
+		return sum, err
 	}
 	manifestSHA, err := manifestDigest(ctx, objects, cfg.Source.Prefix)
 	if err != nil {
@@ -68,24 +61,12 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		return sum, fmt.Errorf("target: %w", err)
 	}
 	defer pool.Close()
-	// A package the target already received is not restored again unless asked: a
-	// GitOps tool recreating a MemoryRestore must not re-run it into live data, where
-	// it could bring back what agents changed or deleted since. Nor is this restore
-	// run twice (its Job retried after it completed).
-	prior, err := target.ReceivedPackage(ctx, manifestSHA)
+	prior, err := priorRestore(ctx, cfg, target, reader, manifestSHA)
 	if err != nil {
-		return sum, fmt.Errorf("target: %w", err)
+		return sum, err
 	}
-	if prior != nil && (prior.UID == cfg.RestoreUID || !cfg.AllowRepeat) {
-		man := reader.Manifest()
-		sum = RestoreSummary{ManifestSHA256: manifestSHA, FormatVersion: reader.StoredFormatVersion(),
-			PackageID: man.PackageID, DryRun: cfg.DryRun, Embeddings: cfg.Embeddings}
-		if prior.UID == cfg.RestoreUID {
-			sum.Restored, sum.Unchanged = prior.Restored, prior.Unchanged
-		} else {
-			sum.AlreadyRestored = &PriorRestore{Name: prior.Name, UID: prior.UID, CompletedAt: prior.CompletedAt}
-		}
-		return sum, nil
+	if prior != nil {
+		return *prior, nil
 	}
 	index, closeIndex, err := targetIndex(ctx, cfg, pool)
 	if err != nil {
@@ -134,21 +115,65 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		return sum, err
 	}
 	sum.DetailKey = detailKey
-	if !cfg.DryRun && cfg.RestoreUID != "" {
-		err := target.RecordRestore(ctx, pgstore.ReceivedRestore{
-			UID: cfg.RestoreUID, Name: cfg.RestoreNamespace + "/" + cfg.RestoreName,
-			PackageID: sum.PackageID, ManifestSHA256: manifestSHA,
-			Source:      "s3://" + cfg.Source.Bucket + "/" + cfg.Source.Prefix,
-			CompletedAt: time.Now().UTC(), Restored: sum.Restored, Unchanged: sum.Unchanged,
-		})
-		if err != nil {
-			// Everything was written; only the record is missing, and a rerun of
-			// this restore (the Job's retry) is idempotent.
-			sum.Error = truncateUTF8(err.Error(), maxSummaryError)
-			return sum, err
-		}
+	if err := recordRestore(ctx, cfg, target, sum); err != nil {
+		// Everything was written; only the record is missing, and a rerun of this
+		// restore (the Job's retry) is idempotent.
+		sum.Error = truncateUTF8(err.Error(), maxSummaryError)
+		return sum, err
 	}
 	return sum, nil
+}
+
+// sourceKey is the package key from the environment, nil for an unencrypted package.
+func sourceKey(cfg RestoreConfig, sec RestoreSecrets) (*snapshot.Key, error) {
+	if cfg.Unencrypted {
+		return nil, nil
+	}
+	if sec.SourceKey == "" {
+		return nil, fmt.Errorf("no package key: set %s (or pass --unencrypted for a plaintext package)", EnvSourceKey)
+	}
+	k, err := snapshot.ParseKey([]byte(sec.SourceKey))
+	if err != nil {
+		return nil, fmt.Errorf("package key from %s: %w", EnvSourceKey, err)
+	}
+	return &k, nil
+}
+
+// priorRestore is the summary of a restore that must not run, nil when it must: a
+// package the target already received is not restored again unless asked
+// (AllowRepeat), since a GitOps tool recreating a MemoryRestore must not re-run it
+// into live data, where it could bring back what agents changed or deleted since.
+// Nor is this restore run twice (its Job retried after it completed).
+func priorRestore(ctx context.Context, cfg RestoreConfig, target *pgstore.Store, reader *snapshot.Reader, manifestSHA string) (*RestoreSummary, error) {
+	prior, err := target.ReceivedPackage(ctx, manifestSHA)
+	if err != nil {
+		return nil, fmt.Errorf("target: %w", err)
+	}
+	if prior == nil || (prior.UID != cfg.RestoreUID && cfg.AllowRepeat) {
+		return nil, nil
+	}
+	sum := &RestoreSummary{ManifestSHA256: manifestSHA, FormatVersion: reader.StoredFormatVersion(),
+		PackageID: reader.Manifest().PackageID, DryRun: cfg.DryRun, Embeddings: cfg.Embeddings}
+	if prior.UID == cfg.RestoreUID {
+		sum.Restored, sum.Unchanged = prior.Restored, prior.Unchanged
+	} else {
+		sum.AlreadyRestored = &PriorRestore{Name: prior.Name, UID: prior.UID, CompletedAt: prior.CompletedAt}
+	}
+	return sum, nil
+}
+
+// recordRestore records in the target a restore that completed (not a dry run, and
+// only one the controller started: it has a UID).
+func recordRestore(ctx context.Context, cfg RestoreConfig, target *pgstore.Store, sum RestoreSummary) error {
+	if cfg.DryRun || cfg.RestoreUID == "" {
+		return nil
+	}
+	return target.RecordRestore(ctx, pgstore.ReceivedRestore{
+		UID: cfg.RestoreUID, Name: cfg.RestoreNamespace + "/" + cfg.RestoreName,
+		PackageID: sum.PackageID, ManifestSHA256: sum.ManifestSHA256,
+		Source:      "s3://" + cfg.Source.Bucket + "/" + cfg.Source.Prefix,
+		CompletedAt: time.Now().UTC(), Restored: sum.Restored, Unchanged: sum.Unchanged,
+	})
 }
 
 // summarize turns the engine's result into the summary the controller reads.
