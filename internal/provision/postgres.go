@@ -251,6 +251,9 @@ var Privileges = map[string]map[string][]string{
 // agent ever sees the gap between the revoke and the grants).
 func grantRoles(ctx context.Context, pool *pgxpool.Pool, database string, n Names) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := lockDatabaseACL(ctx, tx); err != nil {
+			return err
+		}
 		for kind, role := range map[string]string{"agent": n.Role, "worker": n.WorkerRole} {
 			stmts := []struct {
 				sql  string
@@ -282,6 +285,17 @@ func grantRoles(ctx context.Context, pool *pgxpool.Pool, database string, n Name
 	})
 }
 
+// databaseACLLock is the advisory lock held by every transaction that changes the
+// database's access list (granting or revoking CONNECT to a store's roles). The list
+// is one row of pg_database: two such changes at once fail with "tuple concurrently
+// updated", as when stores of one server are provisioned or deleted together.
+var databaseACLLock = int64(0x6d656d6f72796f70) // "memoryop"
+
+func lockDatabaseACL(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, databaseACLLock)
+	return err
+}
+
 // DeletePostgres drops the store's schema and roles. It refuses to drop a schema that is
 // not marked as this store's. Missing objects are fine (deletion is retried).
 func DeletePostgres(ctx context.Context, admin PostgresConn, names Names, owner string) error {
@@ -306,10 +320,16 @@ func DeletePostgres(ctx context.Context, admin PostgresConn, names Names, owner 
 			continue
 		}
 		// DROP OWNED revokes the role's remaining privileges (CONNECT) in this database.
-		if err := execFormatted(ctx, pool, `DROP OWNED BY %I`, role); err != nil {
-			return classify(what+": dropping role "+role, err)
-		}
-		if err := execFormatted(ctx, pool, `DROP ROLE IF EXISTS %I`, role); err != nil {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := lockDatabaseACL(ctx, tx); err != nil {
+				return err
+			}
+			if err := execFormattedTx(ctx, tx, `DROP OWNED BY %I`, role); err != nil {
+				return err
+			}
+			return execFormattedTx(ctx, tx, `DROP ROLE IF EXISTS %I`, role)
+		})
+		if err != nil {
 			return classify(what+": dropping role "+role, err)
 		}
 	}

@@ -3,7 +3,9 @@ package provision
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -147,4 +149,60 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t)
+}
+
+// TestGuaranteeStoresProvisionConcurrentlyOnOneServer: many stores provisioned and
+// deleted at the same time on one server (tenants onboarded together, a namespace
+// deleted) all succeed. Each grants or revokes CONNECT on the one database, a change
+// to a single catalog row that PostgreSQL refuses to make twice at once ("tuple
+// concurrently updated") unless the changes take turns.
+func TestGuaranteeStoresProvisionConcurrentlyOnOneServer(t *testing.T) {
+	pg := testutil.PostgresParts(t)
+	admin := PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	ctx := context.Background()
+	const n = 12
+	all := make([]Names, n)
+	for i := range all {
+		names, err := NamesFor(testutil.UniqueName("conc-"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		all[i] = names
+	}
+	pw := Passwords{Agent: "agent-pw", Worker: "worker-pw"}
+	owner := func(i int) string { return fmt.Sprintf("team-a/bot-%d", i) }
+	run := func(what string, fn func(i int) error) {
+		t.Helper()
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				if err := fn(i); err != nil {
+					errs <- fmt.Errorf("%s store %d: %w", what, i, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	}
+	// Half are provisioned first; then the others are provisioned while those are
+	// re-provisioned and deleted.
+	run("provisioning", func(i int) error {
+		if i%2 == 1 {
+			return nil
+		}
+		_, err := EnsurePostgres(ctx, admin, all[i], owner(i), pw)
+		return err
+	})
+	run("provisioning or deleting", func(i int) error {
+		if i%4 == 0 {
+			return DeletePostgres(ctx, admin, all[i], owner(i))
+		}
+		_, err := EnsurePostgres(ctx, admin, all[i], owner(i), pw)
+		return err
+	})
+	run("deleting", func(i int) error { return DeletePostgres(ctx, admin, all[i], owner(i)) })
 }
