@@ -201,19 +201,20 @@ func checkSchemaOwner(ctx context.Context, pool *pgxpool.Pool, schema, owner str
 // ensureRole creates the agent role or resets its password to the one in the connection
 // Secret, so a crash between the two steps heals on the next reconcile.
 func ensureRole(ctx context.Context, pool *pgxpool.Pool, role, password string) error {
-	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, role).Scan(&exists); err != nil {
-		return err
-	}
-	if !exists {
-		err := execFormatted(ctx, pool, `CREATE ROLE %I LOGIN NOINHERIT PASSWORD %L`, role, password)
-		var pgErr *pgconn.PgError
-		concurrent := errors.As(err, &pgErr) && pgErr.Code == "42710" // duplicate_object: created concurrently
-		if !concurrent {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := lockRoles(ctx, tx); err != nil {
 			return err
 		}
-	}
-	return execFormatted(ctx, pool, `ALTER ROLE %I WITH LOGIN NOINHERIT PASSWORD %L`, role, password)
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, role).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			// Under the lock no operator creates it meanwhile; anyone else, on their own head.
+			return execFormattedTx(ctx, tx, `CREATE ROLE %I LOGIN NOINHERIT PASSWORD %L`, role, password)
+		}
+		return execFormattedTx(ctx, tx, `ALTER ROLE %I WITH LOGIN NOINHERIT PASSWORD %L`, role, password)
+	})
 }
 
 // Privileges are what each role may do on each table of a store's schema. Nothing
@@ -251,7 +252,7 @@ var Privileges = map[string]map[string][]string{
 // agent ever sees the gap between the revoke and the grants).
 func grantRoles(ctx context.Context, pool *pgxpool.Pool, database string, n Names) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := lockDatabaseACL(ctx, tx); err != nil {
+		if err := lockRoles(ctx, tx); err != nil {
 			return err
 		}
 		for kind, role := range map[string]string{"agent": n.Role, "worker": n.WorkerRole} {
@@ -285,14 +286,16 @@ func grantRoles(ctx context.Context, pool *pgxpool.Pool, database string, n Name
 	})
 }
 
-// databaseACLLock is the advisory lock held by every transaction that changes the
-// database's access list (granting or revoking CONNECT to a store's roles). The list
-// is one row of pg_database: two such changes at once fail with "tuple concurrently
-// updated", as when stores of one server are provisioned or deleted together.
-var databaseACLLock = int64(0x6d656d6f72796f70) // "memoryop"
+// rolesLock is the advisory lock held by every transaction that changes roles or the
+// database's access list: creating, altering, granting to and dropping a store's
+// roles. Each of those rewrites a shared catalog row (the role's in pg_authid, the
+// database's one row in pg_database), and two changes to one row at once fail with
+// "tuple concurrently updated": stores provisioned or deleted together, or two
+// operator instances during a leader hand-over, take turns instead.
+var rolesLock = int64(0x6d656d6f72796f70) // "memoryop"
 
-func lockDatabaseACL(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, databaseACLLock)
+func lockRoles(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, rolesLock)
 	return err
 }
 
@@ -321,7 +324,7 @@ func DeletePostgres(ctx context.Context, admin PostgresConn, names Names, owner 
 		}
 		// DROP OWNED revokes the role's remaining privileges (CONNECT) in this database.
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := lockDatabaseACL(ctx, tx); err != nil {
+			if err := lockRoles(ctx, tx); err != nil {
 				return err
 			}
 			if err := execFormattedTx(ctx, tx, `DROP OWNED BY %I`, role); err != nil {

@@ -153,9 +153,10 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 
 // TestGuaranteeStoresProvisionConcurrentlyOnOneServer: many stores provisioned and
 // deleted at the same time on one server (tenants onboarded together, a namespace
-// deleted) all succeed. Each grants or revokes CONNECT on the one database, a change
-// to a single catalog row that PostgreSQL refuses to make twice at once ("tuple
-// concurrently updated") unless the changes take turns.
+// deleted), and the same store by two operator instances at once, all succeed. Each
+// grants or revokes CONNECT on the one database and alters its roles: changes to
+// shared catalog rows that PostgreSQL refuses to make twice at once ("tuple
+// concurrently updated") unless they take turns.
 func TestGuaranteeStoresProvisionConcurrentlyOnOneServer(t *testing.T) {
 	pg := testutil.PostgresParts(t)
 	admin := PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
@@ -202,6 +203,12 @@ func TestGuaranteeStoresProvisionConcurrentlyOnOneServer(t *testing.T) {
 			return DeletePostgres(ctx, admin, all[i], owner(i))
 		}
 		_, err := EnsurePostgres(ctx, admin, all[i], owner(i), pw)
+		return err
+	})
+	// Two operator instances at once (a leader hand-over) re-provision the same stores.
+	run("re-provisioning", func(i int) error {
+		j := 1 + 2*(i%3)
+		_, err := EnsurePostgres(ctx, admin, all[j], owner(j), pw)
 		return err
 	})
 	run("deleting", func(i int) error { return DeletePostgres(ctx, admin, all[i], owner(i)) })
