@@ -17,6 +17,7 @@ Usage:
   memory-operator snapshot [flags]  export a store as a package (what snapshot Jobs run)
   memory-operator restore [flags]   import a package into a store (what restore Jobs run)
   memory-operator archive [flags]   archive low-score memories, purge expired ones (what archival Jobs run)
+  memory-operator gateway [flags]   serve a store's memory API to its agents (what gateway Deployments run)
   memory-operator version           print the version
 
 Run "memory-operator manager -h" for the manager's flags.
@@ -36,6 +37,8 @@ func main() {
 		os.Exit(runRestoreWorker(args))
 	case "archive":
 		os.Exit(runArchiveWorker(args))
+	case "gateway":
+		os.Exit(runGateway(args))
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":

@@ -222,13 +222,16 @@ func ensureRole(ctx context.Context, pool *pgxpool.Pool, role, password string) 
 // tombstones for anyone (they are append-only: only the operator's admin could
 // un-forget). docs/memorystore.md has this table.
 var Privileges = map[string]map[string][]string{
-	// Agents remember, recall, search and forget: they read and write memories and
-	// (embedded index) vectors, record tombstones and the audit of their forgets.
+	// Agents (and the gateway, which connects as the agent role) remember, recall,
+	// search and forget: they read and write memories and (embedded index) vectors,
+	// record tombstones and the audit of their forgets, and keep the index work the
+	// gateway owes for the memories it wrote.
 	"agent": {
 		"memories":          {"SELECT", "INSERT", "UPDATE", "DELETE"},
 		"vectors":           {"SELECT", "INSERT", "UPDATE", "DELETE"},
 		"tombstones":        {"SELECT", "INSERT"},
 		"audit_log":         {"INSERT"},
+		"index_pending":     {"SELECT", "INSERT", "UPDATE", "DELETE"},
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
 	},

@@ -96,6 +96,12 @@ func TestMigrate(t *testing.T) {
 		"index_deletions | memory_id | text | NO | ",
 		"index_deletions | scope | text | NO | ",
 		"index_deletions | recorded_at | timestamp with time zone | NO | now()",
+		"index_pending | memory_id | text | NO | ",
+		"index_pending | seq | bigint | NO | ",
+		"index_pending | enqueued_at | timestamp with time zone | NO | now()",
+		"index_pending | attempts | integer | NO | 0",
+		"index_pending | next_attempt_at | timestamp with time zone | NO | now()",
+		"index_pending | last_error | text | NO | ''::text",
 		"memories | memory_id | text | NO | ",
 		"memories | memory_type | text | NO | ",
 		"memories | scope | text | NO | ",
@@ -146,6 +152,7 @@ func TestMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantIdx := []string{
+		"index_pending_due_idx: CREATE INDEX index_pending_due_idx ON S.index_pending USING btree (next_attempt_at)",
 		"memories_archived_idx: CREATE INDEX memories_archived_idx ON S.memories USING btree (archived_at, memory_id) WHERE (archived_at IS NOT NULL)",
 		"memories_expires_at_idx: CREATE INDEX memories_expires_at_idx ON S.memories USING btree (expires_at) WHERE (expires_at IS NOT NULL)",
 		"memories_scope_hash_uq: CREATE UNIQUE INDEX memories_scope_hash_uq ON S.memories USING btree (scope, content_hash) WHERE (key IS NULL)",

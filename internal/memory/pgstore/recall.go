@@ -30,6 +30,8 @@ type RecallQuery struct {
 	HalfLives memory.HalfLives
 	// MinScore drops memories whose effective score is below it; 0 keeps all.
 	MinScore float64
+	// Key, when set, recalls only the memory in that (scope, key) slot.
+	Key string
 }
 
 // Scored is a recalled memory with its effective score.
@@ -76,6 +78,10 @@ func (s *Store) Recall(ctx context.Context, q RecallQuery) ([]Scored, error) {
 	if len(types) > 0 {
 		args = append(args, types)
 		where = append(where, `m.memory_type = ANY($`+strconv.Itoa(len(args))+`)`)
+	}
+	if q.Key != "" {
+		args = append(args, q.Key)
+		where = append(where, `m.key = $`+strconv.Itoa(len(args)))
 	}
 	outer := ""
 	if q.MinScore > 0 {

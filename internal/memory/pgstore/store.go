@@ -40,8 +40,8 @@ type Store struct {
 }
 
 type tableNames struct {
-	memories, tombstones, auditLog, vectors, storeMeta string
-	indexDeletions, archiveRuns, restores              string
+	memories, tombstones, auditLog, vectors, storeMeta  string
+	indexDeletions, archiveRuns, restores, indexPending string
 }
 
 // DefaultImportBatch is how many items Import copies and inserts per transaction.
@@ -64,6 +64,7 @@ func New(pool *pgxpool.Pool, schema string) *Store {
 			indexDeletions: q("index_deletions"),
 			archiveRuns:    q("archive_runs"),
 			restores:       q("restores"),
+			indexPending:   q("index_pending"),
 		},
 		importBatch: DefaultImportBatch,
 	}
@@ -91,6 +92,9 @@ const (
 type PutResult struct {
 	MemoryID string
 	Outcome  Outcome
+	// Pending identifies the index work PutQueued recorded (0: none); pass it to
+	// IndexDone once the index has the memory.
+	Pending int64
 }
 
 // memoryCols are the memories columns in the order scanItem reads them.
@@ -123,6 +127,17 @@ const memoryCols = `memory_id, memory_type, scope, key, content, source, base_sc
 // is lost. Put never touches the vectors table; re-embedding a superseded memory is
 // the vector index's job.
 func (s *Store) Put(ctx context.Context, item memory.Item) (PutResult, error) {
+	return s.putVia(ctx, s.pool, item, false)
+}
+
+// beginner is a pool or a single connection.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// putVia is Put over db; with queue, a write that changed the row also records the
+// index work it owes (see pending.go) in the same transaction.
+func (s *Store) putVia(ctx context.Context, db beginner, item memory.Item, queue bool) (PutResult, error) {
 	item.SetDefaults(time.Now())
 	normalizeTimes(&item)
 	if err := item.Validate(); err != nil {
@@ -133,12 +148,15 @@ func (s *Store) Put(ctx context.Context, item memory.Item) (PutResult, error) {
 		return PutResult{}, fmt.Errorf("pgstore: put %q: %w", item.MemoryID, err)
 	}
 	var res PutResult
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if err := s.checkNotForgotten(ctx, tx, item); err != nil {
 			return err
 		}
 		var err error
-		res, err = s.put(ctx, tx, item, hash)
+		if res, err = s.put(ctx, tx, item, hash); err != nil || !queue || res.Outcome == Unchanged {
+			return err
+		}
+		res.Pending, err = s.enqueue(ctx, tx, res.MemoryID)
 		return err
 	})
 	if err != nil {

@@ -58,6 +58,11 @@ var (
 	// its tombstone written, but its vectors could not be deleted from the index. Call
 	// Forget again to finish.
 	ErrVectorsNotDeleted = errors.New("memories deleted and tombstone written, but the vectors were not deleted from the index")
+	// ErrIndexUnavailable is wrapped by Search when the vector index failed, and
+	// ErrEmbedderUnavailable by any call whose embedding call failed: the memories in
+	// PostgreSQL are fine, the derived side is not answering.
+	ErrIndexUnavailable    = errors.New("the vector index is not answering")
+	ErrEmbedderUnavailable = errors.New("the embedding model is not answering")
 )
 
 // Search limits.
@@ -188,6 +193,9 @@ func (m *Memory) RememberBatchWith(ctx context.Context, items []memory.Item, opt
 type indexOp struct {
 	id   string
 	item *memory.Item
+	// vec, when set, is item's embedding, already computed (the write path embeds
+	// before storing, for its near-duplicate check).
+	vec []float32
 }
 
 // opFor is the index state that matches item once stored under id.
@@ -229,6 +237,7 @@ func (m *Memory) sync(ctx context.Context, ops []indexOp) error {
 func (m *Memory) apply(ctx context.Context, ops []indexOp) error {
 	var (
 		texts   []string
+		missing []int // entries still to embed
 		entries []vector.Entry
 		deletes []string
 	)
@@ -237,17 +246,22 @@ func (m *Memory) apply(ctx context.Context, ops []indexOp) error {
 			deletes = append(deletes, op.id)
 			continue
 		}
-		texts = append(texts, op.item.EmbeddingText())
-		entries = append(entries, vector.Entry{ID: op.id, Scope: op.item.Scope, Type: string(op.item.MemoryType)})
+		if op.vec == nil {
+			texts = append(texts, op.item.EmbeddingText())
+			missing = append(missing, len(entries))
+		}
+		entries = append(entries, vector.Entry{ID: op.id, Scope: op.item.Scope, Type: string(op.item.MemoryType), Vector: op.vec})
 	}
-	if len(entries) > 0 {
+	if len(texts) > 0 {
 		vecs, err := m.embed(ctx, texts)
 		if err != nil {
 			return err
 		}
-		for i := range entries {
-			entries[i].Vector = vecs[i]
+		for i, e := range missing {
+			entries[e].Vector = vecs[i]
 		}
+	}
+	if len(entries) > 0 {
 		if err := m.index.Upsert(ctx, entries); err != nil {
 			return err
 		}
@@ -295,7 +309,7 @@ func sameIndexState(a, b indexOp) bool {
 func (m *Memory) embed(ctx context.Context, texts []string) ([][]float32, error) {
 	vecs, err := m.embedder.Embed(ctx, texts)
 	if err != nil {
-		return nil, fmt.Errorf("embedding with %s: %w", m.embedder.Model(), err)
+		return nil, fmt.Errorf("%w: embedding with %s: %w", ErrEmbedderUnavailable, m.embedder.Model(), err)
 	}
 	if len(vecs) != len(texts) {
 		return nil, fmt.Errorf("embedding with %s: got %d vectors for %d texts", m.embedder.Model(), len(vecs), len(texts))
@@ -351,7 +365,7 @@ func (m *Memory) Search(ctx context.Context, q SearchQuery) ([]Result, error) {
 	for {
 		hits, err := m.index.Search(ctx, vector.Query{Scope: q.Scope, Types: p.types, Vector: vecs[0], K: fetch})
 		if err != nil {
-			return nil, fmt.Errorf("memory service: search: %w", err)
+			return nil, fmt.Errorf("memory service: search: %w: %w", ErrIndexUnavailable, err)
 		}
 		out, err := m.liveResults(ctx, p, hits, loaded)
 		if err != nil {

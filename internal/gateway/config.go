@@ -1,0 +1,216 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Environment variables the gateway reads its secrets from; the Deployment fills them
+// from Secrets by reference, so no secret value is an argument or in the Pod spec.
+const (
+	// EnvPostgresURI is the store's own (agent) role: the connection Secret's "uri".
+	EnvPostgresURI = "MEMORY_PG_URI"
+	// EnvEmbedderAPIKey is the bearer token of an OpenAI-compatible embedder.
+	EnvEmbedderAPIKey = "MEMORY_EMBEDDER_API_KEY"
+)
+
+// Defaults of the gateway's settings.
+const (
+	DefaultListen        = ":8080"
+	DefaultMetricsListen = ":9090"
+	DefaultDedup         = 0.9
+	DefaultRateLimit     = 50  // requests per second per key
+	DefaultRateBurst     = 100 // requests
+	DefaultMaxBodyBytes  = 8 << 20
+	// MaxBatch is the largest batch one remember call accepts.
+	MaxBatch = 1000
+)
+
+// NamespaceRule maps LangGraph store namespaces to scopes. Namespace is a pattern of
+// labels: a literal label matches itself, "{name}" captures one label, and a final
+// "*" matches any number (zero or more) of further labels. Scope is a template over
+// the captures ("user:{user}"). Rules are tried in order; the first that matches wins.
+// A namespace no rule matches is refused, never stored in some default scope.
+type NamespaceRule struct {
+	Namespace []string `json:"namespace"`
+	Scope     string   `json:"scope"`
+}
+
+// DefaultNamespaceRules are used when none are declared: ("memories", "<user>", ...)
+// and ("user", "<id>", ...) both land in user:<id>; ("session", "<id>", ...) in
+// session:<id>; ("agent", "<id>", ...) in agent:<id>.
+func DefaultNamespaceRules() []NamespaceRule {
+	return []NamespaceRule{
+		{Namespace: []string{"memories", "{user}", "*"}, Scope: "user:{user}"},
+		{Namespace: []string{"user", "{id}", "*"}, Scope: "user:{id}"},
+		{Namespace: []string{"session", "{id}", "*"}, Scope: "session:{id}"},
+		{Namespace: []string{"agent", "{id}", "*"}, Scope: "agent:{id}"},
+	}
+}
+
+// Config is everything `memory-operator gateway` needs besides its secrets.
+type Config struct {
+	// Store, for logs and metrics.
+	StoreNamespace, StoreName string
+	// Listen is the API's address; MetricsListen serves /metrics (empty: off).
+	Listen, MetricsListen string
+	// TLSCertFile and TLSKeyFile, when set, serve the API over TLS; both files are
+	// re-read when they change (a rotated certificate needs no restart).
+	TLSCertFile, TLSKeyFile string
+
+	// Schema is the store's PostgreSQL schema.
+	Schema string
+	// VectorEngine is Milvus or Postgres; with Milvus, vectors live at
+	// MilvusAddress/Collection.
+	VectorEngine, MilvusAddress, Collection string
+	Dimension                               int
+	Metric                                  string
+	// Embedder is Hashing or OpenAI (at EmbedderEndpoint, model EmbeddingModel,
+	// token in EnvEmbedderAPIKey).
+	Embedder, EmbedderEndpoint, EmbeddingModel string
+
+	// KeysFile is the API keys file (see KeyFile), re-read when it changes.
+	KeysFile string
+	// DedupThreshold: a write at least this similar to a memory of the same scope and
+	// type reinforces it instead of adding a copy; 0 turns near-duplicate detection off.
+	DedupThreshold float64
+	// RateLimit (requests per second) and RateBurst apply per API key.
+	RateLimit float64
+	RateBurst int
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64
+	// NamespaceRules map LangGraph namespaces to scopes (empty: DefaultNamespaceRules).
+	NamespaceRules []NamespaceRule
+	// ShutdownGrace is how long in-flight requests get on SIGTERM.
+	ShutdownGrace time.Duration
+}
+
+// Args renders the configuration as the command's arguments (after the subcommand).
+// ParseArgs(c.Args()) gives c back.
+func (c Config) Args() []string {
+	args := []string{
+		"--store-namespace=" + c.StoreNamespace,
+		"--store-name=" + c.StoreName,
+		"--listen=" + c.Listen,
+		"--metrics-listen=" + c.MetricsListen,
+		"--schema=" + c.Schema,
+		"--vector-engine=" + c.VectorEngine,
+		"--dimension=" + strconv.Itoa(c.Dimension),
+		"--metric=" + c.Metric,
+		"--embedder=" + c.Embedder,
+		"--keys-file=" + c.KeysFile,
+		"--dedup-threshold=" + strconv.FormatFloat(c.DedupThreshold, 'g', -1, 64),
+		"--rate-limit=" + strconv.FormatFloat(c.RateLimit, 'g', -1, 64),
+		"--rate-burst=" + strconv.Itoa(c.RateBurst),
+		"--max-body-bytes=" + strconv.FormatInt(c.MaxBodyBytes, 10),
+		"--shutdown-grace=" + c.ShutdownGrace.String(),
+	}
+	opt := func(name, v string) {
+		if v != "" {
+			args = append(args, name+"="+v)
+		}
+	}
+	opt("--milvus-address", c.MilvusAddress)
+	opt("--collection", c.Collection)
+	opt("--embedder-endpoint", c.EmbedderEndpoint)
+	opt("--embedding-model", c.EmbeddingModel)
+	opt("--tls-cert-file", c.TLSCertFile)
+	opt("--tls-key-file", c.TLSKeyFile)
+	if len(c.NamespaceRules) > 0 {
+		b, _ := json.Marshal(c.NamespaceRules) // plain strings: cannot fail
+		args = append(args, "--namespace-rules="+string(b))
+	}
+	return args
+}
+
+// ParseArgs parses the command's arguments and checks them.
+func ParseArgs(args []string, stderr io.Writer) (Config, error) {
+	var c Config
+	var rules string
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.StoreNamespace, "store-namespace", "", "namespace of the MemoryStore")
+	fs.StringVar(&c.StoreName, "store-name", "", "name of the MemoryStore")
+	fs.StringVar(&c.Listen, "listen", DefaultListen, "address of the API")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", DefaultMetricsListen, "address of /metrics (empty: off)")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serve TLS with this certificate (PEM)")
+	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file (PEM)")
+	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
+	fs.StringVar(&c.VectorEngine, "vector-engine", "Postgres", "Milvus or Postgres")
+	fs.StringVar(&c.MilvusAddress, "milvus-address", "", "Milvus host:port (Milvus engine)")
+	fs.StringVar(&c.Collection, "collection", "", "Milvus collection (Milvus engine)")
+	fs.IntVar(&c.Dimension, "dimension", 0, "vector dimension")
+	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
+	fs.StringVar(&c.Embedder, "embedder", "Hashing", "Hashing or OpenAI")
+	fs.StringVar(&c.EmbedderEndpoint, "embedder-endpoint", "", "base URL of an OpenAI-compatible embedder")
+	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "embedding model name")
+	fs.StringVar(&c.KeysFile, "keys-file", "", "API keys file (JSON), re-read when it changes")
+	fs.Float64Var(&c.DedupThreshold, "dedup-threshold", DefaultDedup, "near-duplicate similarity (0: off)")
+	fs.Float64Var(&c.RateLimit, "rate-limit", DefaultRateLimit, "requests per second per key")
+	fs.IntVar(&c.RateBurst, "rate-burst", DefaultRateBurst, "burst per key")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body")
+	fs.StringVar(&rules, "namespace-rules", "", "LangGraph namespace rules (JSON list of {namespace, scope})")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 20*time.Second, "time in-flight requests get on SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if rules != "" {
+		dec := json.NewDecoder(strings.NewReader(rules))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c.NamespaceRules); err != nil {
+			return c, fmt.Errorf("--namespace-rules: %w", err)
+		}
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	var missing []string
+	for name, v := range map[string]string{"schema": c.Schema, "keys-file": c.KeysFile, "listen": c.Listen} {
+		if v == "" {
+			missing = append(missing, "--"+name)
+		}
+	}
+	if c.Dimension <= 0 {
+		missing = append(missing, "--dimension")
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("missing required flags: %s", strings.Join(missing, ", "))
+	}
+	switch {
+	case c.VectorEngine != "Postgres" && c.VectorEngine != "Milvus":
+		return fmt.Errorf("--vector-engine %q: want Milvus or Postgres", c.VectorEngine)
+	case c.VectorEngine == "Milvus" && (c.MilvusAddress == "" || c.Collection == ""):
+		return errors.New("the Milvus engine needs --milvus-address and --collection")
+	case c.Embedder != "Hashing" && c.Embedder != "OpenAI":
+		return fmt.Errorf("--embedder %q: want Hashing or OpenAI", c.Embedder)
+	case c.Embedder == "OpenAI" && (c.EmbedderEndpoint == "" || c.EmbeddingModel == ""):
+		return errors.New("the OpenAI embedder needs --embedder-endpoint and --embedding-model")
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return errors.New("--tls-cert-file and --tls-key-file go together")
+	case c.DedupThreshold < 0 || c.DedupThreshold > 1:
+		return fmt.Errorf("--dedup-threshold %v is outside [0, 1]", c.DedupThreshold)
+	case c.RateLimit <= 0 || c.RateBurst < 1:
+		return errors.New("--rate-limit must be > 0 and --rate-burst >= 1")
+	case c.MaxBodyBytes < 1024:
+		return errors.New("--max-body-bytes must be at least 1024")
+	}
+	for i, r := range c.NamespaceRules {
+		if _, err := compileRule(r); err != nil {
+			return fmt.Errorf("--namespace-rules[%d]: %w", i, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+)
+
+// MCP at /mcp (streamable HTTP, stateless), with the tool names memory MCP servers
+// converged on (mem0-mcp). Each API key gets its own MCP server whose tools are bound
+// to the key: a read-only key's server has no write tools, and every tool checks the
+// scope it is given against the key.
+
+// MCP tool inputs and outputs. The JSON schemas the tools advertise are inferred from
+// these types (jsonschema tags give the descriptions).
+type (
+	mcpAddInput struct {
+		Scope      string          `json:"scope,omitempty" jsonschema:"scope of the memory (user:<id>, session:<id> or agent:<id>); may be left out when the key allows exactly one scope"`
+		Text       string          `json:"text,omitempty" jsonschema:"the memory as text (stored as {\"text\": ...}); give text or content"`
+		Content    json.RawMessage `json:"content,omitempty" jsonschema:"the memory as a JSON object; give text or content"`
+		MemoryType string          `json:"memory_type,omitempty" jsonschema:"working, episodic, semantic (default) or procedural"`
+		Key        string          `json:"key,omitempty" jsonschema:"optional slot name: a later memory with the same key replaces this one (history kept)"`
+	}
+	mcpSearchInput struct {
+		Scope         string   `json:"scope,omitempty" jsonschema:"scope to search in; may be left out when the key allows exactly one scope"`
+		Query         string   `json:"query" jsonschema:"what to look for"`
+		Types         []string `json:"types,omitempty" jsonschema:"memory types to search (default: all)"`
+		TopK          int      `json:"top_k,omitempty" jsonschema:"how many results, 1..100 (default 10)"`
+		MinSimilarity *float64 `json:"min_similarity,omitempty" jsonschema:"leave out results less similar than this"`
+	}
+	mcpListInput struct {
+		Scope string   `json:"scope,omitempty" jsonschema:"scope to list; may be left out when the key allows exactly one scope"`
+		Types []string `json:"types,omitempty"`
+		Limit int      `json:"limit,omitempty" jsonschema:"page size, 1..1000 (default 100)"`
+		After string   `json:"after,omitempty" jsonschema:"next_after of the previous page"`
+	}
+	mcpIDInput struct {
+		MemoryID string `json:"memory_id"`
+	}
+	mcpUpdateInput struct {
+		MemoryID string          `json:"memory_id"`
+		Text     string          `json:"text,omitempty" jsonschema:"new text (stored as {\"text\": ...}); give text or content"`
+		Content  json.RawMessage `json:"content,omitempty" jsonschema:"new content, a JSON object"`
+	}
+	mcpForgetInput struct {
+		Scope  string `json:"scope,omitempty" jsonschema:"scope to forget; may be left out when the key allows exactly one scope"`
+		Reason string `json:"reason,omitempty"`
+	}
+	mcpMemories struct {
+		Memories  []memory.Item `json:"memories"`
+		NextAfter string        `json:"next_after,omitempty"`
+	}
+	mcpDeleted struct {
+		Deleted string `json:"deleted"`
+	}
+)
+
+type keyCtx struct{}
+
+func (s *Server) mcpRoutes() {
+	var servers sync.Map // *Key -> *mcp.Server; a reload makes new *Key values
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		k, _ := r.Context().Value(keyCtx{}).(*Key)
+		if k == nil {
+			return nil
+		}
+		if srv, ok := servers.Load(k); ok {
+			return srv.(*mcp.Server)
+		}
+		srv, _ := servers.LoadOrStore(k, s.mcpServer(k))
+		return srv.(*mcp.Server)
+	}, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: s.cfg.MaxBodyBytes})
+	s.route("/mcp", false, func(w http.ResponseWriter, r *http.Request, k *Key) error {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, k)))
+		return nil
+	})
+}
+
+// defaultScope is the scope a tool call uses when it names none: the key's only
+// scope, when it allows exactly one.
+func defaultScope(k *Key, scope string) string {
+	if scope == "" && len(k.scopes) == 1 && memory.ValidateScope(k.scopes[0]) == nil {
+		return k.scopes[0]
+	}
+	return scope
+}
+
+// toolErr turns an API error into the tool's error text.
+func toolErr(err error) error {
+	e := classify(err)
+	return fmt.Errorf("%s: %s", e.code, e.msg)
+}
+
+func contentOf(text string, content json.RawMessage) (json.RawMessage, error) {
+	switch {
+	case text != "" && len(content) > 0:
+		return nil, errors.New("invalid_request: give text or content, not both")
+	case text != "":
+		b, err := json.Marshal(map[string]string{"text": text})
+		return b, err
+	case len(content) > 0:
+		return content, nil
+	}
+	return nil, errors.New("invalid_request: text or content is required")
+}
+
+func (s *Server) mcpServer(k *Key) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "memory-gateway", Version: "v1"}, &mcp.ServerOptions{
+		Instructions: "Long-term memory for this agent. Every call names a scope (user:<id>, session:<id>, agent:<id>); this key may use: " + fmt.Sprint(k.scopes),
+	})
+	yes, no := true, false
+
+	mcp.AddTool(srv, &mcp.Tool{Name: "search_memories", Description: "Search memories of one scope by meaning; best first.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpSearchInput) (*mcp.CallToolResult, SearchResponse, error) {
+			scope := defaultScope(k, in.Scope)
+			types, err := parseTypes(in.Types)
+			if err == nil {
+				err = checkScope(k, scope)
+			}
+			if err != nil {
+				return nil, SearchResponse{}, toolErr(err)
+			}
+			if in.TopK < 0 || in.TopK > 100 {
+				return nil, SearchResponse{}, errors.New("invalid_request: top_k must be in [1, 100]")
+			}
+			minSim := -1e9
+			if in.MinSimilarity != nil {
+				minSim = *in.MinSimilarity
+			}
+			res, err := s.searchScope(ctx, scope, in.Query, types, in.TopK, minSim)
+			if err != nil {
+				return nil, SearchResponse{}, toolErr(err)
+			}
+			return nil, SearchResponse{Results: res}, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "get_memories", Description: "List the memories of one scope, a page at a time.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpListInput) (*mcp.CallToolResult, mcpMemories, error) {
+			scope := defaultScope(k, in.Scope)
+			types, err := parseTypes(in.Types)
+			if err == nil {
+				err = checkScope(k, scope)
+			}
+			if err != nil {
+				return nil, mcpMemories{}, toolErr(err)
+			}
+			limit := in.Limit
+			if limit == 0 {
+				limit = 100
+			}
+			if limit < 1 || limit > pgstore.MaxListLimit {
+				return nil, mcpMemories{}, errors.New("invalid_request: limit must be in [1, 1000]")
+			}
+			items, err := s.mem.Store().List(ctx, pgstore.ListQuery{Scope: scope, Types: types, After: in.After, Limit: limit})
+			if err != nil {
+				return nil, mcpMemories{}, toolErr(err)
+			}
+			out := mcpMemories{Memories: items}
+			if out.Memories == nil {
+				out.Memories = []memory.Item{}
+			}
+			if len(items) == limit {
+				out.NextAfter = items[len(items)-1].MemoryID
+			}
+			return nil, out, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "get_memory", Description: "Get one memory by its memory_id.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpIDInput) (*mcp.CallToolResult, memory.Item, error) {
+			it, err := s.visible(ctx, k, in.MemoryID)
+			if err != nil {
+				return nil, memory.Item{}, toolErr(err)
+			}
+			return nil, it, nil
+		})
+	if k.ReadOnly {
+		return srv
+	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "add_memory", Description: "Remember something about a user, session or agent.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpAddInput) (*mcp.CallToolResult, WriteResponse, error) {
+			content, err := contentOf(in.Text, in.Content)
+			if err != nil {
+				return nil, WriteResponse{}, err
+			}
+			typ := memory.Type(in.MemoryType)
+			if typ == "" {
+				typ = memory.Semantic
+			}
+			items, err := s.newItems(k, []NewMemory{{Scope: defaultScope(k, in.Scope), MemoryType: typ, Key: in.Key, Content: content, Source: "mcp"}})
+			if err != nil {
+				return nil, WriteResponse{}, toolErr(err)
+			}
+			res, err := s.write(ctx, items)
+			if err != nil {
+				return nil, WriteResponse{}, toolErr(err)
+			}
+			return nil, res[0], nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "update_memory", Description: "Replace a memory's content; the old value is kept in its history.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpUpdateInput) (*mcp.CallToolResult, memory.Item, error) {
+			content, err := contentOf(in.Text, in.Content)
+			if err != nil {
+				return nil, memory.Item{}, err
+			}
+			it, err := s.update(ctx, k, in.MemoryID, UpdateRequest{Content: content})
+			if err != nil {
+				return nil, memory.Item{}, toolErr(err)
+			}
+			return nil, it, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "delete_memory", Description: "Delete one memory by its memory_id.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpIDInput) (*mcp.CallToolResult, mcpDeleted, error) {
+			if _, err := s.visible(ctx, k, in.MemoryID); err != nil {
+				return nil, mcpDeleted{}, toolErr(err)
+			}
+			if _, err := s.mem.Delete(ctx, in.MemoryID, "gateway key "+k.Name); err != nil {
+				return nil, mcpDeleted{}, toolErr(err)
+			}
+			return nil, mcpDeleted{Deleted: in.MemoryID}, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "delete_all_memories", Description: "Forget a whole scope: every memory of it is deleted and never restored.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpForgetInput) (*mcp.CallToolResult, ForgetResponse, error) {
+			scope := defaultScope(k, in.Scope)
+			if err := checkScope(k, scope); err != nil {
+				return nil, ForgetResponse{}, toolErr(err)
+			}
+			res, err := s.forgetScope(ctx, k, scope, in.Reason)
+			if err != nil {
+				return nil, ForgetResponse{}, toolErr(err)
+			}
+			return nil, ForgetResponse{Scope: scope, Deleted: res.Deleted, ForgottenAt: res.ForgottenAt}, nil
+		})
+	return srv
+}

@@ -1,0 +1,500 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/memory/service"
+)
+
+// The native API (/v1). Memories travel in the neutral format's field names
+// (memory.Item); docs/gateway-openapi.json is the contract.
+
+// NewMemory is one memory to remember.
+type NewMemory struct {
+	Scope      string          `json:"scope"`
+	MemoryType memory.Type     `json:"memory_type"`
+	Key        string          `json:"key,omitempty"`
+	Content    json.RawMessage `json:"content"`
+	// MemoryID is optional: a client-chosen ID makes a retried write idempotent.
+	MemoryID  string     `json:"memory_id,omitempty"`
+	Source    string     `json:"source,omitempty"`
+	BaseScore *float64   `json:"base_score,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// TTLSeconds sets expires_at relative to now.
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+}
+
+// DefaultBaseScore is a remembered memory's importance when the client gives none.
+const DefaultBaseScore = 0.5
+
+func (n NewMemory) item(now time.Time) memory.Item {
+	it := memory.Item{MemoryID: n.MemoryID, MemoryType: n.MemoryType, Scope: n.Scope, Key: n.Key,
+		Content: n.Content, Source: cmp.Or(n.Source, "gateway"), BaseScore: DefaultBaseScore, ExpiresAt: n.ExpiresAt}
+	if n.BaseScore != nil {
+		it.BaseScore = *n.BaseScore
+	}
+	if n.TTLSeconds > 0 {
+		t := now.Add(time.Duration(n.TTLSeconds) * time.Second)
+		it.ExpiresAt = &t
+	}
+	return it
+}
+
+// WriteResponse is one remembered memory's outcome.
+type WriteResponse struct {
+	MemoryID string `json:"memory_id"`
+	// Outcome: inserted, superseded, unchanged (exact duplicate) or reinforced (a
+	// near-duplicate raised the existing memory's score instead).
+	Outcome string `json:"outcome"`
+	// Indexed is false when the write is stored but its vector is still pending; it
+	// becomes searchable once the gateway's background indexing catches up.
+	Indexed    bool     `json:"indexed"`
+	Similarity *float32 `json:"similarity,omitempty"`
+}
+
+// BatchRequest remembers up to MaxBatch memories.
+type BatchRequest struct {
+	Memories []NewMemory `json:"memories"`
+}
+
+// BatchResponse has one result per memory, in order.
+type BatchResponse struct {
+	Results []WriteResponse `json:"results"`
+}
+
+// UpdateRequest changes a memory; the previous value goes to its history.
+type UpdateRequest struct {
+	Content   json.RawMessage `json:"content,omitempty"`
+	BaseScore *float64        `json:"base_score,omitempty"`
+	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	Source    string          `json:"source,omitempty"`
+}
+
+// ListResponse is a page of a scope's memories.
+type ListResponse struct {
+	Memories []memory.Item `json:"memories"`
+	// NextAfter is the cursor of the next page ("" when this is the last).
+	NextAfter string `json:"next_after"`
+}
+
+// SearchRequest is a semantic search within one scope.
+type SearchRequest struct {
+	Scope         string        `json:"scope"`
+	Query         string        `json:"query"`
+	Types         []memory.Type `json:"types,omitempty"`
+	TopK          int           `json:"top_k,omitempty"`
+	MinSimilarity *float64      `json:"min_similarity,omitempty"`
+}
+
+// SearchResult is a memory with why it was returned.
+type SearchResult struct {
+	Memory memory.Item `json:"memory"`
+	// Similarity to the query (cosine for COSINE stores).
+	Similarity float32 `json:"similarity"`
+	// EffectiveScore is base_score decayed by age with the type's half-life; results
+	// rank by similarity x effective score.
+	EffectiveScore float64 `json:"effective_score"`
+	// AgeSeconds is the time since updated_at.
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// SearchResponse lists results, best first: by similarity x effective score.
+type SearchResponse struct {
+	Results []SearchResult `json:"results"`
+}
+
+// RecallRequest ranks a scope's memories without a query.
+type RecallRequest struct {
+	Scope    string        `json:"scope"`
+	Types    []memory.Type `json:"types,omitempty"`
+	Key      string        `json:"key,omitempty"`
+	Limit    int           `json:"limit,omitempty"`
+	MinScore float64       `json:"min_score,omitempty"`
+}
+
+// RecallResult is a recalled memory.
+type RecallResult struct {
+	Memory         memory.Item `json:"memory"`
+	EffectiveScore float64     `json:"effective_score"`
+	AgeSeconds     float64     `json:"age_seconds"`
+}
+
+// RecallResponse lists results, best first.
+type RecallResponse struct {
+	Results []RecallResult `json:"results"`
+}
+
+// ForgetRequest forgets a scope.
+type ForgetRequest struct {
+	Scope  string `json:"scope"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ForgetResponse says what was forgotten.
+type ForgetResponse struct {
+	Scope       string    `json:"scope"`
+	Deleted     int64     `json:"deleted"`
+	ForgottenAt time.Time `json:"forgotten_at"`
+}
+
+// WhoAmI describes the caller's key.
+type WhoAmI struct {
+	Key      string   `json:"key"`
+	Scopes   []string `json:"scopes"`
+	ReadOnly bool     `json:"read_only"`
+}
+
+func (s *Server) nativeRoutes() {
+	s.route("GET /v1/whoami", false, func(w http.ResponseWriter, _ *http.Request, k *Key) error {
+		return writeJSON(w, http.StatusOK, WhoAmI{Key: k.Name, Scopes: k.Patterns(), ReadOnly: k.ReadOnly})
+	})
+	s.route("POST /v1/memories", true, s.remember)
+	s.route("POST /v1/memories/batch", true, s.rememberBatch)
+	s.route("GET /v1/memories/{id}", false, s.getMemory)
+	s.route("PATCH /v1/memories/{id}", true, s.updateMemory)
+	s.route("DELETE /v1/memories/{id}", true, s.deleteMemory)
+	s.route("GET /v1/scopes/{scope}/memories", false, s.listScope)
+	s.route("POST /v1/search", false, s.search)
+	s.route("POST /v1/recall", false, s.recall)
+	s.route("POST /v1/forget", true, s.forget)
+}
+
+// write stores items already checked against the key and returns their outcomes.
+func (s *Server) write(ctx context.Context, items []memory.Item) ([]WriteResponse, error) {
+	res, err := s.mem.Write(ctx, items, service.WriteOptions{DedupThreshold: s.cfg.DedupThreshold})
+	out := make([]WriteResponse, len(res))
+	for i, wr := range res {
+		out[i] = WriteResponse{MemoryID: wr.MemoryID, Outcome: string(wr.Outcome), Indexed: wr.Indexed}
+		if wr.Outcome == service.Reinforced {
+			sim := wr.Similarity
+			out[i].Similarity = &sim
+		}
+		s.metrics.writes.WithLabelValues(string(wr.Outcome)).Inc()
+		if !wr.Indexed {
+			s.metrics.notIndexed.Inc()
+		}
+	}
+	if err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+func (s *Server) newItems(k *Key, in []NewMemory) ([]memory.Item, error) {
+	now := time.Now()
+	items := make([]memory.Item, len(in))
+	for i, n := range in {
+		if err := checkScope(k, n.Scope); err != nil {
+			if len(in) > 1 {
+				err.(*apiError).msg = "memories[" + strconv.Itoa(i) + "]: " + err.Error()
+			}
+			return nil, err
+		}
+		if n.TTLSeconds < 0 {
+			return nil, errf(http.StatusBadRequest, CodeInvalidRequest, "ttl_seconds must not be negative")
+		}
+		items[i] = n.item(now)
+		items[i].SetDefaults(now)
+		if err := items[i].Validate(); err != nil {
+			fe := classify(err)
+			if len(in) > 1 {
+				fe.msg = "memories[" + strconv.Itoa(i) + "]: " + fe.msg
+			}
+			return nil, fe
+		}
+	}
+	return items, nil
+}
+
+func (s *Server) remember(w http.ResponseWriter, r *http.Request, k *Key) error {
+	var req NewMemory
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	items, err := s.newItems(k, []NewMemory{req})
+	if err != nil {
+		return err
+	}
+	res, err := s.write(r.Context(), items)
+	if err != nil {
+		return err
+	}
+	code := http.StatusOK
+	if res[0].Outcome == string(pgstore.Inserted) {
+		code = http.StatusCreated
+	}
+	return writeJSON(w, code, res[0])
+}
+
+func (s *Server) rememberBatch(w http.ResponseWriter, r *http.Request, k *Key) error {
+	var req BatchRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	switch {
+	case len(req.Memories) == 0:
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "memories is empty")
+	case len(req.Memories) > MaxBatch:
+		return errf(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "a batch holds at most %d memories, got %d", MaxBatch, len(req.Memories))
+	}
+	items, err := s.newItems(k, req.Memories)
+	if err != nil {
+		return err
+	}
+	res, err := s.write(r.Context(), items)
+	if err != nil {
+		// Part of the batch may be stored: say which, with the error.
+		e := classify(err)
+		e.msg += " (stored " + strconv.Itoa(len(res)) + " of " + strconv.Itoa(len(items)) + " in order; a retry of the whole batch is safe)"
+		return e
+	}
+	return writeJSON(w, http.StatusOK, BatchResponse{Results: res})
+}
+
+// memoryOf loads a memory the key may see; one outside its scopes is "not found", so
+// a key learns nothing about other scopes.
+func (s *Server) visible(ctx context.Context, k *Key, id string) (memory.Item, error) {
+	it, err := s.mem.Store().Get(ctx, id)
+	if err != nil {
+		return memory.Item{}, err
+	}
+	if !k.Allows(it.Scope) {
+		return memory.Item{}, pgstore.ErrNotFound
+	}
+	return it, nil
+}
+
+func (s *Server) getMemory(w http.ResponseWriter, r *http.Request, k *Key) error {
+	it, err := s.visible(r.Context(), k, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, it)
+}
+
+func (s *Server) updateMemory(w http.ResponseWriter, r *http.Request, k *Key) error {
+	var req UpdateRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	it, err := s.update(r.Context(), k, r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, it)
+}
+
+// update changes a memory the key may see; the store keeps the previous value in its
+// history (the same memory_id, or the same (scope, key) slot, supersedes).
+func (s *Server) update(ctx context.Context, k *Key, id string, req UpdateRequest) (memory.Item, error) {
+	if req.Content == nil && req.BaseScore == nil && req.ExpiresAt == nil && req.Source == "" {
+		return memory.Item{}, errf(http.StatusBadRequest, CodeInvalidRequest, "nothing to update: give content, base_score, expires_at or source")
+	}
+	it, err := s.visible(ctx, k, id)
+	if err != nil {
+		return memory.Item{}, err
+	}
+	if req.Content != nil {
+		it.Content = req.Content
+	}
+	if req.BaseScore != nil {
+		it.BaseScore = *req.BaseScore
+	}
+	if req.ExpiresAt != nil {
+		it.ExpiresAt = req.ExpiresAt
+	}
+	if req.Source != "" {
+		it.Source = req.Source
+	}
+	it.UpdatedAt = time.Now()
+	it.History = nil // the store appends the previous value
+	if err := it.Validate(); err != nil {
+		return memory.Item{}, classify(err)
+	}
+	if _, err := s.mem.Write(ctx, []memory.Item{it}, service.WriteOptions{}); err != nil {
+		return memory.Item{}, err
+	}
+	return s.mem.Store().Get(ctx, it.MemoryID)
+}
+
+func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request, k *Key) error {
+	if _, err := s.visible(r.Context(), k, r.PathValue("id")); err != nil {
+		return err
+	}
+	if _, err := s.mem.Delete(r.Context(), r.PathValue("id"), "gateway key "+k.Name); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) listScope(w http.ResponseWriter, r *http.Request, k *Key) error {
+	scope := r.PathValue("scope")
+	if err := checkScope(k, scope); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > pgstore.MaxListLimit {
+			return errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be an integer in [1, %d]", pgstore.MaxListLimit)
+		}
+		limit = n
+	}
+	types, err := parseTypes(q["type"])
+	if err != nil {
+		return err
+	}
+	items, err := s.mem.Store().List(r.Context(), pgstore.ListQuery{Scope: scope, Types: types, After: q.Get("after"), Limit: limit})
+	if err != nil {
+		return err
+	}
+	resp := ListResponse{Memories: items}
+	if resp.Memories == nil {
+		resp.Memories = []memory.Item{}
+	}
+	if len(items) == limit {
+		resp.NextAfter = items[len(items)-1].MemoryID
+	}
+	return writeJSON(w, http.StatusOK, resp)
+}
+
+func parseTypes(in []string) ([]memory.Type, error) {
+	var out []memory.Type
+	for _, v := range in {
+		t := memory.Type(v)
+		if err := t.Validate(); err != nil {
+			return nil, errf(http.StatusBadRequest, CodeInvalidType, "%v", err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func validTypes(ts []memory.Type) error {
+	for _, t := range ts {
+		if err := t.Validate(); err != nil {
+			return errf(http.StatusBadRequest, CodeInvalidType, "%v", err)
+		}
+	}
+	return nil
+}
+
+// searchScope runs a semantic search as the seeds do: the top_k most similar (at least
+// minSim) are loaded with their scores and ranked by similarity x effective score.
+func (s *Server) searchScope(ctx context.Context, scope, query string, types []memory.Type, topK int, minSim float64) ([]SearchResult, error) {
+	hits, err := s.mem.Search(ctx, service.SearchQuery{Scope: scope, Text: query, Types: types, K: topK})
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := make([]SearchResult, 0, len(hits))
+	for _, h := range hits {
+		if float64(h.Similarity) < minSim {
+			continue
+		}
+		out = append(out, SearchResult{Memory: h.Item, Similarity: h.Similarity,
+			EffectiveScore: s.halfLives.Score(h.Item, now), AgeSeconds: max(0, now.Sub(h.Item.UpdatedAt).Seconds())})
+	}
+	// Relevance weighted by importance and recency: a strong match that has decayed
+	// ranks below an equally strong fresh one, and a memory unrelated to the query
+	// never outranks a related one because it is newer.
+	rank := func(r SearchResult) float64 { return max(float64(r.Similarity), 0) * r.EffectiveScore }
+	slices.SortStableFunc(out, func(a, b SearchResult) int {
+		return cmp.Or(cmp.Compare(rank(b), rank(a)), cmp.Compare(b.Similarity, a.Similarity))
+	})
+	return out, nil
+}
+
+func (s *Server) search(w http.ResponseWriter, r *http.Request, k *Key) error {
+	var req SearchRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if err := checkScope(k, req.Scope); err != nil {
+		return err
+	}
+	if err := validTypes(req.Types); err != nil {
+		return err
+	}
+	if req.Query == "" {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "query is required (use /v1/recall to rank without one)")
+	}
+	if req.TopK < 0 || req.TopK > service.MaxSearchK {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "top_k must be in [1, %d]", service.MaxSearchK)
+	}
+	minSim := -1e9
+	if req.MinSimilarity != nil {
+		minSim = *req.MinSimilarity
+	}
+	res, err := s.searchScope(r.Context(), req.Scope, req.Query, req.Types, req.TopK, minSim)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, SearchResponse{Results: res})
+}
+
+func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
+	var req RecallRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if err := checkScope(k, req.Scope); err != nil {
+		return err
+	}
+	if err := validTypes(req.Types); err != nil {
+		return err
+	}
+	if req.Limit < 0 || req.Limit > pgstore.MaxListLimit {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be in [1, %d]", pgstore.MaxListLimit)
+	}
+	now := time.Now()
+	res, err := s.mem.Recall(r.Context(), pgstore.RecallQuery{Scope: req.Scope, Types: req.Types, Key: req.Key,
+		Limit: req.Limit, MinScore: req.MinScore, Now: now, HalfLives: s.halfLives})
+	if err != nil {
+		return err
+	}
+	out := RecallResponse{Results: make([]RecallResult, len(res))}
+	for i, sc := range res {
+		out.Results[i] = RecallResult{Memory: sc.Item, EffectiveScore: sc.Score, AgeSeconds: max(0, now.Sub(sc.UpdatedAt).Seconds())}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) forget(w http.ResponseWriter, r *http.Request, k *Key) error {
+	var req ForgetRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if err := checkScope(k, req.Scope); err != nil {
+		return err
+	}
+	res, err := s.forgetScope(r.Context(), k, req.Scope, req.Reason)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, ForgetResponse{Scope: req.Scope, Deleted: res.Deleted, ForgottenAt: res.ForgottenAt})
+}
+
+// forgetScope forgets a scope. The forget is in the system of record once
+// pgstore.Forget commits; vectors left behind (the index down) are only a cost, as
+// search never returns forgotten memories, and the next forget of the scope or the
+// drainer's pass removes them.
+func (s *Server) forgetScope(ctx context.Context, k *Key, scope, reason string) (pgstore.ForgetResult, error) {
+	res, err := s.mem.Forget(ctx, scope, reason, "gateway key "+k.Name)
+	if err != nil && errors.Is(err, service.ErrVectorsNotDeleted) {
+		s.log.Warn("forget: scope forgotten, its vectors not yet deleted", "scope", scope, "error", err.Error())
+		return res, nil
+	}
+	return res, err
+}

@@ -1,0 +1,401 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/memory/service"
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
+)
+
+// Secrets are the gateway's credentials, from the environment.
+type Secrets struct {
+	PostgresURI    string
+	EmbedderAPIKey string
+}
+
+// SecretsFromEnv reads Secrets from EnvPostgresURI and EnvEmbedderAPIKey.
+func SecretsFromEnv() Secrets {
+	return Secrets{PostgresURI: os.Getenv(EnvPostgresURI), EmbedderAPIKey: os.Getenv(EnvEmbedderAPIKey)}
+}
+
+// Background work intervals.
+const (
+	keysReloadEvery = 2 * time.Second
+	drainEvery      = time.Second
+	drainBatch      = 500
+	// drainMinAge leaves fresh index work to its writer, which indexes right after
+	// committing; the drainer takes over what is older.
+	drainMinAge  = 10 * time.Second
+	pendingEvery = 10 * time.Second
+)
+
+// drainBackoff is the wait before the n-th retry of failed index work: 1 s doubling
+// to 5 min.
+func drainBackoff(n int) time.Duration {
+	d := time.Second << min(n-1, 9)
+	return min(d, 5*time.Minute)
+}
+
+// Gateway is a running gateway process's parts (tests drive it in-process).
+type Gateway struct {
+	Server *Server
+	Memory *service.Memory
+	pool   *pgxpool.Pool
+	index  *lazyIndex
+	reg    *prometheus.Registry
+	cfg    Config
+	log    *slog.Logger
+}
+
+// Open builds the gateway from its configuration: the store's pool (as the store's
+// own role), its vector index and embedder, the memory layer and the HTTP handler. It
+// contacts no backend: a gateway whose database or index is down still starts, is not
+// ready until PostgreSQL answers, and indexes what it acknowledged once the index is
+// back.
+func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if sec.PostgresURI == "" {
+		return nil, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
+	}
+	pcfg, err := pgxpool.ParseConfig(sec.PostgresURI)
+	if err != nil {
+		return nil, errors.New("PostgreSQL: the connection URI does not parse") // never echo it: it holds the password
+	}
+	pcfg.MaxConns = max(pcfg.MaxConns, 32)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	spec := vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(strings.ToUpper(cfg.Metric))}
+	if err := spec.Validate(); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	var emb embed.Embedder = embed.NewHashing(cfg.Dimension)
+	if cfg.Embedder == "OpenAI" {
+		if emb, err = embed.NewOpenAI(embed.Config{BaseURL: cfg.EmbedderEndpoint, Model: cfg.EmbeddingModel, Dimension: cfg.Dimension, APIKey: sec.EmbedderAPIKey}); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	li := &lazyIndex{spec: spec}
+	if cfg.VectorEngine == "Milvus" {
+		li.dial = func(ctx context.Context) (vector.Index, func(), error) {
+			c, err := milvus.Connect(ctx, cfg.MilvusAddress)
+			if err != nil {
+				return nil, nil, err
+			}
+			return milvus.New(c, cfg.Collection, spec), func() { _ = c.Close() }, nil
+		}
+	} else {
+		li.ix = pgindex.New(pool, cfg.Schema, spec)
+	}
+	store := pgstore.New(pool, cfg.Schema)
+	mem, err := service.New(store, li, emb)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := NewServer(mem, cfg, log, newMetrics(reg))
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	srv.ready = func(ctx context.Context) error {
+		v, err := pgstore.Version(ctx, pool, cfg.Schema)
+		if err != nil {
+			return err
+		}
+		if v < pgstore.LatestVersion {
+			return fmt.Errorf("store schema %s is at version %d; this gateway needs %d (the operator migrates it)", cfg.Schema, v, pgstore.LatestVersion)
+		}
+		return nil
+	}
+	return &Gateway{Server: srv, Memory: mem, pool: pool, index: li, reg: reg, cfg: cfg, log: log}, nil
+}
+
+// Close releases the backends.
+func (g *Gateway) Close() {
+	g.index.close()
+	g.pool.Close()
+}
+
+// Background runs the gateway's background work until ctx ends: keys reload, the
+// pending-index drainer and the backlog metrics.
+func (g *Gateway) Background(ctx context.Context) {
+	var wg sync.WaitGroup
+	every := func(d time.Duration, f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(d)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					f()
+				}
+			}
+		}()
+	}
+	var lastKeyErr string
+	every(keysReloadEvery, func() {
+		err := g.Server.ReloadKeys()
+		if msg := errorText(err); msg != lastKeyErr {
+			if err != nil {
+				g.log.Error("keys file refused; the keys in use stay", "error", msg)
+			} else {
+				g.log.Info("keys reloaded", "keys", g.Server.keys.count())
+			}
+			lastKeyErr = msg
+		}
+	})
+	every(drainEvery, func() { g.drain(ctx) })
+	every(pendingEvery, func() { g.pendingMetrics(ctx) })
+	wg.Wait()
+}
+
+// drain works off due pending index work until none is left or an attempt fails.
+func (g *Gateway) drain(ctx context.Context) {
+	for ctx.Err() == nil {
+		res, err := g.Memory.DrainPending(ctx, drainBatch, drainMinAge, drainBackoff)
+		g.Server.metrics.drained.WithLabelValues("done").Add(float64(res.Done))
+		g.Server.metrics.drained.WithLabelValues("failed").Add(float64(res.Failed))
+		if err != nil {
+			if ctx.Err() == nil {
+				g.log.Warn("background indexing failed; will retry", "pending", res.Failed, "error", err.Error())
+			}
+			return
+		}
+		if res.Done < drainBatch {
+			return
+		}
+	}
+}
+
+func (g *Gateway) pendingMetrics(ctx context.Context) {
+	st, err := g.Memory.Pending(ctx)
+	if err != nil {
+		return
+	}
+	g.Server.metrics.pending.Set(float64(st.Count))
+	if st.Count > 0 {
+		g.Server.metrics.pendingOldest.Set(time.Since(st.Oldest).Seconds())
+	} else {
+		g.Server.metrics.pendingOldest.Set(0)
+	}
+}
+
+// MetricsHandler serves the gateway's Prometheus metrics.
+func (g *Gateway) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{})
+}
+
+// Run serves the gateway until ctx ends, then drains in-flight requests for up to
+// cfg.ShutdownGrace.
+func Run(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) error {
+	g, err := Open(ctx, cfg, sec, log)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	return g.Serve(ctx, ln)
+}
+
+// Serve serves the API on ln (and metrics on cfg.MetricsListen) until ctx ends.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	go g.Background(bg)
+
+	api := &http.Server{Handler: g.Server, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+	if g.cfg.TLSCertFile != "" {
+		certs, err := newCertReloader(g.cfg.TLSCertFile, g.cfg.TLSKeyFile)
+		if err != nil {
+			return err
+		}
+		api.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get}
+		ln = tls.NewListener(ln, api.TLSConfig)
+	}
+	servers := []*http.Server{api}
+	errc := make(chan error, 2)
+	go func() { errc <- api.Serve(ln) }()
+	if g.cfg.MetricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", g.MetricsHandler())
+		ms := &http.Server{Addr: g.cfg.MetricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, ms)
+		go func() { errc <- ms.ListenAndServe() }()
+	}
+	g.log.Info("gateway serving", "store", g.cfg.StoreNamespace+"/"+g.cfg.StoreName, "address", ln.Addr().String(),
+		"tls", g.cfg.TLSCertFile != "", "vectorEngine", g.cfg.VectorEngine, "keys", g.Server.keys.count())
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownGrace)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(sctx)
+	}
+	return nil
+}
+
+// lazyIndex connects to an external index (Milvus) on first use and again after a
+// failed connect, so a gateway starts while Milvus is down and writes are
+// acknowledged (their index work stays pending) until it is back.
+type lazyIndex struct {
+	spec vector.Spec
+	dial func(context.Context) (vector.Index, func(), error)
+
+	mu      sync.Mutex
+	ix      vector.Index
+	closeFn func()
+}
+
+// connectTimeout bounds one connect attempt (the Milvus SDK dials blocking).
+const connectTimeout = 5 * time.Second
+
+func (l *lazyIndex) get(ctx context.Context) (vector.Index, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ix != nil {
+		return l.ix, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	ix, closeFn, err := l.dial(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the vector index: %w", err)
+	}
+	l.ix, l.closeFn = ix, closeFn
+	return ix, nil
+}
+
+func (l *lazyIndex) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closeFn != nil {
+		l.closeFn()
+	}
+}
+
+func (l *lazyIndex) Spec() vector.Spec { return l.spec }
+
+func (l *lazyIndex) Upsert(ctx context.Context, e []vector.Entry) error {
+	ix, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return ix.Upsert(ctx, e)
+}
+
+func (l *lazyIndex) Delete(ctx context.Context, ids []string) error {
+	ix, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return ix.Delete(ctx, ids)
+}
+
+func (l *lazyIndex) DeleteScope(ctx context.Context, scope string) error {
+	ix, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return ix.DeleteScope(ctx, scope)
+}
+
+func (l *lazyIndex) Search(ctx context.Context, q vector.Query) ([]vector.Hit, error) {
+	ix, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ix.Search(ctx, q)
+}
+
+// certReloader serves the TLS certificate, re-reading the files when they change (a
+// rotated Secret needs no restart).
+type certReloader struct {
+	certFile, keyFile string
+	mu                sync.Mutex
+	cert              *tls.Certificate
+	mod               time.Time
+	checked           time.Time
+}
+
+func newCertReloader(certFile, keyFile string) (*certReloader, error) {
+	c := &certReloader{certFile: certFile, keyFile: keyFile}
+	if _, err := c.get(nil); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cert != nil && time.Since(c.checked) < keysReloadEvery {
+		return c.cert, nil
+	}
+	c.checked = time.Now()
+	mod := latestMod(c.certFile, c.keyFile)
+	if c.cert != nil && mod.Equal(c.mod) {
+		return c.cert, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	if err != nil {
+		if c.cert != nil {
+			return c.cert, nil // mid-rotation (one file new, one old): keep serving the last good pair
+		}
+		return nil, fmt.Errorf("TLS certificate: %w", err)
+	}
+	c.cert, c.mod = &cert, mod
+	return c.cert, nil
+}
+
+func latestMod(files ...string) time.Time {
+	var t time.Time
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil && st.ModTime().After(t) {
+			t = st.ModTime()
+		}
+	}
+	return t
+}

@@ -1,0 +1,284 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// Pending index work (table index_pending, migration 5) is how the gateway keeps its
+// promise that an acknowledged write becomes searchable: the transaction that changes
+// a memory also records that the memory's vector must be brought in line with its
+// row. The writer indexes right after committing and then removes the record
+// (IndexDone); if it cannot (the index is down, the process dies), the record stays
+// and a background drainer (DuePending) finishes the work. The work is idempotent:
+// "make the index match the row", so doing it twice, or after a later change, is
+// harmless.
+
+// PendingRef names one recorded piece of index work: a memory and the sequence number
+// of its latest record. IndexDone removes a record only when the number still
+// matches, so work recorded by a later change of the same memory is never dropped by
+// the writer of an earlier one.
+type PendingRef struct {
+	MemoryID string
+	Seq      int64
+}
+
+// enqueue records index work for id in tx, replacing any older record of id.
+func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, id string) (int64, error) {
+	var seq int64
+	err := tx.QueryRow(ctx, `INSERT INTO `+s.t.indexPending+` (memory_id) VALUES ($1)
+		ON CONFLICT (memory_id) DO UPDATE SET seq = DEFAULT, enqueued_at = now(), attempts = 0,
+			next_attempt_at = now(), last_error = ''
+		RETURNING seq`, id).Scan(&seq)
+	return seq, err
+}
+
+// PutQueued is Put that also records the index work a changed row owes, in the same
+// transaction (result.Pending; nothing for an Unchanged write).
+func (s *Store) PutQueued(ctx context.Context, item memory.Item) (PutResult, error) {
+	return s.putVia(ctx, s.pool, item, true)
+}
+
+// DeleteQueued deletes one memory, records the index work that removes its vector and
+// an audit record (action "delete", never content), in one transaction. It returns
+// the deleted memory, or ErrNotFound.
+func (s *Store) DeleteQueued(ctx context.Context, id, actor string) (memory.Item, PendingRef, error) {
+	var (
+		it  memory.Item
+		ref = PendingRef{MemoryID: id}
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		it, err = scanItem(tx.QueryRow(ctx, `DELETE FROM `+s.t.memories+` WHERE memory_id = $1 RETURNING `+memoryCols, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %q", ErrNotFound, id)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM `+s.t.vectors+` WHERE memory_id = $1`, id); err != nil {
+			return err
+		}
+		if ref.Seq, err = s.enqueue(ctx, tx, id); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO `+s.t.auditLog+` (action, scope, detail) VALUES ('delete', $1, jsonb_build_object('memory_id', $2::text, 'actor', $3::text))`,
+			it.Scope, id, actor)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return memory.Item{}, ref, err
+		}
+		return memory.Item{}, ref, fmt.Errorf("pgstore: delete %q: %w", id, err)
+	}
+	return it, ref, nil
+}
+
+// IndexDone removes the records of refs whose sequence number still matches.
+func (s *Store) IndexDone(ctx context.Context, refs []PendingRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	ids, seqs := splitRefs(refs)
+	_, err := s.pool.Exec(ctx, `DELETE FROM `+s.t.indexPending+` p USING unnest($1::text[], $2::bigint[]) AS d(id, seq)
+		WHERE p.memory_id = d.id AND p.seq = d.seq`, ids, seqs)
+	if err != nil {
+		return fmt.Errorf("pgstore: index done: %w", err)
+	}
+	return nil
+}
+
+// IndexFailed postpones refs: attempts += 1, next attempt after backoff(attempts), and
+// the error kept for inspection (operators see why; it never holds content).
+func (s *Store) IndexFailed(ctx context.Context, refs []PendingRef, cause string, backoff func(attempts int) time.Duration) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	ids, seqs := splitRefs(refs)
+	rows, err := s.pool.Query(ctx, `SELECT p.memory_id, p.attempts FROM `+s.t.indexPending+` p
+		JOIN unnest($1::text[], $2::bigint[]) AS d(id, seq) ON p.memory_id = d.id AND p.seq = d.seq`, ids, seqs)
+	if err != nil {
+		return fmt.Errorf("pgstore: index failed: %w", err)
+	}
+	var (
+		upIDs  []string
+		delays []float64
+	)
+	for rows.Next() {
+		var id string
+		var attempts int
+		if err := rows.Scan(&id, &attempts); err != nil {
+			rows.Close()
+			return fmt.Errorf("pgstore: index failed: %w", err)
+		}
+		upIDs = append(upIDs, id)
+		delays = append(delays, backoff(attempts+1).Seconds())
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgstore: index failed: %w", err)
+	}
+	_, err = s.pool.Exec(ctx, `UPDATE `+s.t.indexPending+` p SET attempts = p.attempts + 1,
+			next_attempt_at = now() + make_interval(secs => d.delay), last_error = left($3, 500)
+		FROM unnest($1::text[], $2::float8[]) AS d(id, delay) WHERE p.memory_id = d.id`, upIDs, delays, cause)
+	if err != nil {
+		return fmt.Errorf("pgstore: index failed: %w", err)
+	}
+	return nil
+}
+
+// DuePending returns up to limit records due for another attempt whose change is at
+// least minAge old (younger ones are still being indexed by their writer), oldest
+// first.
+func (s *Store) DuePending(ctx context.Context, minAge time.Duration, limit int) ([]PendingRef, error) {
+	rows, err := s.pool.Query(ctx, `SELECT memory_id, seq FROM `+s.t.indexPending+`
+		WHERE next_attempt_at <= now() AND enqueued_at <= now() - make_interval(secs => $1)
+		ORDER BY next_attempt_at, memory_id LIMIT $2`, minAge.Seconds(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: due pending: %w", err)
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingRef, error) {
+		var p PendingRef
+		return p, r.Scan(&p.MemoryID, &p.Seq)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: due pending: %w", err)
+	}
+	return refs, nil
+}
+
+// PendingStats is the size of the pending index work.
+type PendingStats struct {
+	Count int64
+	// Oldest is when the oldest record was made (zero when there is none).
+	Oldest time.Time
+}
+
+// Pending reports the pending index work.
+func (s *Store) Pending(ctx context.Context) (PendingStats, error) {
+	var st PendingStats
+	var oldest *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT count(*), min(enqueued_at) FROM `+s.t.indexPending).Scan(&st.Count, &oldest); err != nil {
+		return st, fmt.Errorf("pgstore: pending: %w", err)
+	}
+	if oldest != nil {
+		st.Oldest = oldest.UTC()
+	}
+	return st, nil
+}
+
+func splitRefs(refs []PendingRef) ([]string, []int64) {
+	ids := make([]string, len(refs))
+	seqs := make([]int64, len(refs))
+	for i, r := range refs {
+		ids[i], seqs[i] = r.MemoryID, r.Seq
+	}
+	return ids, seqs
+}
+
+// ScopeLock serialises near-duplicate checks within one (scope, type) across every
+// process using the store: a session advisory lock on a connection of its own, on
+// which the locked writer also does its writes (so a pool full of lock holders never
+// waits for itself).
+type ScopeLock struct {
+	s    *Store
+	conn *pgxpool.Conn
+	key  int64
+}
+
+// LockScope takes the near-duplicate lock of (scope, typ), waiting for its holder.
+// Release it with Unlock.
+func (s *Store) LockScope(ctx context.Context, scope string, typ memory.Type) (*ScopeLock, error) {
+	h := fnv.New64a()
+	for _, p := range []string{"memory-operator/pgstore/dedup", s.schema, scope, string(typ)} {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: lock scope: %w", err)
+	}
+	l := &ScopeLock{s: s, conn: conn, key: int64(h.Sum64())}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, l.key); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("pgstore: lock scope: %w", err)
+	}
+	return l, nil
+}
+
+// Unlock releases the lock. If the unlock statement fails the connection is closed,
+// which releases the lock too.
+func (l *ScopeLock) Unlock() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.key); err != nil {
+		_ = l.conn.Conn().Close(ctx)
+	}
+	l.conn.Release()
+}
+
+// PutQueued is Store.PutQueued on the lock's connection.
+func (l *ScopeLock) PutQueued(ctx context.Context, item memory.Item) (PutResult, error) {
+	return l.s.putVia(ctx, l.conn, item, true)
+}
+
+// PendingIn returns the live memories of scope and typ whose index work is still
+// pending: the ones a near-duplicate check cannot find in the index yet.
+func (l *ScopeLock) PendingIn(ctx context.Context, scope string, typ memory.Type) ([]memory.Item, error) {
+	rows, err := l.conn.Query(ctx, `SELECT `+prefixed("m.", memoryCols)+` FROM `+l.s.t.memories+` m
+		JOIN `+l.s.t.indexPending+` p ON p.memory_id = m.memory_id
+		WHERE m.scope = $1 AND m.memory_type = $2 AND m.archived_at IS NULL
+		ORDER BY m.memory_id LIMIT 1000`, scope, string(typ))
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: pending in scope: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (memory.Item, error) { return scanItem(r) })
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: pending in scope: %w", err)
+	}
+	return items, nil
+}
+
+// Reinforce raises a memory's base score by boost (capped at 1) and sets its
+// updated_at to now: a near-duplicate write counts as the memory being mentioned
+// again (its age restarts). Content and history are unchanged, so is its vector.
+func (l *ScopeLock) Reinforce(ctx context.Context, id string, boost float64, now time.Time) (memory.Item, error) {
+	it, err := scanItem(l.conn.QueryRow(ctx, `UPDATE `+l.s.t.memories+`
+		SET base_score = least(1.0, base_score + $2), updated_at = greatest(updated_at, $3)
+		WHERE memory_id = $1 AND archived_at IS NULL RETURNING `+memoryCols, id, boost, now.UTC().Truncate(time.Microsecond)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return memory.Item{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return memory.Item{}, fmt.Errorf("pgstore: reinforce %q: %w", id, err)
+	}
+	return it, nil
+}
+
+// Duplicate returns the ID of the key-less memory of item's scope with item's exact
+// content (see memory.Item.ContentHash), if there is one: an exact duplicate is
+// idempotent (Unchanged), never a reinforcement.
+func (l *ScopeLock) Duplicate(ctx context.Context, item memory.Item) (string, bool, error) {
+	hash, err := item.ContentHash()
+	if err != nil {
+		return "", false, err
+	}
+	var id string
+	err = l.conn.QueryRow(ctx, `SELECT memory_id FROM `+l.s.t.memories+` WHERE scope = $1 AND key IS NULL AND content_hash = $2`, item.Scope, hash).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("pgstore: duplicate check: %w", err)
+	}
+	return id, true, nil
+}
