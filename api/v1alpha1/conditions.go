@@ -31,6 +31,12 @@ const (
 	// (invalid schedule, the store not Ready, a Secret missing, the last run failed).
 	ConditionArchival = "Archival"
 
+	// ConditionGatewayReady is present only while spec.gateway.enabled: True when every
+	// declared gateway replica is up to date and ready, False while it rolls out, is
+	// scaled to zero, or its configuration (keys, TLS Secret) is wrong. It never
+	// changes Ready: the store serves its connection Secret whatever the gateway does.
+	ConditionGatewayReady = "GatewayReady"
+
 	// ConditionProgressing is True while a one-shot run (snapshot, restore) works.
 	ConditionProgressing = "Progressing"
 	// ConditionCompleted is True once a one-shot run ended; its reason says how.
@@ -99,6 +105,27 @@ const (
 	ReasonEncryptionMismatch = "EncryptionMismatch"
 	// ReasonInvalidSpec: a field admission should have refused (a backstop for CEL).
 	ReasonInvalidSpec = "InvalidSpec"
+
+	// Reasons of GatewayReady.
+	// ReasonDeployed: every declared replica is up to date and ready.
+	ReasonDeployed = "Deployed"
+	// ReasonProgressing: the gateway is rolling out (or a replica is not ready).
+	ReasonProgressing = "Progressing"
+	// ReasonScaledToZero: spec.gateway.replicas is 0; nothing answers at the URL.
+	ReasonScaledToZero = "ScaledToZero"
+	// ReasonRolloutStuck: the Deployment exceeded its progress deadline.
+	ReasonRolloutStuck = "RolloutStuck"
+	// ReasonInvalidScopePattern: a key's scope pattern is not one the gateway accepts.
+	ReasonInvalidScopePattern = "InvalidScopePattern"
+	// ReasonInvalidGatewayConfig: another gateway setting the gateway would refuse.
+	ReasonInvalidGatewayConfig = "InvalidGatewayConfig"
+	// ReasonTLSSecretMissing: spec.gateway.tls.secretName does not exist (yet).
+	ReasonTLSSecretMissing = "TLSSecretMissing"
+	// ReasonTLSSecretInvalid: the TLS Secret lacks tls.crt or tls.key.
+	ReasonTLSSecretInvalid = "TLSSecretInvalid"
+	// ReasonNameConflict: an object the gateway needs (Deployment, Service, keys
+	// Secret) exists and is not this store's.
+	ReasonNameConflict = "NameConflict"
 )
 
 // Phases derived from conditions, for `kubectl get`.

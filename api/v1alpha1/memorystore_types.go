@@ -120,6 +120,11 @@ type MemoryStoreSpec struct {
 	// +optional
 	Archival *ArchivalSpec `json:"archival,omitempty"`
 
+	// Gateway runs the memory gateway, the HTTP API agents call (native, LangGraph
+	// Store, MCP), for this store.
+	// +optional
+	Gateway *GatewaySpec `json:"gateway,omitempty"`
+
 	// ConnectionSecretName is the Secret agents mount; defaults to "<name>-memory".
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`
 	// +optional
@@ -240,6 +245,10 @@ type MemoryStoreStatus struct {
 	// +optional
 	Archival *ArchivalStatus `json:"archival,omitempty"`
 
+	// Gateway is the gateway's state, while spec.gateway.enabled.
+	// +optional
+	Gateway *GatewayStatus `json:"gateway,omitempty"`
+
 	// LastRestore is the last MemoryRestore that wrote into the store, as the store's
 	// database records it (a restore of a package the store already received writes
 	// nothing unless it sets spec.allowRepeat).
@@ -271,7 +280,9 @@ type ReceivedRestore struct {
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.status.connectionSecret`,priority=1
 // +kubebuilder:printcolumn:name="Archival",type=string,JSONPath=`.status.conditions[?(@.type=="Archival")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Archived",type=integer,JSONPath=`.status.archival.lastRun.archived`,priority=1
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.status.conditions[?(@.type=="GatewayReady")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.gateway) || !self.spec.gateway.enabled || self.metadata.name.matches('^[a-z]([-a-z0-9]{0,53}[a-z0-9])?$')",message="a store with a gateway needs a name of at most 55 lowercase letters, digits and '-', starting with a letter: its Service is named <name>-gateway"
 
 // MemoryStore is a tenant's agent memory: a PostgreSQL schema, a vector collection, an
 // object-storage prefix and a connection Secret, provisioned by the operator.
