@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -40,7 +41,7 @@ func runManager(args []string) int {
 	fs.StringVar(&operatorNS, "operator-namespace", envOr("POD_NAMESPACE", "memory-operator-system"),
 		"Namespace holding the Secrets of ClusterMemoryBackends (defaults to $POD_NAMESPACE).")
 	fs.StringVar(&workerImage, "worker-image", os.Getenv("WORKER_IMAGE"),
-		"Image of the worker Jobs (snapshots, restores, archival): the operator's own (defaults to $WORKER_IMAGE).")
+		"Image of the worker Jobs (snapshots, restores, archival) and the gateways: the operator's own (defaults to $WORKER_IMAGE).")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -59,6 +60,9 @@ func runManager(args []string) int {
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only the operator's own Jobs are watched and cached, not every Job in the cluster.
 			&batchv1.Job{}: {Label: controllers.ManagedJobSelector()},
+			// Likewise only the gateways' Deployments and Services.
+			&appsv1.Deployment{}: {Label: controllers.ManagedGatewaySelector()},
+			&corev1.Service{}:    {Label: controllers.ManagedGatewaySelector()},
 		}},
 		Client: client.Options{
 			// Secrets are read straight from the API server and never cached, so the
@@ -71,7 +75,7 @@ func runManager(args []string) int {
 		return 1
 	}
 	if workerImage == "" {
-		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots, MemoryRestores and archival runs will wait until the operator is restarted with one")
+		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots, MemoryRestores, archival runs and gateways will wait until the operator is restarted with one")
 	}
 	c, reader, scheme, recorder := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), mgr.GetEventRecorder("memory-operator")
 	reconcilers := []struct {
@@ -79,7 +83,7 @@ func runManager(args []string) int {
 		r    interface{ SetupWithManager(ctrl.Manager) error }
 	}{
 		{"MemoryStore", &controllers.MemoryStoreReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
-			OperatorNamespace: operatorNS}},
+			OperatorNamespace: operatorNS, GatewayImage: workerImage}},
 		{"ClusterMemoryBackend", &controllers.ClusterMemoryBackendReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
 			OperatorNamespace: operatorNS, Clock: clock.RealClock{}}},
 		{"MemorySnapshot", &controllers.MemorySnapshotReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,

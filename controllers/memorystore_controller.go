@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -43,6 +44,8 @@ type MemoryStoreReconciler struct {
 	Recorder  events.EventRecorder
 	// OperatorNamespace holds the Secrets of ClusterMemoryBackends.
 	OperatorNamespace string
+	// GatewayImage is the image the gateway Deployments run: the operator's own.
+	GatewayImage string
 }
 
 // +kubebuilder:rbac:groups=memory.amemory.io,resources=memorystores,verbs=get;list;watch;update;patch
@@ -50,7 +53,9 @@ type MemoryStoreReconciler struct {
 // +kubebuilder:rbac:groups=memory.amemory.io,resources=memorystores/finalizers,verbs=update
 // +kubebuilder:rbac:groups=memory.amemory.io,resources=clustermemorybackends,verbs=get;list;watch
 // +kubebuilder:rbac:groups=memory.amemory.io,resources=memoryrestores,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one MemoryStore to its declared state: fetch, handle deletion, make
@@ -88,6 +93,11 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	original := store.DeepCopy()
 	result, err := r.provision(ctx, store)
+	if !store.IsReady() {
+		if gerr := r.gatewayWhileNotReady(ctx, store); gerr != nil && err == nil {
+			err = gerr
+		}
+	}
 	if perr := r.patchStatus(ctx, original, store); perr != nil {
 		log.Error(perr, "Failed to record status")
 		if err == nil {
@@ -98,14 +108,17 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 }
 
 // SetupWithManager wires the watches: MemoryStores, their connection Secrets, Secrets
-// they reference (metadata only), the ClusterMemoryBackends they use, and restores
-// that completed into them (status.lastRestore).
+// they reference (metadata only), the ClusterMemoryBackends they use, restores
+// that completed into them (status.lastRestore), and their gateways' Deployments
+// (the events that change readiness) and Services.
 func (r *MemoryStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&memoryv1alpha1.MemoryStore{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.storesForSecret), builder.OnlyMetadata).
 		Watches(&memoryv1alpha1.ClusterMemoryBackend{}, handler.EnqueueRequestsFromMapFunc(r.storesForBackend)).
 		Watches(&memoryv1alpha1.MemoryRestore{}, handler.EnqueueRequestsFromMapFunc(storeOfRestore)).
+		Owns(&appsv1.Deployment{}, builder.WithPredicates(gatewayDeploymentChanged)).
+		Owns(&corev1.Service{}).
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](minRetryDelay, maxRetryDelay),
 		}).

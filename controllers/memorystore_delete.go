@@ -46,9 +46,12 @@ func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memo
 		log.Info("Retaining store backends", "tenant", store.Spec.Tenant)
 	}
 
-	// The Secrets would be garbage-collected through their owner reference, but not
-	// before a store of the same name could be created again and find them owned by
-	// the old one.
+	// The Secrets and the gateway would be garbage-collected through their owner
+	// reference, but not before a store of the same name could be created again and
+	// find them owned by the old one.
+	if _, err := r.deleteGatewayObjects(ctx, store); err != nil {
+		return ctrl.Result{}, err
+	}
 	for _, name := range []string{store.ConnectionSecretNameOrDefault(), store.WorkerSecretName()} {
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: store.Namespace, Name: name}}
 		if err := r.Get(ctx, client.ObjectKeyFromObject(secret), secret); err == nil && metav1.IsControlledBy(secret, store) {

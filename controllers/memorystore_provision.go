@@ -101,7 +101,7 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	store.SetCondition(memoryv1alpha1.ConditionDegraded, metav1.ConditionFalse, memoryv1alpha1.ReasonNoConflict, "Backends match the spec")
 	store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
 		fmt.Sprintf("Memory store for tenant %s is ready; agents mount Secret %s", store.Spec.Tenant, store.Status.ConnectionSecret))
-	return ctrl.Result{}, nil
+	return r.reconcileGateway(ctx, store, info)
 }
 
 // receivedRestore is the store's record of a restore, for status.

@@ -101,7 +101,7 @@ func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, stor
 		keyUsername:       agent.User,
 		keyPassword:       agent.Password,
 		keySSLMode:        agent.SSLMode,
-		keyURI:            agent.URL(url.Values{"options": {"-c search_path=" + info.names.Schema}}),
+		keyURI:            agentURI(info),
 		keyVectorEngine:   info.engine,
 		keyDimension:      strconv.Itoa(int(store.Spec.Vector.Dimension)),
 		keyMetric:         string(store.MetricOrDefault()),
@@ -119,7 +119,20 @@ func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, stor
 		data[keyPrefix] = info.names.Prefix
 	}
 
-	return r.ensureSecret(ctx, store, store.ConnectionSecretNameOrDefault(), "connection", data)
+	// The gateway entries are the gateway step's (setGatewayConnection): kept as they
+	// are while the gateway is enabled, dropped otherwise.
+	var keep []string
+	if store.GatewayEnabled() {
+		keep = []string{keyGatewayURL, keyGatewayKey}
+	}
+	return r.ensureSecret(ctx, store, store.ConnectionSecretNameOrDefault(), "connection", data, keep...)
+}
+
+// agentURI is the store role's connection URI, the connection Secret's "uri".
+func agentURI(info connectionInfo) string {
+	agent := info.backend.postgres
+	agent.User, agent.Password = info.names.Role, info.passwords.Agent
+	return agent.URL(url.Values{"options": {"-c search_path=" + info.names.Schema}})
 }
 
 // ensureWorkerSecret creates or updates the Secret the store's Jobs read: the worker
@@ -139,8 +152,9 @@ func (r *MemoryStoreReconciler) ensureWorkerSecret(ctx context.Context, store *m
 	})
 }
 
-// ensureSecret creates or updates one of the store's Secrets, owned by the store.
-func (r *MemoryStoreReconciler) ensureSecret(ctx context.Context, store *memoryv1alpha1.MemoryStore, name, kind string, data map[string]string) error {
+// ensureSecret creates or updates one of the store's Secrets, owned by the store. The
+// keys in keep are left as they are (another step writes them).
+func (r *MemoryStoreReconciler) ensureSecret(ctx context.Context, store *memoryv1alpha1.MemoryStore, name, kind string, data map[string]string, keep ...string) error {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: store.Namespace, Name: name}}
 	op, err := controllerutil.CreateOrPatch(ctx, r.Client, secret, func() error {
 		if secret.Labels == nil {
@@ -149,7 +163,13 @@ func (r *MemoryStoreReconciler) ensureSecret(ctx context.Context, store *memoryv
 		secret.Labels["app.kubernetes.io/managed-by"] = "memory-operator"
 		secret.Labels["memory.amemory.io/store"] = store.Name
 		secret.Type = corev1.SecretTypeOpaque
+		previous := secret.Data
 		secret.Data = map[string][]byte{}
+		for _, k := range keep {
+			if v, ok := previous[k]; ok {
+				secret.Data[k] = v
+			}
+		}
 		for k, v := range data {
 			if v != "" {
 				secret.Data[k] = []byte(v)

@@ -23,6 +23,7 @@ func (r *MemoryStoreReconciler) patchStatus(ctx context.Context, original, store
 		return err
 	}
 	r.emitTransitions(original, store)
+	r.emitGatewayTransitions(original, store)
 	return nil
 }
 

@@ -12,8 +12,9 @@ import (
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
 
-// storesForSecret maps a Secret to the stores that own it or read it, so creating a
-// missing Secret or rotating credentials takes effect at once, not after a backoff.
+// storesForSecret maps a Secret to the stores that own it or read it (credentials, the
+// embedder's token, the gateway's certificate), so creating a missing Secret or
+// rotating one takes effect at once, not after a backoff.
 func (r *MemoryStoreReconciler) storesForSecret(ctx context.Context, obj client.Object) []reconcile.Request {
 	if ref := metav1.GetControllerOf(obj); ref != nil && ref.Kind == "MemoryStore" {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: ref.Name}}}
@@ -51,14 +52,20 @@ func (r *MemoryStoreReconciler) storesForSecret(ctx context.Context, obj client.
 		case s.Namespace == obj.GetNamespace() && b.Postgres != nil:
 			match = referencesSecret(memoryv1alpha1.BackendSpec{Postgres: *b.Postgres, Milvus: b.Milvus, ObjectStorage: b.ObjectStorage}, obj.GetName())
 		}
-		if !match && s.Namespace == obj.GetNamespace() && s.Spec.Embedder.APIKeySecret != nil {
-			match = s.Spec.Embedder.APIKeySecret.Name == obj.GetName()
-		}
-		if match {
+		if match || (s.Namespace == obj.GetNamespace() && readsOwnSecret(s, obj.GetName())) {
 			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(s)})
 		}
 	}
 	return requests
+}
+
+// readsOwnSecret reports whether the store reads the Secret name of its own namespace
+// besides its backends': the embedder's token, the gateway's certificate.
+func readsOwnSecret(s *memoryv1alpha1.MemoryStore, name string) bool {
+	if ref := s.Spec.Embedder.APIKeySecret; ref != nil && ref.Name == name {
+		return true
+	}
+	return s.Spec.Gateway != nil && s.Spec.Gateway.TLS != nil && s.Spec.Gateway.TLS.SecretName == name
 }
 
 func referencesSecret(b memoryv1alpha1.BackendSpec, name string) bool {

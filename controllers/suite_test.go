@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -79,7 +80,9 @@ func runSuite(m *testing.M) int {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&batchv1.Job{}: {Label: ManagedJobSelector()},
+			&batchv1.Job{}:       {Label: ManagedJobSelector()},
+			&appsv1.Deployment{}: {Label: ManagedGatewaySelector()},
+			&corev1.Service{}:    {Label: ManagedGatewaySelector()},
 		}},
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	})
@@ -145,6 +148,7 @@ func newReconciler(c client.Client, reader client.Reader) *MemoryStoreReconciler
 		Scheme:            c.Scheme(),
 		Recorder:          testMgr.GetEventRecorder("memory-operator"),
 		OperatorNamespace: operatorNamespace,
+		GatewayImage:      testWorkerImage,
 	}
 }
 
