@@ -37,22 +37,25 @@ func SecretsFromEnv() Secrets {
 	return Secrets{PostgresURI: os.Getenv(EnvPostgresURI), EmbedderAPIKey: os.Getenv(EnvEmbedderAPIKey)}
 }
 
-// Background work intervals.
-const (
+// Background work intervals (variables: tests shorten them).
+var (
 	keysReloadEvery = 2 * time.Second
 	drainEvery      = time.Second
-	drainBatch      = 500
 	// drainMinAge leaves fresh index work to its writer, which indexes right after
 	// committing; the drainer takes over what is older.
 	drainMinAge  = 10 * time.Second
 	pendingEvery = 10 * time.Second
 )
 
+// drainBatch is how much pending index work one drain step takes.
+const drainBatch = 500
+
 // drainBackoff is the wait before the n-th retry of failed index work: 1 s doubling
-// to 5 min.
+// to 30 s. (While the whole index is down the drainer does not try at all, see
+// drain, so an outage does not push every memory's retry far out.)
 func drainBackoff(n int) time.Duration {
-	d := time.Second << min(n-1, 9)
-	return min(d, 5*time.Minute)
+	d := time.Second << min(n-1, 5)
+	return min(d, 30*time.Second)
 }
 
 // Gateway is a running gateway process's parts (tests drive it in-process).
@@ -185,7 +188,7 @@ func (g *Gateway) Background(ctx context.Context) {
 
 // drain works off due pending index work until none is left or an attempt fails.
 func (g *Gateway) drain(ctx context.Context) {
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && g.index.available() {
 		res, err := g.Memory.DrainPending(ctx, drainBatch, drainMinAge, drainBackoff)
 		g.Server.metrics.drained.WithLabelValues("done").Add(float64(res.Done))
 		g.Server.metrics.drained.WithLabelValues("failed").Add(float64(res.Failed))
@@ -280,17 +283,31 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 // lazyIndex connects to an external index (Milvus) on first use and again after a
 // failed connect, so a gateway starts while Milvus is down and writes are
 // acknowledged (their index work stays pending) until it is back.
+//
+// It also bounds every call (indexCallTimeout) and, after a failure, fails calls
+// fast for indexRetryAfter before letting one through again: the Milvus SDK retries
+// an unreachable server for about 20 s per call, and a write must not wait that long
+// for an index it does not need in order to be acknowledged.
 type lazyIndex struct {
 	spec vector.Spec
 	dial func(context.Context) (vector.Index, func(), error)
 
-	mu      sync.Mutex
-	ix      vector.Index
-	closeFn func()
+	mu        sync.Mutex
+	ix        vector.Index
+	closeFn   func()
+	downUntil time.Time
+	lastErr   error
 }
 
-// connectTimeout bounds one connect attempt (the Milvus SDK dials blocking).
-const connectTimeout = 5 * time.Second
+// Index call bounds (variables: tests shorten them).
+var (
+	connectTimeout   = 5 * time.Second
+	indexCallTimeout = 5 * time.Second
+	indexRetryAfter  = 5 * time.Second
+)
+
+// errIndexDown is returned without calling the index while it is considered down.
+var errIndexDown = errors.New("the vector index failed moments ago; not retried yet")
 
 func (l *lazyIndex) get(ctx context.Context) (vector.Index, error) {
 	l.mu.Lock()
@@ -308,6 +325,39 @@ func (l *lazyIndex) get(ctx context.Context) (vector.Index, error) {
 	return ix, nil
 }
 
+// available reports whether calls go through now.
+func (l *lazyIndex) available() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !time.Now().Before(l.downUntil)
+}
+
+// do runs f against the index with the bounds above.
+func (l *lazyIndex) do(ctx context.Context, f func(context.Context, vector.Index) error) error {
+	l.mu.Lock()
+	if time.Now().Before(l.downUntil) {
+		err := l.lastErr
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %w", errIndexDown, err)
+	}
+	l.mu.Unlock()
+	ix, err := l.get(ctx)
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, indexCallTimeout)
+		err = f(cctx, ix)
+		cancel()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		l.downUntil, l.lastErr = time.Time{}, nil
+	case ctx.Err() == nil: // the index failed, not the caller
+		l.downUntil, l.lastErr = time.Now().Add(indexRetryAfter), err
+	}
+	return err
+}
+
 func (l *lazyIndex) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -319,35 +369,23 @@ func (l *lazyIndex) close() {
 func (l *lazyIndex) Spec() vector.Spec { return l.spec }
 
 func (l *lazyIndex) Upsert(ctx context.Context, e []vector.Entry) error {
-	ix, err := l.get(ctx)
-	if err != nil {
-		return err
-	}
-	return ix.Upsert(ctx, e)
+	return l.do(ctx, func(ctx context.Context, ix vector.Index) error { return ix.Upsert(ctx, e) })
 }
 
 func (l *lazyIndex) Delete(ctx context.Context, ids []string) error {
-	ix, err := l.get(ctx)
-	if err != nil {
-		return err
-	}
-	return ix.Delete(ctx, ids)
+	return l.do(ctx, func(ctx context.Context, ix vector.Index) error { return ix.Delete(ctx, ids) })
 }
 
 func (l *lazyIndex) DeleteScope(ctx context.Context, scope string) error {
-	ix, err := l.get(ctx)
-	if err != nil {
-		return err
-	}
-	return ix.DeleteScope(ctx, scope)
+	return l.do(ctx, func(ctx context.Context, ix vector.Index) error { return ix.DeleteScope(ctx, scope) })
 }
 
-func (l *lazyIndex) Search(ctx context.Context, q vector.Query) ([]vector.Hit, error) {
-	ix, err := l.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return ix.Search(ctx, q)
+func (l *lazyIndex) Search(ctx context.Context, q vector.Query) (hits []vector.Hit, err error) {
+	err = l.do(ctx, func(ctx context.Context, ix vector.Index) error {
+		hits, err = ix.Search(ctx, q)
+		return err
+	})
+	return hits, err
 }
 
 // certReloader serves the TLS certificate, re-reading the files when they change (a

@@ -182,19 +182,32 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 	if err != nil {
 		return nil, err
 	}
-	res, err := ix.c.Search(ctx, ix.collection, nil, expr, nil,
-		[]entity.Vector{entity.FloatVector(vector.Prepare(ix.spec.Metric, q.Vector))},
-		FieldEmbedding, entity.MetricType(ix.spec.Metric), q.K, sp,
-		client.WithSearchQueryConsistencyLevel(entity.ClStrong))
+	search := func() (client.SearchResult, error) {
+		res, err := ix.c.Search(ctx, ix.collection, nil, expr, nil,
+			[]entity.Vector{entity.FloatVector(vector.Prepare(ix.spec.Metric, q.Vector))},
+			FieldEmbedding, entity.MetricType(ix.spec.Metric), q.K, sp,
+			client.WithSearchQueryConsistencyLevel(entity.ClStrong))
+		if err != nil || len(res) == 0 {
+			return client.SearchResult{}, err
+		}
+		return res[0], nil
+	}
+	r, err := search()
+	if err != nil && notLoaded(err) {
+		// A restarted server may come back with the collection released (Milvus Lite
+		// always does): load it again and retry once.
+		if lerr := ix.c.LoadCollection(ctx, ix.collection, false); lerr == nil {
+			r, err = search()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("milvus search in %s: %w", ix.collection, err)
 	}
-	if len(res) == 0 {
-		return []vector.Hit{}, nil
-	}
-	r := res[0]
 	if r.Err != nil {
 		return nil, fmt.Errorf("milvus search in %s: %w", ix.collection, r.Err)
+	}
+	if r.ResultCount == 0 || r.IDs == nil {
+		return []vector.Hit{}, nil
 	}
 	hits := make([]vector.Hit, 0, r.ResultCount)
 	for i := 0; i < r.ResultCount; i++ {
@@ -406,4 +419,10 @@ func DropCollection(ctx context.Context, c client.Client, name string) error {
 		return fmt.Errorf("milvus: drop collection %s: %w", name, err)
 	}
 	return nil
+}
+
+// notLoaded reports whether err says the collection is not loaded into memory.
+func notLoaded(err error) bool {
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "not loaded") || strings.Contains(msg, "released") || strings.Contains(msg, "load() before")
 }

@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/testutil"
+)
+
+func init() {
+	// Pending index work is taken over by the drainer after this long in tests.
+	drainMinAge = 300 * time.Millisecond
+	drainEvery = 200 * time.Millisecond
+	indexRetryAfter = time.Second
+}
+
+// TestPendingIndexSurvivesMilvusOutage: with Milvus stopped, writes are still
+// acknowledged (stored in PostgreSQL, indexed false) and searches answer 503 with a
+// clear code; once Milvus is back the gateway indexes every acknowledged write in the
+// background, and deletes done meanwhile leave no vector behind.
+func TestPendingIndexSurvivesMilvusOutage(t *testing.T) {
+	mil := testutil.StartMilvusLite(t)
+	k := newTestKey(t, "k", false, "*")
+	e := newEnv(t, envOptions{engine: "Milvus", milvus: mil.Addr, keys: []testKey{k}, dedup: 0.9})
+
+	remember := func(n int) WriteResponse {
+		var w WriteResponse
+		e.must(201, k.plain, "POST", "/v1/memories", NewMemory{Scope: "user:9", MemoryType: memory.Episodic,
+			Content: json.RawMessage(fmt.Sprintf(`{"event":"order %d shipped to lisbon warehouse %d"}`, n, n*7919))}, &w)
+		return w
+	}
+	before := remember(1)
+	if !before.Indexed {
+		t.Fatalf("with Milvus up: %+v", before)
+	}
+	doomed := remember(2)
+	doomedText := fmt.Sprintf(`event: order %d shipped to lisbon warehouse %d`, 2, 2*7919)
+
+	mil.Stop()
+	start := time.Now()
+	defer func() { t.Logf("writes while Milvus was down took %s in all", time.Since(start)) }()
+	var during []WriteResponse
+	for n := 3; n < 8; n++ {
+		w := remember(n)
+		if w.Indexed {
+			t.Fatalf("write %d reported indexed with Milvus down", n)
+		}
+		during = append(during, w)
+	}
+	var batch BatchResponse
+	e.must(200, k.plain, "POST", "/v1/memories/batch", BatchRequest{Memories: []NewMemory{
+		{Scope: "user:9", MemoryType: memory.Semantic, Key: "city", Content: json.RawMessage(`{"city":"Porto"}`)},
+	}}, &batch)
+	e.must(204, k.plain, "DELETE", "/v1/memories/"+doomed.MemoryID, nil, nil)
+	t.Logf("6 writes and a delete acknowledged with Milvus down in %s", time.Since(start).Round(time.Millisecond))
+	eb := e.wantError(503, CodeIndexDown, k.plain, "POST", "/v1/search", SearchRequest{Scope: "user:9", Query: "order shipped"})
+	t.Logf("search while Milvus is down: %s", eb.Error.Message)
+	// Reads that need only PostgreSQL still work.
+	var l ListResponse
+	e.must(200, k.plain, "GET", "/v1/scopes/user:9/memories", nil, &l)
+	if len(l.Memories) != 7 {
+		t.Fatalf("list while Milvus is down: %d memories, want 7", len(l.Memories))
+	}
+	if st, err := e.gw.Memory.Pending(context.Background()); err != nil || st.Count != 7 {
+		t.Fatalf("pending index work = %+v, %v; want 7 (5 writes, the batch, the delete)", st, err)
+	}
+
+	mil.Start()
+	want := map[string]bool{before.MemoryID: true, batch.Results[0].MemoryID: true}
+	for _, w := range during {
+		want[w.MemoryID] = true
+	}
+	waitFor(t, 90*time.Second, func() bool {
+		st, err := e.gw.Memory.Pending(context.Background())
+		return err == nil && st.Count == 0
+	})
+	// Every acknowledged write is searchable, the deleted one is not.
+	var sr SearchResponse
+	e.must(200, k.plain, "POST", "/v1/search", SearchRequest{Scope: "user:9", Query: "order shipped lisbon warehouse", TopK: 20}, &sr)
+	got := map[string]bool{}
+	for _, r := range sr.Results {
+		got[r.Memory.MemoryID] = true
+	}
+	for id := range want {
+		if !got[id] && id != batch.Results[0].MemoryID {
+			t.Errorf("acknowledged memory %s is not searchable after Milvus came back", id)
+		}
+	}
+	if got[doomed.MemoryID] {
+		t.Errorf("memory %s deleted while Milvus was down is still returned", doomed.MemoryID)
+	}
+	e.must(200, k.plain, "POST", "/v1/search", SearchRequest{Scope: "user:9", Query: "city Porto"}, &sr)
+	if len(sr.Results) == 0 || sr.Results[0].Memory.MemoryID != batch.Results[0].MemoryID {
+		t.Errorf("the batch write made while Milvus was down is not found: %+v", sr.Results)
+	}
+	// And the vector of the deleted memory is gone from Milvus itself.
+	hits, err := e.gw.index.Search(context.Background(), vectorQuery(t, e, "user:9", doomedText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hits {
+		if h.ID == doomed.MemoryID {
+			t.Errorf("Milvus still holds the vector of %s", doomed.MemoryID)
+		}
+	}
+}
+
+// TestPostgresDown: with PostgreSQL unreachable the gateway starts, is not ready, and
+// refuses every call with 503 and Retry-After: it never acknowledges what it did not
+// store.
+func TestPostgresDown(t *testing.T) {
+	k := newTestKey(t, "k", false, "*")
+	e := newEnv(t, envOptions{keys: []testKey{k}, noService: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	e.start("postgres://nobody:secret@" + dead + "/postgres?sslmode=disable&connect_timeout=2")
+	code, _ := e.call("", "GET", "/readyz", nil, nil)
+	if code != 503 {
+		t.Fatalf("readyz with PostgreSQL down: %d", code)
+	}
+	eb := e.wantError(503, CodeUnavailable, k.plain, "POST", "/v1/memories", NewMemory{Scope: "user:1", MemoryType: memory.Semantic, Content: json.RawMessage(`{"a":1}`)})
+	if eb.Error.Message == "" {
+		t.Fatal("no message")
+	}
+	e.wantError(503, CodeUnavailable, k.plain, "GET", "/v1/scopes/user:1/memories", nil)
+}
+
+// vectorQuery embeds text as the gateway does and asks for everything of scope.
+func vectorQuery(t *testing.T, e *env, scope, text string) vector.Query {
+	t.Helper()
+	v, err := embed.NewHashing(testDim).Embed(context.Background(), []string{text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vector.Query{Scope: scope, Vector: v[0], K: 100}
+}
