@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -596,4 +600,49 @@ func TestGatewayAdmission(t *testing.T) {
 	g.Expect(got.Spec.Gateway.ConnectionKeyOrDefault()).To(Equal("reader"))
 	// A long name is fine without a gateway.
 	create(t, validStore(ns, "a-store-whose-name-is-much-too-long-for-its-gateway-service"))
+}
+
+// The samples' gateways are accepted as they are and mean what their comments say.
+func TestGatewaySampleIsValid(t *testing.T) {
+	for _, file := range []string{"memory_v1alpha1_memorystore.yaml", "memory_v1alpha1_memorystore_clusterbackend.yaml"} {
+		t.Run(file, func(t *testing.T) {
+			f, err := os.Open(filepath.Join("..", "config", "samples", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = f.Close() }()
+			sample := &memoryv1alpha1.MemoryStore{}
+			if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(sample); err != nil {
+				t.Fatal(err)
+			}
+			sample.Namespace = newNamespace(t)
+			create(t, sample)
+			g := NewWithT(t)
+			got := getStore(g, client.ObjectKeyFromObject(sample))
+			g.Expect(got.GatewayEnabled()).To(BeTrue())
+			g.Expect(validateGatewaySpec(got)).To(Succeed())
+			// As provisioning would describe the store.
+			got.Status.Postgres = &memoryv1alpha1.PostgresStatus{Schema: "mem_" + got.Spec.Tenant}
+			got.Status.Vector = &memoryv1alpha1.VectorStatus{Engine: "Milvus", Collection: "mem_" + got.Spec.Tenant,
+				Dimension: got.Spec.Vector.Dimension, Metric: string(got.MetricOrDefault()), EmbeddingModel: got.Spec.Embedder.Model}
+			cfg, err := gatewayConfig(got, "milvus.example:19530")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cfg.DedupThreshold).To(Equal(0.9))
+			if got.Name != "acme" {
+				g.Expect(got.Spec.Gateway.KeysOrDefault()).To(Equal([]memoryv1alpha1.GatewayKey{{Name: "default", Scopes: []memoryv1alpha1.GatewayScopePattern{"*"}}}))
+				return
+			}
+			g.Expect(cfg.TLSCertFile).NotTo(BeEmpty())
+			g.Expect(got.Spec.Gateway.ConnectionKeyOrDefault()).To(Equal("agents"))
+			g.Expect(got.Spec.Gateway.Keys[1]).To(Equal(memoryv1alpha1.GatewayKey{Name: "support-dashboard",
+				Scopes: []memoryv1alpha1.GatewayScopePattern{"agent:support", "user:*"}, ReadOnly: true}))
+			d := buildGatewayDeployment(got, cfg, gatewayInputs{Image: "img"})
+			g.Expect(*d.Spec.Replicas).To(Equal(int32(2)))
+			spread := d.Spec.Template.Spec.TopologySpreadConstraints
+			g.Expect(spread).To(HaveLen(1))
+			sel, err := metav1.LabelSelectorAsSelector(spread[0].LabelSelector)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(sel.Matches(labels.Set(d.Spec.Template.Labels))).To(BeTrue(), "the sample's spread selects the gateway's pods")
+		})
+	}
 }
