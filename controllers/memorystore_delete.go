@@ -15,7 +15,8 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 )
 
-// reconcileDelete releases a store. With reclaimPolicy Delete it removes the collection,
+// reconcileDelete releases a store. It removes the gateway first; then, with
+// reclaimPolicy Delete, it removes the collection,
 // the object prefix, and the schema and role (in that order: PostgreSQL, the system of
 // record, goes last); with Retain it leaves them. The finalizer is removed only when
 // that is done, so a backend that is down delays deletion instead of leaking data.
@@ -24,6 +25,13 @@ func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memo
 		return ctrl.Result{}, nil
 	}
 	log := logf.FromContext(ctx)
+
+	// The gateway goes first: agents stop reaching the store before its data is
+	// dropped, and a store of the same name created again does not find it owned by
+	// this one (garbage collection would remove it, but later).
+	if _, err := r.deleteGatewayObjects(ctx, store); err != nil {
+		return ctrl.Result{}, err
+	}
 
 	if store.ReclaimPolicyOrDefault() == memoryv1alpha1.ReclaimDelete {
 		original := store.DeepCopy()
@@ -46,12 +54,9 @@ func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memo
 		log.Info("Retaining store backends", "tenant", store.Spec.Tenant)
 	}
 
-	// The Secrets and the gateway would be garbage-collected through their owner
-	// reference, but not before a store of the same name could be created again and
-	// find them owned by the old one.
-	if _, err := r.deleteGatewayObjects(ctx, store); err != nil {
-		return ctrl.Result{}, err
-	}
+	// The Secrets would be garbage-collected through their owner reference, but not
+	// before a store of the same name could be created again and find them owned by
+	// the old one.
 	for _, name := range []string{store.ConnectionSecretNameOrDefault(), store.WorkerSecretName()} {
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: store.Namespace, Name: name}}
 		if err := r.Get(ctx, client.ObjectKeyFromObject(secret), secret); err == nil && metav1.IsControlledBy(secret, store) {
