@@ -174,6 +174,21 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	return c, c.Validate()
 }
 
+// validateBackends checks the vector engine and embedder settings.
+func (c Config) validateBackends() error {
+	switch {
+	case c.VectorEngine != "Postgres" && c.VectorEngine != "Milvus":
+		return fmt.Errorf("--vector-engine %q: want Milvus or Postgres", c.VectorEngine)
+	case c.VectorEngine == "Milvus" && (c.MilvusAddress == "" || c.Collection == ""):
+		return errors.New("the Milvus engine needs --milvus-address and --collection")
+	case c.Embedder != "Hashing" && c.Embedder != "OpenAI":
+		return fmt.Errorf("--embedder %q: want Hashing or OpenAI", c.Embedder)
+	case c.Embedder == "OpenAI" && (c.EmbedderEndpoint == "" || c.EmbeddingModel == ""):
+		return errors.New("the OpenAI embedder needs --embedder-endpoint and --embedding-model")
+	}
+	return nil
+}
+
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	var missing []string
@@ -189,15 +204,10 @@ func (c Config) Validate() error {
 		slices.Sort(missing)
 		return fmt.Errorf("missing required flags: %s", strings.Join(missing, ", "))
 	}
+	if err := c.validateBackends(); err != nil {
+		return err
+	}
 	switch {
-	case c.VectorEngine != "Postgres" && c.VectorEngine != "Milvus":
-		return fmt.Errorf("--vector-engine %q: want Milvus or Postgres", c.VectorEngine)
-	case c.VectorEngine == "Milvus" && (c.MilvusAddress == "" || c.Collection == ""):
-		return errors.New("the Milvus engine needs --milvus-address and --collection")
-	case c.Embedder != "Hashing" && c.Embedder != "OpenAI":
-		return fmt.Errorf("--embedder %q: want Hashing or OpenAI", c.Embedder)
-	case c.Embedder == "OpenAI" && (c.EmbedderEndpoint == "" || c.EmbeddingModel == ""):
-		return errors.New("the OpenAI embedder needs --embedder-endpoint and --embedding-model")
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
 		return errors.New("--tls-cert-file and --tls-key-file go together")
 	case c.DedupThreshold < 0 || c.DedupThreshold > 1:

@@ -10,8 +10,8 @@ import (
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
-	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector"
 )
 
 func init() {
@@ -101,7 +101,7 @@ func TestPendingIndexSurvivesMilvusOutage(t *testing.T) {
 		t.Errorf("the batch write made while Milvus was down is not found: %+v", sr.Results)
 	}
 	// And the vector of the deleted memory is gone from Milvus itself.
-	hits, err := e.gw.index.Search(context.Background(), vectorQuery(t, e, "user:9", doomedText))
+	hits, err := e.gw.index.Search(context.Background(), vectorQuery(t, "user:9", doomedText))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestPostgresDown(t *testing.T) {
 }
 
 // vectorQuery embeds text as the gateway does and asks for everything of scope.
-func vectorQuery(t *testing.T, e *env, scope, text string) vector.Query {
+func vectorQuery(t *testing.T, scope, text string) vector.Query {
 	t.Helper()
 	v, err := embed.NewHashing(testDim).Embed(context.Background(), []string{text})
 	if err != nil {

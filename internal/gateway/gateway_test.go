@@ -99,8 +99,8 @@ func TestNativeAPI(t *testing.T) {
 				t.Fatalf("results not ranked by similarity x effective score: %+v", sr.Results)
 			}
 		}
-		min := 0.999
-		e.must(200, k, "POST", "/v1/search", SearchRequest{Scope: "user:1024", Query: "refund of order", MinSimilarity: &min}, &sr)
+		minSim := 0.999
+		e.must(200, k, "POST", "/v1/search", SearchRequest{Scope: "user:1024", Query: "refund of order", MinSimilarity: &minSim}, &sr)
 		if len(sr.Results) != 0 {
 			t.Fatalf("min_similarity 0.999 kept %+v", sr.Results)
 		}

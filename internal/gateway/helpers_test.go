@@ -74,6 +74,7 @@ type env struct {
 	cfg      Config
 	names    provision.Names
 	admin    provision.PostgresConn
+	agent    provision.PostgresConn
 	keysFile string
 	client   *http.Client
 	stop     func()
@@ -145,17 +146,20 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.maxBody > 0 {
 		e.cfg.MaxBodyBytes = o.maxBody
 	}
-	agent := admin
-	agent.User, agent.Password = names.Role, pw.Agent
+	e.agent = admin
+	e.agent.User, e.agent.Password = names.Role, pw.Agent
 	e.client = &http.Client{Timeout: 60 * time.Second, Transport: newValidator(t)}
 	if o.noService {
 		return e
 	}
-	e.start(agent.URL(nil))
+	e.start(e.agentURI(t))
 	return e
 }
 
 // agentURI is the store's agent login (what the connection Secret's uri holds).
+func (e *env) agentURI(testing.TB) string { return e.agent.URL(nil) }
+
+// start serves a gateway over the store, connecting with uri.
 func (e *env) start(uri string) {
 	t := e.t
 	g, err := Open(context.Background(), e.cfg, Secrets{PostgresURI: uri}, nil)

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -141,8 +140,6 @@ type keyRing struct {
 	mu      sync.Mutex // serialises reloads
 	modTime time.Time
 	size    int64
-	// lastErr is the last reload's error (nil when the file in use is current).
-	lastErr atomic.Pointer[error]
 }
 
 // loadKeyRing reads the keys file; the gateway refuses to start without a valid one.
@@ -186,14 +183,11 @@ func (r *keyRing) reload(force bool) error {
 	}
 	r.cur.Store(&m)
 	r.modTime, r.size = st.ModTime(), st.Size()
-	r.lastErr.Store(nil)
 	return nil
 }
 
-func (r *keyRing) fail(err error) error {
-	r.lastErr.Store(&err)
-	return err
-}
+// fail is where a refused reload ends; the caller logs it and counts it.
+func (r *keyRing) fail(err error) error { return err }
 
 // lookup returns the key whose hash matches presented, or nil. The map is keyed by
 // the hash, so timing reveals nothing about any stored key.
@@ -215,13 +209,3 @@ func (r *keyRing) count() int {
 	}
 	return 0
 }
-
-// errStale reports whether the last reload failed.
-func (r *keyRing) stale() error {
-	if p := r.lastErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-var errNoKey = errors.New("no API key")

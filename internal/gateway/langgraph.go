@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -220,40 +221,64 @@ func (s *Server) lgSearchItems(w http.ResponseWriter, r *http.Request, k *Key) e
 		got, _ := decodeKey(sl.rule.wildcard, it.Key)
 		return len(got) >= len(rest) && equalLabels(got[:len(rest)], rest)
 	}
-	items := []lgItem{}
+	var items []lgItem
 	if req.Query != nil && strings.TrimSpace(*req.Query) != "" {
-		want := min(req.Offset+limit, 100)
-		res, err := s.searchScope(r.Context(), sl.scope, *req.Query, []memory.Type{memory.Semantic}, want, -1e9)
-		if err != nil {
-			return err
-		}
-		skipped := 0
-		for _, h := range res {
-			if !under(h.Memory) || !filter(h.Memory.Content) {
-				continue
-			}
-			if skipped < req.Offset {
-				skipped++
-				continue
-			}
-			sim := h.Similarity
-			if it, ok := s.lgItemOf(h.Memory, &sim); ok && len(items) < limit {
-				items = append(items, it)
-			}
-		}
-		return writeJSON(w, http.StatusOK, lgSearchResponse{Items: items})
+		items, err = s.lgSemantic(r.Context(), sl.scope, *req.Query, under, filter, req.Offset, limit)
+	} else {
+		items, err = s.lgScan(r.Context(), sl.scope, rest, under, filter, req.Offset, limit)
 	}
+	if err != nil {
+		return err
+	}
+	if items == nil {
+		items = []lgItem{}
+	}
+	return writeJSON(w, http.StatusOK, lgSearchResponse{Items: items})
+}
+
+// lgSemantic is a search with a query: the scope's semantic memories ranked as
+// /v1/search ranks them, then narrowed to the prefix and filter.
+func (s *Server) lgSemantic(ctx context.Context, scope, query string, under func(memory.Item) bool, filter func(json.RawMessage) bool, offset, limit int) ([]lgItem, error) {
+	res, err := s.searchScope(ctx, scope, query, []memory.Type{memory.Semantic}, min(offset+limit, 100), -1e9)
+	if err != nil {
+		return nil, err
+	}
+	var items []lgItem
+	skipped := 0
+	for _, h := range res {
+		if len(items) == limit {
+			break
+		}
+		if !under(h.Memory) || !filter(h.Memory.Content) {
+			continue
+		}
+		if skipped < offset {
+			skipped++
+			continue
+		}
+		sim := h.Similarity
+		if it, ok := s.lgItemOf(h.Memory, &sim); ok {
+			items = append(items, it)
+		}
+	}
+	return items, nil
+}
+
+// lgScan lists the scope's semantic memories under the prefix in memory_id order,
+// page by page, applying the filter.
+func (s *Server) lgScan(ctx context.Context, scope string, rest []string, under func(memory.Item) bool, filter func(json.RawMessage) bool, offset, limit int) ([]lgItem, error) {
 	keyPrefix := ""
 	if len(rest) > 0 {
 		b, _ := json.Marshal(rest)
 		keyPrefix = string(b[:len(b)-1]) + ","
 	}
-	after, skipped, scanned := "", 0, 0
-	for len(items) < limit && scanned < maxFilterScan {
-		page, err := s.mem.Store().List(r.Context(), pgstore.ListQuery{Scope: sl.scope, Types: []memory.Type{memory.Semantic},
+	var items []lgItem
+	after, skipped := "", 0
+	for scanned := 0; len(items) < limit && scanned < maxFilterScan; {
+		page, err := s.mem.Store().List(ctx, pgstore.ListQuery{Scope: scope, Types: []memory.Type{memory.Semantic},
 			KeyPrefix: keyPrefix, After: after, Limit: pgstore.MaxListLimit})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, m := range page {
 			if len(items) == limit {
@@ -262,7 +287,7 @@ func (s *Server) lgSearchItems(w http.ResponseWriter, r *http.Request, k *Key) e
 			if !under(m) || !filter(m.Content) {
 				continue
 			}
-			if skipped < req.Offset {
+			if skipped < offset {
 				skipped++
 				continue
 			}
@@ -276,7 +301,7 @@ func (s *Server) lgSearchItems(w http.ResponseWriter, r *http.Request, k *Key) e
 		}
 		after = page[len(page)-1].MemoryID
 	}
-	return writeJSON(w, http.StatusOK, lgSearchResponse{Items: items})
+	return items, nil
 }
 
 // maxNamespaceScan bounds the (scope, key) pairs a namespace listing reads.
@@ -305,20 +330,13 @@ func (s *Server) lgListNamespaces(w http.ResponseWriter, r *http.Request, k *Key
 			continue
 		}
 		ns, _, ok := s.ns.toNamespace(p.Scope, p.Key, "x")
-		if !ok {
-			continue
-		}
-		if len(req.Prefix) > 0 && (len(ns) < len(req.Prefix) || !equalLabels(ns[:len(req.Prefix)], req.Prefix)) {
-			continue
-		}
-		if len(req.Suffix) > 0 && (len(ns) < len(req.Suffix) || !equalLabels(ns[len(ns)-len(req.Suffix):], req.Suffix)) {
+		if !ok || !req.matches(ns) {
 			continue
 		}
 		if req.MaxDepth != nil && len(ns) > *req.MaxDepth {
 			ns = ns[:*req.MaxDepth]
 		}
-		id := strings.Join(ns, "\x00")
-		if !seen[id] {
+		if id := strings.Join(ns, "\x00"); !seen[id] {
 			seen[id] = true
 			out = append(out, ns)
 		}
@@ -336,6 +354,14 @@ func (s *Server) lgListNamespaces(w http.ResponseWriter, r *http.Request, k *Key
 		out = [][]string{}
 	}
 	return writeJSON(w, http.StatusOK, lgNamespacesResponse{Namespaces: out})
+}
+
+// matches applies the listing's prefix and suffix.
+func (req lgListNamespaces) matches(ns []string) bool {
+	if len(req.Prefix) > 0 && (len(ns) < len(req.Prefix) || !equalLabels(ns[:len(req.Prefix)], req.Prefix)) {
+		return false
+	}
+	return len(req.Suffix) == 0 || (len(ns) >= len(req.Suffix) && equalLabels(ns[len(ns)-len(req.Suffix):], req.Suffix))
 }
 
 // compileFilter builds LangGraph's filter: each key of the value must equal the

@@ -116,8 +116,17 @@ func (s *Server) mcpServer(k *Key) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "memory-gateway", Version: "v1"}, &mcp.ServerOptions{
 		Instructions: "Long-term memory for this agent. Every call names a scope (user:<id>, session:<id>, agent:<id>); this key may use: " + fmt.Sprint(k.scopes),
 	})
-	yes, no := true, false
+	s.addReadTools(srv, k)
+	if !k.ReadOnly {
+		s.addWriteTools(srv, k)
+	}
+	return srv
+}
 
+var yes, no = true, false
+
+// addReadTools registers the tools every key gets.
+func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, &mcp.Tool{Name: "search_memories", Description: "Search memories of one scope by meaning; best first.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpSearchInput) (*mcp.CallToolResult, SearchResponse, error) {
@@ -182,9 +191,10 @@ func (s *Server) mcpServer(k *Key) *mcp.Server {
 			}
 			return nil, it, nil
 		})
-	if k.ReadOnly {
-		return srv
-	}
+}
+
+// addWriteTools registers the tools of keys that may write.
+func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, &mcp.Tool{Name: "add_memory", Description: "Remember something about a user, session or agent.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no}},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpAddInput) (*mcp.CallToolResult, WriteResponse, error) {
@@ -243,5 +253,4 @@ func (s *Server) mcpServer(k *Key) *mcp.Server {
 			}
 			return nil, ForgetResponse{Scope: scope, Deleted: res.Deleted, ForgottenAt: res.ForgottenAt}, nil
 		})
-	return srv
 }

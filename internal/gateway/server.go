@@ -40,7 +40,6 @@ type Server struct {
 	halfLives memory.HalfLives
 
 	limiters sync.Map // key name -> *rate.Limiter
-	mcp      http.Handler
 	mux      *http.ServeMux
 	// ready reports whether the backends answer (readyz).
 	ready func(ctx context.Context) error

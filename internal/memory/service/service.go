@@ -58,10 +58,10 @@ var (
 	// its tombstone written, but its vectors could not be deleted from the index. Call
 	// Forget again to finish.
 	ErrVectorsNotDeleted = errors.New("memories deleted and tombstone written, but the vectors were not deleted from the index")
-	// ErrIndexUnavailable is wrapped by Search when the vector index failed, and
-	// ErrEmbedderUnavailable by any call whose embedding call failed: the memories in
-	// PostgreSQL are fine, the derived side is not answering.
-	ErrIndexUnavailable    = errors.New("the vector index is not answering")
+	// ErrIndexUnavailable is wrapped by Search when the vector index failed: the
+	// memories in PostgreSQL are fine, the derived index is not answering.
+	ErrIndexUnavailable = errors.New("the vector index is not answering")
+	// ErrEmbedderUnavailable is wrapped by any call whose embedding call failed.
 	ErrEmbedderUnavailable = errors.New("the embedding model is not answering")
 )
 
