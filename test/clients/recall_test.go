@@ -26,31 +26,37 @@ type seedMemory struct {
 	typ     memory.Type
 	key     string
 	content string
+	// restates names an earlier memory this one says again in other words: with
+	// near-duplicate detection on it reinforces that memory instead of adding a copy.
+	restates string
 }
 
 // The memories of seed 000, section 4.4 (its agent migrated a customer-service
 // agent and checked that it still "remembers the old accounts"): user A has a hot-coffee
 // preference, an order that never shipped, and the address-first procedure, among
-// other facts and events; user B has memories that look alike but differ.
+// other facts and events (one of them said twice); user B has memories that look
+// alike but differ.
 var (
 	userA = "user:u_1024"
 	userB = "user:u_2048"
 
 	memoriesA = []seedMemory{
-		{"A:hot-coffee", memory.Semantic, "preference.drink", `{"text":"用户要求把咖啡换成热的，以后都按热咖啡准备，不要冰的"}`},
-		{"A:unshipped-order", memory.Episodic, "", `{"text":"用户的订单 A1024 付款后一直没有发货，用户来催过物流","order_id":"A1024","status":"未发货"}`},
-		{"A:address-first", memory.Procedural, "procedure.delivery", `{"text":"处理配送问题的老规矩：先确认收货地址，再问配送时间","steps":["先确认收货地址","再询问方便的配送时间"]}`},
-		{"A:address", memory.Semantic, "address", `{"text":"用户住在朝阳区，送货可以不用电话联系"}`},
-		{"A:vegetarian", memory.Semantic, "", `{"text":"用户是素食主义者，不吃肉"}`},
-		{"A:contact-time", memory.Semantic, "", `{"text":"用户习惯下午四点联系客服"}`},
-		{"A:refund", memory.Episodic, "", `{"text":"用户上次咨询过退款方案，选择了原路退回"}`},
-		{"A:stew", memory.Semantic, "", `{"text":"用户喜欢番茄牛腩的炖法"}`},
+		{"A:hot-coffee", memory.Semantic, "preference.drink", `{"text":"用户要求把咖啡换成热的，以后都按热咖啡准备，不要冰的"}`, ""},
+		{"A:unshipped-order", memory.Episodic, "", `{"text":"用户的订单 A1024 付款后一直没有发货，用户来催过物流","order_id":"A1024","status":"未发货"}`, ""},
+		{"A:address-first", memory.Procedural, "procedure.delivery", `{"text":"处理配送问题的老规矩：先确认收货地址，再问配送时间","steps":["先确认收货地址","再询问方便的配送时间"]}`, ""},
+		{"A:address", memory.Semantic, "address", `{"text":"用户住在朝阳区，送货可以不用电话联系"}`, ""},
+		{"A:vegetarian", memory.Semantic, "", `{"text":"用户是素食主义者，不吃肉"}`, ""},
+		{"A:contact-time", memory.Semantic, "", `{"text":"用户习惯下午四点联系客服"}`, ""},
+		{"A:refund", memory.Episodic, "", `{"text":"用户上次咨询过退款方案，选择了原路退回"}`, ""},
+		{"A:stew", memory.Semantic, "", `{"text":"用户喜欢番茄牛腩的炖法"}`, ""},
+		// The user says it again, in other words (similarity about 0.98 under e5).
+		{"A:vegetarian-again", memory.Semantic, "", `{"text":"用户吃素，不吃任何肉类"}`, "A:vegetarian"},
 	}
 	memoriesB = []seedMemory{
-		{"B:iced-coffee", memory.Semantic, "preference.drink", `{"text":"用户喜欢冰咖啡，夏天要多加冰"}`},
-		{"B:shipped-order", memory.Episodic, "", `{"text":"用户的订单 B2048 已经发货，但快递显示还没签收","order_id":"B2048","status":"已发货"}`},
-		{"B:time-first", memory.Procedural, "procedure.delivery", `{"text":"这位用户的习惯：先确认配送时间，再核对地址"}`},
-		{"B:address", memory.Semantic, "address", `{"text":"用户住在海淀区"}`},
+		{"B:iced-coffee", memory.Semantic, "preference.drink", `{"text":"用户喜欢冰咖啡，夏天要多加冰"}`, ""},
+		{"B:shipped-order", memory.Episodic, "", `{"text":"用户的订单 B2048 已经发货，但快递显示还没签收","order_id":"B2048","status":"已发货"}`, ""},
+		{"B:time-first", memory.Procedural, "procedure.delivery", `{"text":"这位用户的习惯：先确认配送时间，再核对地址"}`, ""},
+		{"B:address", memory.Semantic, "address", `{"text":"用户住在海淀区"}`, ""},
 	}
 
 	// recallChecks is the check table: each question must find its memory first.
@@ -95,6 +101,13 @@ func recallCheck(t *testing.T, endpoint, model string, dedup float64) {
 		for _, m := range ms {
 			var w gateway.WriteResponse
 			code, raw := g.call(key.plain, "POST", "/v1/memories", gateway.NewMemory{Scope: scope, MemoryType: m.typ, Key: m.key, Content: json.RawMessage(m.content)}, &w)
+			if m.restates != "" && dedup > 0 {
+				// A restatement reinforces the memory it restates.
+				if code != http.StatusOK || w.Outcome != "reinforced" || w.MemoryID != ids[m.restates] {
+					t.Errorf("writing %s %s: status %d, %s; want 200, outcome reinforced of %s", m.name, m.content, code, strings.TrimSpace(string(raw)), m.restates)
+				}
+				continue
+			}
 			if code != http.StatusCreated || w.Outcome != "inserted" || !w.Indexed {
 				// A distinct memory must be stored as itself, not folded into another.
 				merged := ""
