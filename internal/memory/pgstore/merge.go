@@ -576,5 +576,11 @@ func (s *Store) mergeSQL(p ConflictPolicy, tombstones bool) string {
 }
 
 // PoolSize is the maximum number of connections of the store's pool, for callers
-// that run merges in parallel and must leave connections for other work.
-func (s *Store) PoolSize() int { return int(s.pool.Config().MaxConns) }
+// that run merges in parallel and must leave connections for other work (0 for a
+// Store without a pool, which tests build).
+func (s *Store) PoolSize() int {
+	if s.pool == nil {
+		return 0
+	}
+	return int(s.pool.Config().MaxConns)
+}

@@ -84,6 +84,10 @@ type Memory struct {
 	store    *pgstore.Store
 	index    vector.Index
 	embedder embed.Embedder
+	// dedupSlots bounds the writers holding (or waiting for) a near-duplicate lock:
+	// each holds a pool connection for it and needs another for its queries, so
+	// unbounded they could take every connection and wait on each other forever.
+	dedupSlots chan struct{}
 }
 
 // New returns the memory layer over a migrated store, its vector index and the
@@ -102,7 +106,7 @@ func New(store *pgstore.Store, index vector.Index, embedder embed.Embedder) (*Me
 	if want, got := index.Spec().Dimension, embedder.Dimension(); want != got {
 		return nil, fmt.Errorf("memory service: %w", vector.DimensionError("embedder "+embedder.Model(), want, got))
 	}
-	return &Memory{store: store, index: index, embedder: embedder}, nil
+	return &Memory{store: store, index: index, embedder: embedder, dedupSlots: make(chan struct{}, max(1, store.PoolSize()/2))}, nil
 }
 
 // RememberOptions adjust Remember.

@@ -199,6 +199,12 @@ func (w *writer) index(ctx context.Context, written []int, refs []pgstore.Pendin
 
 // dedupGroup writes the key-less items of one (scope, type) under its lock.
 func (w *writer) dedupGroup(ctx context.Context, k groupKey, idx []int) error {
+	select {
+	case w.m.dedupSlots <- struct{}{}:
+		defer func() { <-w.m.dedupSlots }()
+	case <-ctx.Done():
+		return fmt.Errorf("memory service: write: %w", ctx.Err())
+	}
 	lock, err := w.m.store.LockScope(ctx, k.scope, k.typ)
 	if err != nil {
 		return fmt.Errorf("memory service: write: %w", err)

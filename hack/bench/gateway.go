@@ -1,0 +1,397 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/gateway"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/memory/service"
+	"github.com/amemory/memory-operator/internal/provision"
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
+)
+
+// The gateway benchmark: the same calls through `memory-operator gateway` (a real
+// process, over HTTP on loopback) and in-process on service.Memory, against one store
+// (embedded PostgreSQL index, hashing embedder), at 1, 8 and 32 concurrent clients.
+// The ratios say what the HTTP hop, JSON and the key check cost.
+
+const (
+	gwDim        = 256
+	gwScopes     = 1000
+	gwBatch      = 1000
+	gwRounds     = 400 // calls per client count for search and single writes
+	gwBatchCalls = 6   // batch calls per client count
+)
+
+var gwWords = strings.Fields(`coffee tea hot iced refund order shipped address delivery window seat flight
+	peanuts allergy lisbon porto berlin tokyo invoice payment card support agent ticket email phone
+	weekend morning evening birthday gift discount coupon return warranty repair battery screen`)
+
+func gwText(r *mrand.Rand, n int) string {
+	w := make([]string, n)
+	for i := range w {
+		w[i] = gwWords[r.IntN(len(gwWords))]
+	}
+	return strings.Join(w, " ")
+}
+
+// gwClient is one way of making the calls: through the gateway or in-process.
+type gwClient interface {
+	search(ctx context.Context, scope, query string) error
+	write(ctx context.Context, items []gateway.NewMemory) error
+}
+
+type inProcess struct{ mem *service.Memory }
+
+func (c inProcess) search(ctx context.Context, scope, query string) error {
+	_, err := c.mem.Search(ctx, service.SearchQuery{Scope: scope, Text: query, K: 10})
+	return err
+}
+
+func (c inProcess) write(ctx context.Context, in []gateway.NewMemory) error {
+	items := make([]memory.Item, len(in))
+	for i, n := range in {
+		items[i] = memory.Item{Scope: n.Scope, MemoryType: n.MemoryType, Content: n.Content, Source: "bench", BaseScore: 0.5}
+	}
+	_, err := c.mem.Write(ctx, items, service.WriteOptions{DedupThreshold: gateway.DefaultDedup})
+	return err
+}
+
+type overHTTP struct {
+	url, key string
+	hc       *http.Client
+}
+
+func (c overHTTP) post(ctx context.Context, path string, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", c.url+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Api-Key", c.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s: %d %s", path, resp.StatusCode, raw)
+	}
+	return nil
+}
+
+func (c overHTTP) search(ctx context.Context, scope, query string) error {
+	return c.post(ctx, "/v1/search", gateway.SearchRequest{Scope: scope, Query: query, TopK: 10})
+}
+
+func (c overHTTP) write(ctx context.Context, items []gateway.NewMemory) error {
+	if len(items) == 1 {
+		return c.post(ctx, "/v1/memories", items[0])
+	}
+	return c.post(ctx, "/v1/memories/batch", gateway.BatchRequest{Memories: items})
+}
+
+// gwResult is one workload at one client count.
+type gwResult struct {
+	p50, p99 time.Duration
+	perSec   float64 // calls (or memories, for batches) per second
+}
+
+// runLoad makes calls calls from clients goroutines and measures each.
+func runLoad(ctx context.Context, clients, calls, perCall int, f func(ctx context.Context, r *mrand.Rand) error) (gwResult, error) {
+	lat := make([]time.Duration, calls)
+	var next atomic.Int64
+	var firstErr atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := mrand.New(mrand.NewPCG(uint64(c), uint64(time.Now().UnixNano())))
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= calls {
+					return
+				}
+				t0 := time.Now()
+				if err := f(ctx, r); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		return gwResult{}, *p
+	}
+	total := time.Since(start)
+	slices.Sort(lat)
+	return gwResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], perSec: float64(calls*perCall) / total.Seconds()}, nil
+}
+
+func (e *env) benchGateway(ctx context.Context, items int) error {
+	fmt.Printf("\nGateway benchmark: %d memories over %d scopes, hashing embedder (dim %d), embedded PostgreSQL index;\n", items, gwScopes, gwDim)
+	fmt.Printf("the same calls through `memory-operator gateway` over HTTP and in-process on service.Memory\n\n")
+	mem, names, agentURI, cleanup, err := e.gwStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if err := gwSeed(ctx, mem, items); err != nil {
+		return err
+	}
+
+	gw, err := e.startGateway(ctx, names, agentURI)
+	if err != nil {
+		return err
+	}
+	defer gw.stop()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}, Timeout: time.Minute}
+	via := map[string]gwClient{"gateway": overHTTP{url: gw.url, key: gw.key, hc: hc}, "in-process": inProcess{mem: mem}}
+
+	type row struct {
+		name     string
+		clients  int
+		gw, proc gwResult
+	}
+	var rows []row
+	var seq atomic.Int64
+	newMem := func(r *mrand.Rand) gateway.NewMemory {
+		// Distinct text each time: a write, not an exact or near duplicate.
+		return gateway.NewMemory{Scope: fmt.Sprintf("user:%d", r.IntN(gwScopes)), MemoryType: memory.Episodic,
+			Content: json.RawMessage(fmt.Sprintf(`{"event":%q,"n":%d}`, gwText(r, 8), seq.Add(1)))}
+	}
+	workloads := []struct {
+		name           string
+		calls, perCall int
+		f              func(c gwClient) func(ctx context.Context, r *mrand.Rand) error
+	}{
+		{"search", gwRounds, 1, func(c gwClient) func(context.Context, *mrand.Rand) error {
+			return func(ctx context.Context, r *mrand.Rand) error {
+				return c.search(ctx, fmt.Sprintf("user:%d", r.IntN(gwScopes)), gwText(r, 3))
+			}
+		}},
+		{"write", gwRounds, 1, func(c gwClient) func(context.Context, *mrand.Rand) error {
+			return func(ctx context.Context, r *mrand.Rand) error { return c.write(ctx, []gateway.NewMemory{newMem(r)}) }
+		}},
+		{"batch 1000", gwBatchCalls, gwBatch, func(c gwClient) func(context.Context, *mrand.Rand) error {
+			return func(ctx context.Context, r *mrand.Rand) error {
+				b := make([]gateway.NewMemory, gwBatch)
+				for i := range b {
+					b[i] = newMem(r)
+				}
+				return c.write(ctx, b)
+			}
+		}},
+	}
+	var peakRSS int64
+	for _, w := range workloads {
+		for _, clients := range []int{1, 8, 32} {
+			if w.name == "batch 1000" && clients == 32 {
+				continue // 32 concurrent 1000-memory batches is a bulk load, not an agent's traffic
+			}
+			var res [2]gwResult
+			// Alternate which goes first so neither always meets a warmer cache.
+			order := []string{"gateway", "in-process"}
+			if clients == 8 {
+				order = []string{"in-process", "gateway"}
+			}
+			for _, name := range order {
+				r, err := runLoad(ctx, clients, w.calls, w.perCall, w.f(via[name]))
+				if err != nil {
+					return fmt.Errorf("%s %s at %d clients: %w", name, w.name, clients, err)
+				}
+				if name == "gateway" {
+					res[0] = r
+				} else {
+					res[1] = r
+				}
+			}
+			rows = append(rows, row{w.name, clients, res[0], res[1]})
+			if rss := gw.rssKB(); rss > peakRSS {
+				peakRSS = rss
+			}
+		}
+	}
+	hwm := gw.hwmKB()
+
+	fmt.Printf("%-11s %7s | %10s %10s %12s | %10s %10s %12s | %7s %7s %9s\n", "call", "clients",
+		"gw p50", "gw p99", "gw /s", "proc p50", "proc p99", "proc /s", "p50 x", "p99 x", "thru %")
+	for _, r := range rows {
+		fmt.Printf("%-11s %7d | %10s %10s %12.0f | %10s %10s %12.0f | %7.2f %7.2f %8.0f%%\n", r.name, r.clients,
+			r.gw.p50.Round(time.Microsecond), r.gw.p99.Round(time.Microsecond), r.gw.perSec,
+			r.proc.p50.Round(time.Microsecond), r.proc.p99.Round(time.Microsecond), r.proc.perSec,
+			ratio(r.gw.p50, r.proc.p50), ratio(r.gw.p99, r.proc.p99), 100*r.gw.perSec/r.proc.perSec)
+	}
+	fmt.Printf("\n(per second: calls; for batch 1000, memories)\n")
+	fmt.Printf("targets: gateway p50 <= 1.3x and p99 <= 2x of in-process; batch throughput >= 50%%; gateway RSS <= 128 MiB at 32 clients\n")
+	fmt.Printf("gateway RSS: %d MiB after the 32-client runs (peak resident %d MiB over the whole run)\n", peakRSS>>10, hwm>>10)
+	return nil
+}
+
+// gwStore provisions the benchmark's store as the operator does and opens the memory
+// layer over it as the store's agent role.
+func (e *env) gwStore(ctx context.Context) (*service.Memory, provision.Names, string, func(), error) {
+	cfg, err := pgxpool.ParseConfig(e.dsn)
+	if err != nil {
+		return nil, provision.Names{}, "", nil, err
+	}
+	admin := provision.PostgresConn{Host: cfg.ConnConfig.Host, Port: int(cfg.ConnConfig.Port), Database: cfg.ConnConfig.Database,
+		SSLMode: "disable", User: cfg.ConnConfig.User, Password: cfg.ConnConfig.Password}
+	names, err := provision.NamesFor("bench-gateway", "")
+	if err != nil {
+		return nil, provision.Names{}, "", nil, err
+	}
+	pw := provision.Passwords{Agent: "bench-agent-pw", Worker: "bench-worker-pw"}
+	_ = provision.DeletePostgres(ctx, admin, names, "bench/gateway")
+	if _, err := provision.EnsurePostgres(ctx, admin, names, "bench/gateway", pw); err != nil {
+		return nil, provision.Names{}, "", nil, err
+	}
+	drop := func() { _ = provision.DeletePostgres(context.Background(), admin, names, "bench/gateway") }
+	spec := vector.Spec{Dimension: gwDim, Metric: vector.Cosine}
+	if _, err := provision.EnsureVectors(ctx, admin, nil, names, spec); err != nil {
+		return nil, provision.Names{}, "", nil, err
+	}
+	agent := admin
+	agent.User, agent.Password = names.Role, pw.Agent
+	acfg, err := pgxpool.ParseConfig(agent.URL(nil))
+	if err != nil {
+		return nil, provision.Names{}, "", nil, err
+	}
+	acfg.MaxConns = 32 // as the gateway's pool
+	pool, err := pgxpool.NewWithConfig(ctx, acfg)
+	if err != nil {
+		return nil, provision.Names{}, "", nil, err
+	}
+	mem, err := service.New(pgstore.New(pool, names.Schema), pgindex.New(pool, names.Schema, spec), embed.NewHashing(gwDim))
+	if err != nil {
+		return nil, provision.Names{}, "", nil, err
+	}
+	return mem, names, agent.URL(nil), func() { pool.Close(); drop() }, nil
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// gwSeed writes n memories over gwScopes scopes through the memory layer.
+func gwSeed(ctx context.Context, mem *service.Memory, n int) error {
+	start := time.Now()
+	r := mrand.New(mrand.NewPCG(1, 2))
+	for done := 0; done < n; done += gwBatch {
+		items := make([]memory.Item, min(gwBatch, n-done))
+		for i := range items {
+			items[i] = memory.Item{Scope: fmt.Sprintf("user:%d", (done+i)%gwScopes), MemoryType: memory.AllTypes()[r.IntN(4)],
+				Content: json.RawMessage(fmt.Sprintf(`{"text":%q,"n":%d}`, gwText(r, 10), done+i)), Source: "bench", BaseScore: r.Float64()}
+		}
+		if _, err := mem.Write(ctx, items, service.WriteOptions{}); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("seeded %d memories in %s\n", n, time.Since(start).Round(time.Second))
+	return nil
+}
+
+type gwProcess struct {
+	cmd      *exec.Cmd
+	url, key string
+}
+
+// startGateway runs `memory-operator gateway` over the store, as its Deployment does.
+func (e *env) startGateway(ctx context.Context, names provision.Names, uri string) (*gwProcess, error) {
+	key, err := gateway.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	keysFile := filepath.Join(e.work, "gateway-keys.json")
+	b, _ := json.Marshal(gateway.KeyFile{Keys: []gateway.KeyEntry{{Name: "bench", SHA256: gateway.HashKey(key), Scopes: []string{"*"}}}})
+	if err := os.WriteFile(keysFile, b, 0o600); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := gateway.Config{StoreNamespace: "bench", StoreName: names.Tenant, Listen: addr, Schema: names.Schema,
+		VectorEngine: "Postgres", Dimension: gwDim, Metric: "COSINE", Embedder: "Hashing", KeysFile: keysFile,
+		DedupThreshold: gateway.DefaultDedup, RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second}
+	cmd := exec.CommandContext(ctx, e.bin, append([]string{"gateway"}, cfg.Args()...)...)
+	cmd.Env = append(os.Environ(), gateway.EnvPostgresURI+"="+uri)
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	g := &gwProcess{cmd: cmd, url: "http://" + addr, key: key}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(g.url + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return g, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			g.stop()
+			return nil, errors.New("the gateway did not become ready within 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (g *gwProcess) stop() {
+	_ = g.cmd.Process.Signal(os.Interrupt)
+	_ = g.cmd.Wait()
+}
+
+func (g *gwProcess) status(field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func (g *gwProcess) rssKB() int64 { return g.status("VmRSS") }
+func (g *gwProcess) hwmKB() int64 { return g.status("VmHWM") }
