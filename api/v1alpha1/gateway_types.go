@@ -181,9 +181,10 @@ type GatewayRateLimit struct {
 // LangGraphSpec configures the LangGraph Store API of the gateway.
 type LangGraphSpec struct {
 	// Namespaces map LangGraph namespaces to scopes, tried in order; the first that
-	// matches wins, and a namespace no rule maps is refused. Empty: ("memories",
-	// "{user}", "*") and ("user", "{id}", "*") map to user:<id>, ("session", "{id}",
-	// "*") to session:<id>, ("agent", "{id}", "*") to agent:<id>.
+	// matches wins, and a namespace no rule maps is refused. Two rules that could map
+	// to the same scope are refused (each memory has one namespace). Empty:
+	// ("memories", "{user}", "*") maps to user:<user>, ("sessions", "{id}", "*") to
+	// session:<id>, ("agents", "{id}", "*") to agent:<id>.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	// +optional

@@ -37,21 +37,23 @@ const (
 // labels: a literal label matches itself, "{name}" captures one label, and a final
 // "*" matches any number (zero or more) of further labels. Scope is a template over
 // the captures ("user:{user}"). Rules are tried in order; the first that matches wins.
-// A namespace no rule matches is refused, never stored in some default scope.
+// A namespace no rule matches is refused, never stored in some default scope. Two
+// rules that can produce the same scope are refused: a memory's namespace must be
+// unambiguous, so that what a client writes comes back under the namespace it used.
 type NamespaceRule struct {
 	Namespace []string `json:"namespace"`
 	Scope     string   `json:"scope"`
 }
 
 // DefaultNamespaceRules are used when none are declared: ("memories", "<user>", ...)
-// and ("user", "<id>", ...) both land in user:<id>; ("session", "<id>", ...) in
-// session:<id>; ("agent", "<id>", ...) in agent:<id>.
+// lands in user:<user> (the layout of LangGraph's memory examples), ("sessions",
+// "<id>", ...) in session:<id> and ("agents", "<id>", ...) in agent:<id>. One rule per
+// scope kind, so every memory has exactly one namespace.
 func DefaultNamespaceRules() []NamespaceRule {
 	return []NamespaceRule{
 		{Namespace: []string{"memories", "{user}", "*"}, Scope: "user:{user}"},
-		{Namespace: []string{"user", "{id}", "*"}, Scope: "user:{id}"},
-		{Namespace: []string{"session", "{id}", "*"}, Scope: "session:{id}"},
-		{Namespace: []string{"agent", "{id}", "*"}, Scope: "agent:{id}"},
+		{Namespace: []string{"sessions", "{id}", "*"}, Scope: "session:{id}"},
+		{Namespace: []string{"agents", "{id}", "*"}, Scope: "agent:{id}"},
 	}
 }
 
@@ -217,10 +219,8 @@ func (c Config) Validate() error {
 	case c.MaxBodyBytes < 1024:
 		return errors.New("--max-body-bytes must be at least 1024")
 	}
-	for i, r := range c.NamespaceRules {
-		if _, err := compileRule(r); err != nil {
-			return fmt.Errorf("--namespace-rules[%d]: %w", i, err)
-		}
+	if _, err := newNamespaces(c.NamespaceRules); err != nil {
+		return fmt.Errorf("--namespace-rules: %w", err)
 	}
 	return nil
 }

@@ -173,9 +173,25 @@ func newNamespaces(rules []NamespaceRule) (*namespaces, error) {
 		if err != nil {
 			return nil, fmt.Errorf("namespace rule %d: %w", i, err)
 		}
+		// Two rules whose scopes could coincide would give a memory two namespaces:
+		// their templates' literal starts must not be prefixes of one another.
+		for j, prev := range n.rules {
+			a, b := literalStart(prev.src.Scope), literalStart(r.Scope)
+			if strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
+				return nil, fmt.Errorf("namespace rules %d (%s) and %d (%s) can map to the same scope; give each scope kind one rule", j, prev.src.Scope, i, r.Scope)
+			}
+		}
 		n.rules = append(n.rules, c)
 	}
 	return n, nil
+}
+
+// literalStart is a scope template's text before its first capture.
+func literalStart(template string) string {
+	if loc := captureRE.FindStringIndex(template); loc != nil {
+		return template[:loc[0]]
+	}
+	return template
 }
 
 // errNoRule is returned for a namespace no rule maps.

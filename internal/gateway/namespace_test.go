@@ -65,6 +65,19 @@ func TestNamespaceRoundTrip(t *testing.T) {
 }
 
 func TestNamespaceRuleValidation(t *testing.T) {
+	// Rules whose scopes could coincide are refused together.
+	for _, rules := range [][]NamespaceRule{
+		{{Namespace: []string{"memories", "{u}"}, Scope: "user:{u}"}, {Namespace: []string{"users", "{u}"}, Scope: "user:{u}"}},
+		{{Namespace: []string{"a", "{u}"}, Scope: "user:vip-{u}"}, {Namespace: []string{"b", "{u}"}, Scope: "user:{u}"}},
+		{{Namespace: []string{"a"}, Scope: "agent:support"}, {Namespace: []string{"b", "{u}"}, Scope: "agent:{u}"}},
+	} {
+		if _, err := newNamespaces(rules); err == nil {
+			t.Errorf("overlapping rules %+v accepted", rules)
+		}
+	}
+	if _, err := newNamespaces(DefaultNamespaceRules()); err != nil {
+		t.Errorf("default rules: %v", err)
+	}
 	for _, r := range []NamespaceRule{
 		{Namespace: []string{"*"}, Scope: "user:x"},
 		{Namespace: []string{"m", "{u}"}, Scope: "user:{v}"},
