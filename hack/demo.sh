@@ -2,9 +2,11 @@
 # The demo: a local stack on loopback — a Kubernetes control plane (etcd and
 # kube-apiserver, no kubelet), PostgreSQL 15, MinIO and Milvus Lite — the operator
 # running against it, and a sample MemoryStore applied and shown Ready. Then an "agent"
-# uses the connection Secret the operator wrote to store and read a memory; the store is
+# remembers and recalls through the store's gateway with the key from the connection
+# Secret the operator wrote; the store is
 # snapshotted, restored into a second store with a user ID mapped, and archived on a
-# schedule. Jobs run through hack/run-job.sh (there is no kubelet).
+# schedule. Jobs run through hack/run-job.sh and the gateway through
+# hack/run-gateway.sh (there is no kubelet).
 #
 #   make demo                 # runs it and tears everything down
 #   DEMO_KEEP=1 make demo     # leaves the stack running until Ctrl-C
@@ -85,6 +87,13 @@ spec:
   embedder:
     type: Hashing
   reclaimPolicy: Delete
+  gateway:
+    enabled: true
+    keys:
+    - name: agent
+    - name: support-readonly
+      scopes: ["user:*"]
+      readOnly: true
 YAML
 
 if ! kubectl -n "$NS" wait memorystore/acme --for=condition=Ready --timeout=120s; then
@@ -99,17 +108,48 @@ kubectl -n "$NS" get memorystore acme -o jsonpath='{range .status.conditions[*]}
 say "The connection Secret an agent mounts (keys only)"
 kubectl -n "$NS" get secret acme-memory -o go-template='{{range $k, $v := .data}}{{$k}}{{"\n"}}{{end}}'
 
-say "An agent writes and recalls a memory with the store's own role (not the admin)"
+say "The gateway: a Deployment and Service per store, keys in a Secret of their own"
+kubectl -n "$NS" get deployments,services -l memory.amemory.io/store=acme
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+echo "(no kubelet here: hack/run-gateway.sh runs the Deployment's command, as the store's own role, on 127.0.0.1:$port)"
+hack/run-gateway.sh "$NS" acme "$port" >"$DEMO_DIR/gateway.log" 2>&1 &
+pids+=($!)
+kubectl -n "$NS" wait memorystore/acme --for=condition=GatewayReady --timeout=60s >/dev/null || { cat "$DEMO_DIR/gateway.log"; exit 1; }
+kubectl -n "$NS" get memorystore acme -o jsonpath='GatewayReady: {.status.conditions[?(@.type=="GatewayReady")].reason}, url {.status.gateway.url}, keys {.status.gateway.keys}{"\n"}'
+gw="http://127.0.0.1:$port"
+key=$(kubectl -n "$NS" get secret acme-memory -o jsonpath='{.data.gatewayKey}' | base64 -d)
+api() { curl -sS -H "x-api-key: $key" -H 'Content-Type: application/json' "$@"; echo; }
+
+say "An agent remembers through the gateway (the key from the connection Secret), then recalls"
+api -X POST "$gw/v1/memories/batch" -d '{"memories": [
+ {"memory_id": "demo-1", "memory_type": "semantic",   "scope": "user:1024", "key": "preference.coffee", "content": {"likes": "flat white"}, "base_score": 0.9},
+ {"memory_id": "demo-2", "memory_type": "episodic",   "scope": "user:1024", "content": {"event": "asked for a refund"}, "base_score": 0.6},
+ {"memory_id": "demo-3", "memory_type": "semantic",   "scope": "user:2048", "key": "address.city", "content": {"city": "Lisbon"}, "base_score": 0.8},
+ {"memory_id": "demo-4", "memory_type": "procedural", "scope": "agent:support", "key": "refund", "content": {"steps": ["verify", "refund"]}, "base_score": 0.7}]}'
+echo "search user:1024 for \"refund\" (each result says why: similarity, effective score, age):"
+api -X POST "$gw/v1/search" -d '{"scope": "user:1024", "query": "refund", "top_k": 2}' |
+	python3 -c 'import json,sys; [print("  %-7s sim %.2f  score %.2f  age %.0fs  %s" % (r["memory"]["memory_id"], r["similarity"], r["effective_score"], r["age_seconds"], json.dumps(r["memory"]["content"]))) for r in json.load(sys.stdin)["results"]]'
+echo "recall the coffee preference by key:"
+api -X POST "$gw/v1/recall" -d '{"scope": "user:1024", "key": "preference.coffee"}' |
+	python3 -c 'import json,sys; [print("  %s %s" % (r["memory"]["memory_id"], json.dumps(r["memory"]["content"]))) for r in json.load(sys.stdin)["results"]]'
+if [[ -x bin/clients-venv/bin/python ]]; then
+	echo "the same memory through the LangGraph Store API, with langgraph_sdk's own client (namespace (\"memories\", \"1024\") is user:1024):"
+	GW="$gw" KEY="$key" bin/clients-venv/bin/python - <<'PY'
+import os
+from langgraph_sdk import get_sync_client
+store = get_sync_client(url=os.environ["GW"], api_key=os.environ["KEY"]).store
+store.put_item(("memories", "1024"), "preference.tea", {"likes": "green tea"})
+for it in store.search_items(("memories", "1024"), limit=5)["items"]:
+    print("  ", tuple(it["namespace"]), it["key"], it["value"])
+PY
+fi
+ro=$(kubectl -n "$NS" get secret acme-gateway-keys -o jsonpath='{.data.support-readonly}' | base64 -d)
+echo "a read-only key limited to user:* may not write, nor read agent:support:"
+curl -sS -H "x-api-key: $ro" -H 'Content-Type: application/json' -X POST "$gw/v1/memories" \
+	-d '{"scope": "user:1024", "memory_type": "semantic", "content": {"x": 1}}'; echo
+curl -sS -H "x-api-key: $ro" "$gw/v1/scopes/agent:support/memories"; echo
 uri=$(kubectl -n "$NS" get secret acme-memory -o jsonpath='{.data.uri}' | base64 -d)
-psql "$uri" -v ON_ERROR_STOP=1 -q <<'SQL'
-INSERT INTO memories (memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at) VALUES
- ('demo-1', 'semantic',   'user:1024', 'preference.coffee', '{"likes": "flat white"}', '\x01', 'demo', 0.9, now(), now()),
- ('demo-2', 'episodic',   'user:1024', NULL, '{"event": "asked for a refund"}',        '\x02', 'demo', 0.6, now(), now()),
- ('demo-3', 'semantic',   'user:2048', 'address.city', '{"city": "Lisbon"}',           '\x03', 'demo', 0.8, now(), now()),
- ('demo-4', 'procedural', 'agent:support', 'refund', '{"steps": ["verify", "refund"]}', '\x04', 'demo', 0.7, now(), now());
-SELECT memory_id, scope, key, content FROM memories ORDER BY memory_id;
-SQL
-echo "(and the same role is refused outside its schema:)"
+echo "(the connection Secret's uri is the same least-privilege role the gateway uses; it is refused outside its schema:)"
 psql "$uri" -q -c 'CREATE TABLE public.escape (x int)' 2>&1 | sed 's/^/  /' || true
 
 say "Snapshotting the store: a MemorySnapshot becomes a Job"

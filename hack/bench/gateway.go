@@ -41,7 +41,8 @@ const (
 	gwDim        = 256
 	gwScopes     = 1000
 	gwBatch      = 1000
-	gwRounds     = 400 // calls per client count for search and single writes
+	gwRounds     = 1500 // calls per client count for search and single writes
+	gwWarmup     = 100  // untimed calls per way before the timed ones (connections, caches)
 	gwBatchCalls = 6   // batch calls per client count
 )
 
@@ -213,6 +214,14 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 				return c.write(ctx, b)
 			}
 		}},
+	}
+	for _, c := range via {
+		if _, err := runLoad(ctx, 8, gwWarmup, 1, workloads[0].f(c)); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		if _, err := runLoad(ctx, 8, gwWarmup, 1, workloads[1].f(c)); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
 	}
 	var peakRSS int64
 	for _, w := range workloads {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +29,9 @@ func init() {
 func TestPendingIndexSurvivesMilvusOutage(t *testing.T) {
 	mil := testutil.StartMilvusLite(t)
 	k := newTestKey(t, "k", false, "*")
-	e := newEnv(t, envOptions{engine: "Milvus", milvus: mil.Addr, keys: []testKey{k}, dedup: 0.9})
+	logs := &syncBuffer{}
+	e := newEnv(t, envOptions{engine: "Milvus", milvus: mil.Addr, keys: []testKey{k}, dedup: 0.9, logs: logs})
+	defer checkLogs(t, logs, k.plain, "lisbon warehouse", "Porto")
 
 	remember := func(n int) WriteResponse {
 		var w WriteResponse
@@ -144,4 +147,22 @@ func vectorQuery(t *testing.T, scope, text string) vector.Query {
 		t.Fatal(err)
 	}
 	return vector.Query{Scope: scope, Vector: v[0], K: 100}
+}
+
+// checkLogs fails when the gateway's log holds a key or any of the memory contents
+// given, and when it holds no lines at all (a check that cannot fail is none).
+func checkLogs(t *testing.T, logs *syncBuffer, key string, contents ...string) {
+	t.Helper()
+	out := logs.String()
+	if strings.Count(out, "\n") < 2 {
+		t.Fatalf("the gateway logged almost nothing (%q): the log check would prove nothing", out)
+	}
+	if strings.Contains(out, key) || strings.Contains(out, key[len(KeyPrefix):]) {
+		t.Errorf("the gateway's log holds an API key")
+	}
+	for _, c := range contents {
+		if strings.Contains(out, c) {
+			t.Errorf("the gateway's log holds memory content %q", c)
+		}
+	}
 }

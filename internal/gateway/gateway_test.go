@@ -268,7 +268,8 @@ func toolText(r *mcp.CallToolResult) string {
 // and nothing is stored.
 func TestBadInput(t *testing.T) {
 	k := newTestKey(t, "k", false, "user:*", "agent:*")
-	e := newEnv(t, envOptions{keys: []testKey{k}, maxBody: 64 << 10})
+	e := newEnv(t, envOptions{keys: []testKey{k}, maxBody: 64 << 10, logs: &syncBuffer{}})
+	defer checkLogs(t, e.logs, k.plain, "I like tea", "xxxxxxxx")
 	ok := func(content string) string {
 		return `{"scope":"user:1","memory_type":"semantic","content":` + content + `}`
 	}

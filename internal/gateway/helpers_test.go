@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -78,6 +79,7 @@ type env struct {
 	keysFile string
 	client   *http.Client
 	stop     func()
+	logs     *syncBuffer
 }
 
 type envOptions struct {
@@ -90,6 +92,26 @@ type envOptions struct {
 	maxBody   int64
 	rules     []NamespaceRule
 	noService bool // provision only: the caller starts the gateway
+	// logs, when set, receives the gateway's log (JSON lines).
+	logs *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // newEnv provisions a store as the operator does (schema, agent role, vectors) and
@@ -131,7 +153,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 	})
 	dir := t.TempDir()
-	e := &env{t: t, names: names, admin: admin, keysFile: filepath.Join(dir, KeysFileName)}
+	e := &env{t: t, names: names, admin: admin, keysFile: filepath.Join(dir, KeysFileName), logs: o.logs}
 	writeKeys(t, e.keysFile, o.keys...)
 	e.cfg = Config{StoreNamespace: "test", StoreName: names.Tenant, Listen: "127.0.0.1:0", Schema: names.Schema,
 		VectorEngine: o.engine, Dimension: testDim, Metric: "COSINE", Embedder: "Hashing", KeysFile: e.keysFile,
@@ -162,7 +184,11 @@ func (e *env) agentURI(testing.TB) string { return e.agent.URL(nil) }
 // start serves a gateway over the store, connecting with uri.
 func (e *env) start(uri string) {
 	t := e.t
-	g, err := Open(context.Background(), e.cfg, Secrets{PostgresURI: uri}, nil)
+	var log *slog.Logger
+	if e.logs != nil {
+		log = slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	g, err := Open(context.Background(), e.cfg, Secrets{PostgresURI: uri}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
