@@ -43,7 +43,7 @@ for line in "${envs[@]}"; do
 done
 kubectl -n "$ns" get secret "$store-gateway-keys" -o jsonpath='{.data.keys\.json}' | base64 -d >"$work/keys.json"
 
-env "${env_args[@]}" "$ROOT/bin/memory-operator" gateway "${args[@]}" >"$work/gateway.log" 2>&1 &
+env "${env_args[@]}" "$ROOT/bin/memory-operator" "${args[@]}" >"$work/gateway.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 1 100); do
