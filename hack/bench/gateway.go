@@ -43,7 +43,7 @@ const (
 	gwBatch      = 1000
 	gwRounds     = 1500 // calls per client count for search and single writes
 	gwWarmup     = 100  // untimed calls per way before the timed ones (connections, caches)
-	gwBatchCalls = 6   // batch calls per client count
+	gwBatchCalls = 6    // batch calls per client count
 )
 
 var gwWords = strings.Fields(`coffee tea hot iced refund order shipped address delivery window seat flight

@@ -211,30 +211,10 @@ func (w *writer) dedupGroup(ctx context.Context, k groupKey, idx []int) error {
 	}
 	defer lock.Unlock()
 
-	// What the index cannot show yet: memories of the group whose index work is
-	// pending (another writer's failed index write, or a crash).
-	type known struct {
-		id  string
-		vec []float32
-	}
-	var unindexed []known
-	pending, err := lock.PendingIn(ctx, k.scope, k.typ)
+	unindexed, err := w.m.unindexed(ctx, lock, k)
 	if err != nil {
-		return fmt.Errorf("memory service: write: %w", err)
+		return err
 	}
-	if len(pending) > 0 {
-		texts := make([]string, len(pending))
-		for i, it := range pending {
-			texts[i] = it.EmbeddingText()
-		}
-		if vecs, err := w.m.embed(ctx, texts); err == nil {
-			for i, it := range pending {
-				unindexed = append(unindexed, known{it.MemoryID, vecs[i]})
-			}
-		}
-	}
-
-	metric := w.m.index.Spec().Metric
 	var written []int
 	var refs []pgstore.PendingRef
 	for _, i := range idx {
@@ -246,17 +226,7 @@ func (w *writer) dedupGroup(ctx context.Context, k groupKey, idx []int) error {
 			w.record(i, pgstore.PutResult{MemoryID: id, Outcome: pgstore.Unchanged})
 			continue
 		}
-		best, sim := "", float32(-1)
-		hits, serr := w.m.index.Search(ctx, vector.Query{Scope: k.scope, Types: []string{string(k.typ)}, Vector: w.vecs[i], K: 1})
-		if serr == nil && len(hits) > 0 {
-			best, sim = hits[0].ID, hits[0].Score
-		}
-		q := vector.Prepare(metric, w.vecs[i])
-		for _, u := range unindexed {
-			if s := vector.Score(metric, vector.Prepare(metric, u.vec), q); s > sim {
-				best, sim = u.id, s
-			}
-		}
+		best, sim := w.m.nearest(ctx, k, w.vecs[i], unindexed)
 		if best != "" && float64(sim) >= w.opts.DedupThreshold {
 			if _, err := lock.Reinforce(ctx, best, w.opts.DedupBoost, time.Now()); err == nil {
 				w.results[i] = WriteResult{MemoryID: best, Outcome: Reinforced, Indexed: true, Similarity: sim}
@@ -278,12 +248,62 @@ func (w *writer) dedupGroup(ctx context.Context, k groupKey, idx []int) error {
 			written = append(written, i)
 			refs = append(refs, pgstore.PendingRef{MemoryID: res.MemoryID, Seq: res.Pending})
 			// Later items of this batch see it whether or not the index write below works.
-			unindexed = append(unindexed, known{res.MemoryID, w.vecs[i]})
+			unindexed = append(unindexed, knownVector{res.MemoryID, w.vecs[i]})
 		}
 	}
 	// Indexed before the lock goes, so the next writer's check finds them.
 	w.index(ctx, written, refs)
 	return nil
+}
+
+// knownVector is a memory's vector that the index may not have yet.
+type knownVector struct {
+	id  string
+	vec []float32
+}
+
+// unindexed returns what the index cannot show yet: the vectors of the group's
+// memories whose index work is pending (another writer's failed index write, or a
+// crash). Without the embedder they are left out (the check is best effort then).
+func (m *Memory) unindexed(ctx context.Context, lock *pgstore.ScopeLock, k groupKey) ([]knownVector, error) {
+	pending, err := lock.PendingIn(ctx, k.scope, k.typ)
+	if err != nil || len(pending) == 0 {
+		if err != nil {
+			err = fmt.Errorf("memory service: write: %w", err)
+		}
+		return nil, err
+	}
+	texts := make([]string, len(pending))
+	for i, it := range pending {
+		texts[i] = it.EmbeddingText()
+	}
+	vecs, err := m.embed(ctx, texts)
+	if err != nil {
+		return nil, nil
+	}
+	out := make([]knownVector, len(pending))
+	for i, it := range pending {
+		out[i] = knownVector{it.MemoryID, vecs[i]}
+	}
+	return out, nil
+}
+
+// nearest is the memory of the group most similar to vec, in the index or among
+// unindexed ("" when there is none, or the index cannot answer).
+func (m *Memory) nearest(ctx context.Context, k groupKey, vec []float32, unindexed []knownVector) (string, float32) {
+	best, sim := "", float32(-1)
+	hits, err := m.index.Search(ctx, vector.Query{Scope: k.scope, Types: []string{string(k.typ)}, Vector: vec, K: 1})
+	if err == nil && len(hits) > 0 {
+		best, sim = hits[0].ID, hits[0].Score
+	}
+	metric := m.index.Spec().Metric
+	q := vector.Prepare(metric, vec)
+	for _, u := range unindexed {
+		if s := vector.Score(metric, vector.Prepare(metric, u.vec), q); s > sim {
+			best, sim = u.id, s
+		}
+	}
+	return best, sim
 }
 
 // Delete deletes one memory and its vector. The vector deletion is recorded as index
