@@ -1,0 +1,395 @@
+package importer
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// Thread is one conversation as a source holds it: its latest state and what is
+// known about it. Readers fill it; Rules turn it into memories.
+type Thread struct {
+	ID string
+	// Metadata is the thread's (latest checkpoint's) metadata: LangGraph copies the
+	// run's configurable and metadata keys into it (a user_id among them).
+	Metadata map[string]any
+	// FirstActivity and LastActivity bound the thread in time (zero when unknown).
+	FirstActivity, LastActivity time.Time
+	// Messages are the thread's messages in order, each a LangChain message dict
+	// (model_dump(): type, content, tool_calls, tool_call_id, name, id, ...).
+	Messages []map[string]any
+	// Errored: the thread's last step ended in an error (LangGraph's __error__ write).
+	Errored bool
+	// Unsupported, when set, is why the thread cannot be read (it wraps
+	// ErrUnsupported); the thread is counted, never imported.
+	Unsupported error
+}
+
+// Rules say how threads become memories (MemoryRestore spec.source.importFrom).
+type Rules struct {
+	// UserFrom names where a thread's user comes from: a metadata key (UserMetadataKey)
+	// and/or a regular expression on the thread id whose group "user" (or first group)
+	// is the user (UserPattern). The metadata key wins when both give one.
+	UserMetadataKey string
+	UserPattern     *regexp.Regexp
+	// ScopeTemplate makes a thread's scope from {user} and {thread}: "user:{user}" by
+	// default. A thread whose template needs a user it does not have is skipped as
+	// having no user.
+	ScopeTemplate string
+	// InactiveAfter > 0 leaves out threads whose last activity is older than this.
+	InactiveAfter time.Duration
+	// SkipZombies leaves out threads with no agent reply, or that ended in an error.
+	SkipZombies bool
+	// KeepWorking also imports the raw messages of threads active within
+	// WorkingWindow as working memories of session:{thread}.
+	KeepWorking   bool
+	WorkingWindow time.Duration
+	// Source is the provenance recorded on every memory ("langgraph-checkpoint-postgres@3.2.0").
+	Source string
+	// Now is the clock ages are measured to.
+	Now time.Time
+	// BaseScore of imported memories (0: 0.5).
+	BaseScore float64
+}
+
+// Outcome is what happened to one thread.
+type Outcome string
+
+// Thread outcomes, as status counts them.
+const (
+	Imported     Outcome = "imported"
+	SkipInactive Outcome = "inactive"
+	SkipZombie   Outcome = "zombie"
+	SkipNoUser   Outcome = "noUser"
+	Unsupported  Outcome = "unsupported"
+	SkipEmpty    Outcome = "empty"
+)
+
+// Result is one thread's conversion.
+type Result struct {
+	Outcome Outcome
+	Items   []memory.Item
+	// Problem explains a skipped or unsupported thread (no content, ever).
+	Problem string
+}
+
+// DefaultScopeTemplate puts a thread's memories in its user's scope.
+const DefaultScopeTemplate = "user:{user}"
+
+// Convert turns one thread into memories: each user turn, with the agent's replies
+// and tool calls and results up to the next user turn, becomes one episodic memory
+// whose content keeps every message structured (tool calls and their arguments as
+// JSON, list-shaped content as lists, never stringified); optionally the raw messages
+// of a recent thread become working memories of its session.
+func (r Rules) Convert(t Thread) Result {
+	if t.Unsupported != nil {
+		return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", t.ID, t.Unsupported)}
+	}
+	if len(t.Messages) == 0 && !t.Errored {
+		return Result{Outcome: SkipEmpty, Problem: fmt.Sprintf("thread %s has no messages", t.ID)}
+	}
+	if r.SkipZombies {
+		if why := zombie(t); why != "" {
+			return Result{Outcome: SkipZombie, Problem: fmt.Sprintf("thread %s: %s", t.ID, why)}
+		}
+	}
+	if r.InactiveAfter > 0 && !t.LastActivity.IsZero() && r.Now.Sub(t.LastActivity) > r.InactiveAfter {
+		return Result{Outcome: SkipInactive, Problem: fmt.Sprintf("thread %s: last active %s", t.ID, t.LastActivity.UTC().Format(time.RFC3339))}
+	}
+	user := r.user(t)
+	tmpl := r.ScopeTemplate
+	if tmpl == "" {
+		tmpl = DefaultScopeTemplate
+	}
+	if strings.Contains(tmpl, "{user}") && user == "" {
+		return Result{Outcome: SkipNoUser, Problem: fmt.Sprintf("thread %s: no user id in metadata or thread id", t.ID)}
+	}
+	scope := strings.NewReplacer("{user}", user, "{thread}", t.ID).Replace(tmpl)
+	if err := memory.ValidateScope(scope); err != nil {
+		return Result{Outcome: SkipNoUser, Problem: fmt.Sprintf("thread %s: scope %q: %v", t.ID, scope, err)}
+	}
+	items, err := r.turns(t, scope)
+	if err != nil {
+		return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", t.ID, err)}
+	}
+	if r.KeepWorking && (r.WorkingWindow <= 0 || r.Now.Sub(t.LastActivity) <= r.WorkingWindow) {
+		w, err := r.working(t)
+		if err != nil {
+			return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", t.ID, err)}
+		}
+		items = append(items, w...)
+	}
+	return Result{Outcome: Imported, Items: items}
+}
+
+// zombie says why a thread is a zombie session ("" if it is not): it ended in an
+// error, or the agent never replied.
+func zombie(t Thread) string {
+	if t.Errored {
+		return "its last step ended in an error"
+	}
+	for _, m := range t.Messages {
+		if m["type"] == "ai" {
+			return ""
+		}
+	}
+	return "the agent never replied"
+}
+
+func (r Rules) user(t Thread) string {
+	if r.UserMetadataKey != "" {
+		switch v := t.Metadata[r.UserMetadataKey].(type) {
+		case string:
+			if v != "" {
+				return v
+			}
+		case int64, uint64, float64, json.Number:
+			return fmt.Sprint(v)
+		}
+	}
+	if r.UserPattern != nil {
+		m := r.UserPattern.FindStringSubmatch(t.ID)
+		if m == nil {
+			return ""
+		}
+		if i := r.UserPattern.SubexpIndex("user"); i > 0 {
+			return m[i]
+		}
+		if len(m) > 1 {
+			return m[1]
+		}
+	}
+	return ""
+}
+
+// turns splits the messages at each user message.
+func (r Rules) turns(t Thread, scope string) ([]memory.Item, error) {
+	var (
+		items []memory.Item
+		cur   []map[string]any
+		n     int
+	)
+	flush := func() error {
+		if len(cur) == 0 {
+			return nil
+		}
+		msgs := make([]any, 0, len(cur))
+		for _, m := range cur {
+			msgs = append(msgs, messageContent(m))
+		}
+		content, err := json.Marshal(map[string]any{"thread_id": t.ID, "turn": n, "messages": msgs})
+		if err != nil {
+			return err
+		}
+		items = append(items, r.item(deterministicID("lg", t.ID, fmt.Sprint(n)), memory.Episodic, scope, content, t))
+		n++
+		cur = nil
+		return nil
+	}
+	for _, m := range t.Messages {
+		switch m["type"] {
+		case "system", "remove":
+			continue // a prompt, not memory; removals are already applied
+		case "human":
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		cur = append(cur, m)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+// working imports the raw messages of a recent thread as working memory.
+func (r Rules) working(t Thread) ([]memory.Item, error) {
+	scope := "session:" + t.ID
+	if err := memory.ValidateScope(scope); err != nil {
+		return nil, fmt.Errorf("working memory scope: %w", err)
+	}
+	var items []memory.Item
+	for i, m := range t.Messages {
+		if m["type"] == "system" || m["type"] == "remove" {
+			continue
+		}
+		content, err := json.Marshal(map[string]any{"thread_id": t.ID, "index": i, "message": messageContent(m)})
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, r.item(deterministicID("lgw", t.ID, fmt.Sprint(i)), memory.Working, scope, content, t))
+	}
+	return items, nil
+}
+
+func (r Rules) item(id string, typ memory.Type, scope string, content []byte, t Thread) memory.Item {
+	at := t.LastActivity
+	if at.IsZero() {
+		at = r.Now
+	}
+	base := r.BaseScore
+	if base == 0 {
+		base = 0.5
+	}
+	return memory.Item{MemoryID: id, MemoryType: typ, Scope: scope, Content: content, Source: r.Source,
+		BaseScore: base, CreatedAt: at.UTC(), UpdatedAt: at.UTC()}
+}
+
+// roles maps LangChain message types to the roles agents and models use.
+var roles = map[string]string{"human": "user", "ai": "assistant", "tool": "tool", "system": "system", "function": "function", "chat": "chat"}
+
+// messageContent keeps what a message means and drops what only its provider needed
+// (response_metadata, usage): role, content as it was (a string or a list of content
+// blocks), tool calls with their arguments as JSON objects, a tool result's call id,
+// name and status, and the message id.
+func messageContent(m map[string]any) map[string]any {
+	typ, _ := m["type"].(string)
+	role := roles[typ]
+	if role == "" {
+		role = typ
+	}
+	out := map[string]any{"role": role, "content": m["content"]}
+	for _, k := range []string{"id", "name", "tool_call_id", "status", "artifact"} {
+		if v, ok := m[k]; ok && v != nil && v != "" {
+			out[k] = v
+		}
+	}
+	if tc, ok := m["tool_calls"].([]any); ok && len(tc) > 0 {
+		calls := make([]any, 0, len(tc))
+		for _, c := range tc {
+			cm, ok := c.(map[string]any)
+			if !ok {
+				continue
+			}
+			call := map[string]any{"name": cm["name"], "args": cm["args"]}
+			if id, ok := cm["id"]; ok && id != nil {
+				call["id"] = id
+			}
+			calls = append(calls, call)
+		}
+		out["tool_calls"] = calls
+	}
+	if tc, ok := m["invalid_tool_calls"].([]any); ok && len(tc) > 0 {
+		out["invalid_tool_calls"] = tc
+	}
+	// Provider-raw OpenAI tool calls (additional_kwargs.tool_calls) carry their
+	// arguments as a JSON string: parse them, never keep them stringified.
+	if _, has := out["tool_calls"]; !has {
+		if ak, ok := m["additional_kwargs"].(map[string]any); ok {
+			if raw, ok := ak["tool_calls"].([]any); ok && len(raw) > 0 {
+				out["tool_calls"] = openAIToolCalls(raw)
+			}
+		}
+	}
+	return out
+}
+
+func openAIToolCalls(raw []any) []any {
+	calls := make([]any, 0, len(raw))
+	for _, c := range raw {
+		cm, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		fn, _ := cm["function"].(map[string]any)
+		call := map[string]any{"id": cm["id"]}
+		if fn != nil {
+			call["name"] = fn["name"]
+			var args any
+			if s, ok := fn["arguments"].(string); ok && json.Unmarshal([]byte(s), &args) == nil {
+				call["args"] = args
+			} else {
+				call["args"] = fn["arguments"]
+			}
+		}
+		calls = append(calls, call)
+	}
+	return calls
+}
+
+var idBase32 = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// deterministicID is a memory ID derived from where the memory came from, so a
+// rerun of the same import produces the same memories (and the restore engine's
+// idempotency holds).
+func deterministicID(kind string, parts ...string) string {
+	h := sha256.New()
+	h.Write([]byte(kind))
+	for _, p := range parts {
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+	}
+	return kind + "-" + idBase32.EncodeToString(h.Sum(nil)[:20])
+}
+
+// decodeLegacyJSON reads the pre-msgpack "json" serializer's values: LangChain
+// constructor envelopes ({"lc":1,"type":"constructor","id":[...,"AIMessage"],
+// "kwargs":{...}}) become the message dicts msgpack gives.
+func decodeLegacyJSON(b []byte) (any, error) {
+	var v any
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("legacy json value: %w", err)
+	}
+	return unwrapLC(v, 0)
+}
+
+var lcMessageTypes = map[string]string{"HumanMessage": "human", "AIMessage": "ai", "ToolMessage": "tool", "SystemMessage": "system",
+	"FunctionMessage": "function", "ChatMessage": "chat", "RemoveMessage": "remove",
+	"HumanMessageChunk": "human", "AIMessageChunk": "ai", "ToolMessageChunk": "tool", "SystemMessageChunk": "system"}
+
+func unwrapLC(v any, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, errors.New("legacy json value nested too deep")
+	}
+	switch x := v.(type) {
+	case []any:
+		for i := range x {
+			u, err := unwrapLC(x[i], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			x[i] = u
+		}
+		return x, nil
+	case map[string]any:
+		if x["lc"] != nil && x["type"] == "constructor" {
+			ids, _ := x["id"].([]any)
+			kwargs, _ := x["kwargs"].(map[string]any)
+			if kwargs == nil {
+				kwargs = map[string]any{}
+			}
+			out, err := unwrapLC(kwargs, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			if len(ids) > 0 {
+				if cls, _ := ids[len(ids)-1].(string); lcMessageTypes[cls] != "" {
+					out.(map[string]any)["type"] = lcMessageTypes[cls]
+				}
+			}
+			return out, nil
+		}
+		if x["lc"] != nil && x["type"] == "not_implemented" {
+			return nil, unsupported("a value LangChain could not serialize (not_implemented)")
+		}
+		for k, e := range x {
+			u, err := unwrapLC(e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			x[k] = u
+		}
+		return x, nil
+	}
+	return v, nil
+}

@@ -1,0 +1,268 @@
+// Package importer converts agent memory held by other frameworks (LangGraph
+// checkpointers and stores, LangChain chat histories, Letta agent files) into memory
+// items for the restore engine. Readers know each source's layout; the conversion
+// rules (identity, selection, turns into memories) are shared. Nothing here writes to
+// a store, and formats the importer does not understand are reported, never guessed.
+package importer
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// ErrUnsupported marks data the importer does not understand (pickle, encrypted
+// serializers, DeltaChannel snapshots, numpy arrays, unknown extension types): the
+// unit holding it is reported as unsupported, never imported half-read.
+var ErrUnsupported = errors.New("unsupported format")
+
+func unsupported(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnsupported, fmt.Sprintf(format, args...))
+}
+
+// LangGraph's JsonPlusSerializer writes msgpack with these extension types (each
+// payload is itself msgpack, usually [module, class, data, (method)]); see
+// research/importers.md 1.2.
+const (
+	extConstructorSingleArg = 0 // UUID, Decimal, set, Enum, ...: [mod, cls, arg]
+	extConstructorPosArgs   = 1 // Path, timedelta, date, Send: [mod, cls, [args]]
+	extConstructorKwArgs    = 2 // namedtuple, dataclass, store Item: [mod, cls, {kwargs}]
+	extMethodSingleArg      = 3 // datetime: [mod, cls, iso, "fromisoformat"]
+	extPydanticV1           = 4 // [mod, cls, dict]
+	extPydanticV2           = 5 // LangChain messages: [mod, cls, model_dump(), method]
+	extNumpyArray           = 6
+	extDeltaSnapshot        = 7 // DeltaChannel (beta): the state must be replayed from writes
+	extMsgpackTimestamp     = -1
+)
+
+// Decoding limits: a corrupt or hostile blob fails with an error instead of
+// exhausting memory or the stack.
+const (
+	maxDepth = 200
+	// maxBlob bounds one decoded blob (a thread's whole message list).
+	maxBlob = 256 << 20
+)
+
+// DecodeJSONPlus decodes one JsonPlusSerializer "msgpack" value into plain values
+// that encoding/json writes as JSON: maps with string keys, slices, strings, numbers,
+// booleans and nil. Extension values become what LangGraph's own msgpack-to-JSON
+// reviver gives (a LangChain message becomes its model_dump() dict, a datetime its
+// ISO string, a UUID its dashed form). It refuses what it cannot represent
+// faithfully with an error wrapping ErrUnsupported.
+func DecodeJSONPlus(b []byte) (any, error) {
+	if len(b) > maxBlob {
+		return nil, fmt.Errorf("msgpack value of %d bytes is over the %d-byte limit", len(b), maxBlob)
+	}
+	d := msgpack.NewDecoder(bytes.NewReader(b))
+	w := walker{d: d, remaining: len(b)}
+	v, err := w.value(0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.PeekCode(); err != io.EOF {
+		return nil, errors.New("msgpack value has trailing bytes")
+	}
+	return v, nil
+}
+
+type walker struct {
+	d *msgpack.Decoder
+	// remaining bounds preallocation by what the input can still hold.
+	remaining int
+}
+
+func (w *walker) value(depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("msgpack value nested deeper than %d", maxDepth)
+	}
+	c, err := w.d.PeekCode()
+	if err != nil {
+		return nil, fmt.Errorf("msgpack: %w", err)
+	}
+	switch {
+	case c == msgpcode.Nil:
+		return nil, w.d.DecodeNil()
+	case c == msgpcode.True || c == msgpcode.False:
+		return w.d.DecodeBool()
+	case msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64:
+		return w.d.DecodeInt64()
+	case c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64:
+		return w.d.DecodeUint64()
+	case c == msgpcode.Float || c == msgpcode.Double:
+		f, err := w.d.DecodeFloat64()
+		if err != nil {
+			return nil, err
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, unsupported("a non-finite number (%v) has no JSON form", f)
+		}
+		return f, nil
+	case msgpcode.IsString(c):
+		return w.d.DecodeString()
+	case msgpcode.IsBin(c):
+		b, err := w.d.DecodeBytes()
+		if err != nil {
+			return nil, err
+		}
+		return base64.StdEncoding.EncodeToString(b), nil
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		return w.array(depth)
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		return w.object(depth)
+	case msgpcode.IsExt(c):
+		return w.ext(depth)
+	}
+	return nil, fmt.Errorf("msgpack: unexpected code 0x%02x", c)
+}
+
+func (w *walker) array(depth int) (any, error) {
+	n, err := w.d.DecodeArrayLen()
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, nil
+	}
+	if n > w.remaining {
+		return nil, fmt.Errorf("msgpack array of %d elements in %d bytes", n, w.remaining)
+	}
+	out := make([]any, 0, min(n, 1024)) // grown as elements really decode
+	for range n {
+		v, err := w.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (w *walker) object(depth int) (any, error) {
+	n, err := w.d.DecodeMapLen()
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, nil
+	}
+	if n > w.remaining {
+		return nil, fmt.Errorf("msgpack map of %d entries in %d bytes", n, w.remaining)
+	}
+	out := make(map[string]any, min(n, 1024))
+	for range n {
+		k, err := w.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		var key string
+		switch kk := k.(type) {
+		case string:
+			key = kk
+		case int64:
+			key = strconv.FormatInt(kk, 10) // OPT_NON_STR_KEYS: JSON keys are strings
+		case uint64:
+			key = strconv.FormatUint(kk, 10)
+		case bool:
+			key = strconv.FormatBool(kk)
+		default:
+			return nil, unsupported("a map key of type %T", k)
+		}
+		v, err := w.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		out[key] = v
+	}
+	return out, nil
+}
+
+func (w *walker) ext(depth int) (any, error) {
+	id, n, err := w.d.DecodeExtHeader()
+	if err != nil {
+		return nil, err
+	}
+	if n > w.remaining {
+		return nil, fmt.Errorf("msgpack extension of %d bytes in %d", n, w.remaining)
+	}
+	payload := make([]byte, n)
+	if err := w.d.ReadFull(payload); err != nil {
+		return nil, err
+	}
+	switch id {
+	case extMsgpackTimestamp:
+		var t time.Time
+		if err := msgpack.Unmarshal(append(extHeader(id, n), payload...), &t); err != nil {
+			return nil, fmt.Errorf("msgpack timestamp: %w", err)
+		}
+		return t.UTC().Format(time.RFC3339Nano), nil
+	case extNumpyArray:
+		return nil, unsupported("a numpy array (extension %d)", id)
+	case extDeltaSnapshot:
+		return nil, unsupported("a DeltaChannel snapshot (extension %d, beta): the state lives in the checkpoint writes", id)
+	case extConstructorSingleArg, extConstructorPosArgs, extConstructorKwArgs, extMethodSingleArg, extPydanticV1, extPydanticV2:
+	default:
+		return nil, unsupported("msgpack extension type %d", id)
+	}
+	inner := walker{d: msgpack.NewDecoder(bytes.NewReader(payload)), remaining: n}
+	v, err := inner.value(depth + 1)
+	if err != nil {
+		return nil, err
+	}
+	tup, ok := v.([]any)
+	if !ok || len(tup) < 3 {
+		return nil, fmt.Errorf("msgpack extension %d: want [module, class, data, ...], got %T", id, v)
+	}
+	mod, _ := tup[0].(string)
+	cls, _ := tup[1].(string)
+	if id == extConstructorSingleArg && mod == "uuid" && cls == "UUID" {
+		if hex, ok := tup[2].(string); ok && len(hex) == 32 {
+			return hex[:8] + "-" + hex[8:12] + "-" + hex[12:16] + "-" + hex[16:20] + "-" + hex[20:], nil
+		}
+	}
+	return tup[2], nil
+}
+
+// extHeader re-creates the header of an extension value, for msgpack's own
+// timestamp decoding.
+func extHeader(id int8, n int) []byte {
+	switch n {
+	case 4:
+		return []byte{msgpcode.FixExt4, byte(id)}
+	case 8:
+		return []byte{msgpcode.FixExt8, byte(id)}
+	}
+	return []byte{msgpcode.Ext8, byte(n), byte(id)}
+}
+
+// DecodeTyped decodes a (type, bytes) pair of JsonPlusSerializer.dumps_typed, as
+// LangGraph stores checkpoint blobs and writes: msgpack and legacy json are read;
+// null and empty are absent values (ok false); pickle and encrypted (+aes) types are
+// refused.
+func DecodeTyped(typ string, b []byte) (v any, ok bool, err error) {
+	switch typ {
+	case "msgpack":
+		v, err = DecodeJSONPlus(b)
+		return v, err == nil, err
+	case "json":
+		v, err = decodeLegacyJSON(b)
+		return v, err == nil, err
+	case "null", "empty", "":
+		return nil, false, nil
+	case "bytes", "bytearray":
+		return base64.StdEncoding.EncodeToString(b), true, nil
+	case "pickle":
+		return nil, false, unsupported("a pickled value (pickle_fallback): the importer never unpickles")
+	}
+	if len(typ) > 4 && typ[len(typ)-4:] == "+aes" {
+		return nil, false, unsupported("an encrypted value (%s, EncryptedSerializer)", typ)
+	}
+	return nil, false, unsupported("serializer type %q", typ)
+}
