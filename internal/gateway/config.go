@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/amemory/memory-operator/internal/langgraphns"
 )
 
 // Environment variables the gateway reads its secrets from; the Deployment fills them
@@ -33,29 +35,11 @@ const (
 	MaxBatch = 1000
 )
 
-// NamespaceRule maps LangGraph store namespaces to scopes. Namespace is a pattern of
-// labels: a literal label matches itself, "{name}" captures one label, and a final
-// "*" matches any number (zero or more) of further labels. Scope is a template over
-// the captures ("user:{user}"). Rules are tried in order; the first that matches wins.
-// A namespace no rule matches is refused, never stored in some default scope. Two
-// rules that can produce the same scope are refused: a memory's namespace must be
-// unambiguous, so that what a client writes comes back under the namespace it used.
-type NamespaceRule struct {
-	Namespace []string `json:"namespace"`
-	Scope     string   `json:"scope"`
-}
+// NamespaceRule maps LangGraph namespaces to scopes (see langgraphns.Rule).
+type NamespaceRule = langgraphns.Rule
 
-// DefaultNamespaceRules are used when none are declared: ("memories", "<user>", ...)
-// lands in user:<user> (the layout of LangGraph's memory examples), ("sessions",
-// "<id>", ...) in session:<id> and ("agents", "<id>", ...) in agent:<id>. One rule per
-// scope kind, so every memory has exactly one namespace.
-func DefaultNamespaceRules() []NamespaceRule {
-	return []NamespaceRule{
-		{Namespace: []string{"memories", "{user}", "*"}, Scope: "user:{user}"},
-		{Namespace: []string{"sessions", "{id}", "*"}, Scope: "session:{id}"},
-		{Namespace: []string{"agents", "{id}", "*"}, Scope: "agent:{id}"},
-	}
-}
+// DefaultNamespaceRules are the rules used when none are declared.
+func DefaultNamespaceRules() []NamespaceRule { return langgraphns.DefaultRules() }
 
 // Config is everything `memory-operator gateway` needs besides its secrets.
 type Config struct {
@@ -219,7 +203,7 @@ func (c Config) Validate() error {
 	case c.MaxBodyBytes < 1024:
 		return errors.New("--max-body-bytes must be at least 1024")
 	}
-	if _, err := newNamespaces(c.NamespaceRules); err != nil {
+	if _, err := langgraphns.New(c.NamespaceRules); err != nil {
 		return fmt.Errorf("--namespace-rules: %w", err)
 	}
 	return nil

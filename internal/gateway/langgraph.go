@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/langgraphns"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 )
@@ -75,22 +76,22 @@ func (s *Server) langgraphRoutes() {
 }
 
 // lgSlot maps (namespace, key) to the memory slot, checked against the key.
-func (s *Server) lgSlot(k *Key, ns []string, key string) (slot, error) {
+func (s *Server) lgSlot(k *Key, ns []string, key string) (langgraphns.Slot, error) {
 	if len(ns) == 0 {
-		return slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "namespace must not be empty")
+		return langgraphns.Slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "namespace must not be empty")
 	}
 	if ns[0] == "langgraph" {
-		return slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, `namespace may not start with "langgraph"`)
+		return langgraphns.Slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, `namespace may not start with "langgraph"`)
 	}
 	if key == "" {
-		return slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "key is required")
+		return langgraphns.Slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "key is required")
 	}
-	sl, err := s.ns.toSlot(ns, key)
+	sl, err := s.ns.Slot(ns, key)
 	if err != nil {
-		return slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidScope, "%v", err)
+		return langgraphns.Slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidScope, "%v", err)
 	}
-	if err := checkScope(k, sl.scope); err != nil {
-		return slot{}, err
+	if err := checkScope(k, sl.Scope); err != nil {
+		return langgraphns.Slot{}, err
 	}
 	return sl, nil
 }
@@ -105,7 +106,7 @@ func (s *Server) lgPutItem(w http.ResponseWriter, r *http.Request, k *Key) error
 		return err
 	}
 	now := time.Now()
-	it := memory.Item{MemoryType: memory.Semantic, Scope: sl.scope, Key: sl.key, Content: req.Value,
+	it := memory.Item{MemoryType: memory.Semantic, Scope: sl.Scope, Key: sl.Key, Content: req.Value,
 		Source: LGSource, BaseScore: DefaultBaseScore, CreatedAt: now, UpdatedAt: now}
 	if req.TTL != nil && *req.TTL > 0 {
 		t := now.Add(time.Duration(*req.TTL * float64(time.Minute)))
@@ -140,7 +141,7 @@ func (s *Server) lgGetItem(w http.ResponseWriter, r *http.Request, k *Key) error
 	if err != nil {
 		return err
 	}
-	it, err := s.mem.Store().GetSlot(r.Context(), sl.scope, sl.key)
+	it, err := s.mem.Store().GetSlot(r.Context(), sl.Scope, sl.Key)
 	if err != nil {
 		return err
 	}
@@ -163,7 +164,7 @@ func (s *Server) lgDeleteItem(w http.ResponseWriter, r *http.Request, k *Key) er
 	if err != nil {
 		return err
 	}
-	it, err := s.mem.Store().GetSlot(r.Context(), sl.scope, sl.key)
+	it, err := s.mem.Store().GetSlot(r.Context(), sl.Scope, sl.Key)
 	if errors.Is(err, pgstore.ErrNotFound) {
 		w.WriteHeader(http.StatusNoContent) // LangGraph's delete is idempotent
 		return nil
@@ -181,7 +182,7 @@ func (s *Server) lgDeleteItem(w http.ResponseWriter, r *http.Request, k *Key) er
 // lgItemOf renders a memory as a LangGraph item; false when it has no namespace
 // under the rules.
 func (s *Server) lgItemOf(it memory.Item, score *float32) (lgItem, bool) {
-	ns, key, ok := s.ns.toNamespace(it.Scope, it.Key, it.MemoryID)
+	ns, key, ok := s.ns.Namespace(it.Scope, it.Key, it.MemoryID)
 	if !ok {
 		return lgItem{}, false
 	}
@@ -208,24 +209,24 @@ func (s *Server) lgSearchItems(w http.ResponseWriter, r *http.Request, k *Key) e
 	if err != nil {
 		return err
 	}
-	sl, rest, err := s.ns.scopeOf(req.NamespacePrefix)
+	sl, rest, err := s.ns.Prefix(req.NamespacePrefix)
 	if err != nil {
 		return errf(http.StatusUnprocessableEntity, CodeInvalidScope, "%v", err)
 	}
-	if err := checkScope(k, sl.scope); err != nil {
+	if err := checkScope(k, sl.Scope); err != nil {
 		return err
 	}
 	// Items must lie under the prefix: with labels past the rule's pattern, only keys
 	// encoding those labels.
 	under := func(it memory.Item) bool {
-		got, _ := decodeKey(sl.rule.wildcard, it.Key)
-		return len(got) >= len(rest) && equalLabels(got[:len(rest)], rest)
+		got, _ := langgraphns.DecodeKey(sl.Wildcard(), it.Key)
+		return len(got) >= len(rest) && langgraphns.EqualLabels(got[:len(rest)], rest)
 	}
 	var items []lgItem
 	if req.Query != nil && strings.TrimSpace(*req.Query) != "" {
-		items, err = s.lgSemantic(r.Context(), sl.scope, *req.Query, under, filter, req.Offset, limit)
+		items, err = s.lgSemantic(r.Context(), sl.Scope, *req.Query, under, filter, req.Offset, limit)
 	} else {
-		items, err = s.lgScan(r.Context(), sl.scope, rest, under, filter, req.Offset, limit)
+		items, err = s.lgScan(r.Context(), sl.Scope, rest, under, filter, req.Offset, limit)
 	}
 	if err != nil {
 		return err
@@ -329,7 +330,7 @@ func (s *Server) lgListNamespaces(w http.ResponseWriter, r *http.Request, k *Key
 		if !k.Allows(p.Scope) {
 			continue
 		}
-		ns, _, ok := s.ns.toNamespace(p.Scope, p.Key, "x")
+		ns, _, ok := s.ns.Namespace(p.Scope, p.Key, "x")
 		if !ok || !req.matches(ns) {
 			continue
 		}
@@ -358,10 +359,10 @@ func (s *Server) lgListNamespaces(w http.ResponseWriter, r *http.Request, k *Key
 
 // matches applies the listing's prefix and suffix.
 func (req lgListNamespaces) matches(ns []string) bool {
-	if len(req.Prefix) > 0 && (len(ns) < len(req.Prefix) || !equalLabels(ns[:len(req.Prefix)], req.Prefix)) {
+	if len(req.Prefix) > 0 && (len(ns) < len(req.Prefix) || !langgraphns.EqualLabels(ns[:len(req.Prefix)], req.Prefix)) {
 		return false
 	}
-	return len(req.Suffix) == 0 || (len(ns) >= len(req.Suffix) && equalLabels(ns[len(ns)-len(req.Suffix):], req.Suffix))
+	return len(req.Suffix) == 0 || (len(ns) >= len(req.Suffix) && langgraphns.EqualLabels(ns[len(ns)-len(req.Suffix):], req.Suffix))
 }
 
 // compileFilter builds LangGraph's filter: each key of the value must equal the

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/amemory/memory-operator/internal/langgraphns"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/service"
 )
@@ -32,7 +33,7 @@ import (
 type Server struct {
 	mem     *service.Memory
 	keys    *keyRing
-	ns      *namespaces
+	ns      *langgraphns.Mapper
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
@@ -52,7 +53,7 @@ func NewServer(mem *service.Memory, cfg Config, log *slog.Logger, m *metrics) (*
 	if err != nil {
 		return nil, err
 	}
-	ns, err := newNamespaces(cfg.NamespaceRules)
+	ns, err := langgraphns.New(cfg.NamespaceRules)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,7 @@
-package gateway
+// Package langgraphns maps LangGraph store namespaces (tuples of labels) to memory
+// scopes and back, by declared rules. The gateway's LangGraph Store API and the
+// LangGraph importer share it, so a namespace means the same scope on both paths.
+package langgraphns
 
 import (
 	"encoding/json"
@@ -15,11 +18,35 @@ import (
 // in the memory's key, so a namespace written through the LangGraph API comes back
 // exactly as written.
 
+// Rule maps LangGraph store namespaces to scopes. Namespace is a pattern of labels: a
+// literal label matches itself, "{name}" captures one label, and a final "*" matches
+// any number (zero or more) of further labels. Scope is a template over the captures
+// ("user:{user}"). Rules are tried in order; the first that matches wins. A namespace
+// no rule matches is refused, never stored in some default scope. Two rules that can
+// produce the same scope are refused: a memory's namespace must be unambiguous, so
+// that what a client writes comes back under the namespace it used.
+type Rule struct {
+	Namespace []string `json:"namespace"`
+	Scope     string   `json:"scope"`
+}
+
+// DefaultRules are used when none are declared: ("memories", "<user>", ...) lands in
+// user:<user> (the layout of LangGraph's memory examples), ("sessions", "<id>", ...)
+// in session:<id> and ("agents", "<id>", ...) in agent:<id>. One rule per scope kind,
+// so every memory has exactly one namespace.
+func DefaultRules() []Rule {
+	return []Rule{
+		{Namespace: []string{"memories", "{user}", "*"}, Scope: "user:{user}"},
+		{Namespace: []string{"sessions", "{id}", "*"}, Scope: "session:{id}"},
+		{Namespace: []string{"agents", "{id}", "*"}, Scope: "agent:{id}"},
+	}
+}
+
 var captureRE = regexp.MustCompile(`\{([a-z][a-z0-9_]*)\}`)
 
-// rule is a compiled NamespaceRule.
+// rule is a compiled Rule.
 type rule struct {
-	src      NamespaceRule
+	src      Rule
 	labels   []string // literal label, or "{name}"
 	wildcard bool     // a final "*": any further labels
 	// inverse matches a scope this rule produces; its groups are the captures, in
@@ -28,7 +55,7 @@ type rule struct {
 	names   []string
 }
 
-func compileRule(r NamespaceRule) (*rule, error) {
+func compileRule(r Rule) (*rule, error) {
 	c := &rule{src: r, labels: r.Namespace}
 	if n := len(c.labels); n > 0 && c.labels[n-1] == "*" {
 		c.wildcard, c.labels = true, c.labels[:n-1]
@@ -45,7 +72,7 @@ func compileRule(r NamespaceRule) (*rule, error) {
 			captured[m[1]] = true
 			continue
 		}
-		if err := validLabel(l); err != nil {
+		if err := ValidLabel(l); err != nil {
 			return nil, err
 		}
 		if strings.ContainsAny(l, "{}*") {
@@ -88,8 +115,8 @@ func compileRule(r NamespaceRule) (*rule, error) {
 	return c, nil
 }
 
-// validLabel is LangGraph's rule for a namespace label: not empty, no '.'.
-func validLabel(l string) error {
+// ValidLabel is LangGraph's rule for a namespace label: not empty, no '.'.
+func ValidLabel(l string) error {
 	switch {
 	case l == "":
 		return errors.New("namespace labels must not be empty")
@@ -118,7 +145,7 @@ func (c *rule) match(ns []string) (scope string, rest []string, ok bool) {
 	}
 	// The scope must map back to this namespace: a capture holding the template's
 	// own separators would be ambiguous.
-	if back, ok := c.namespaceOf(scope); !ok || !equalLabels(back, ns[:len(c.labels)]) {
+	if back, ok := c.namespaceOf(scope); !ok || !EqualLabels(back, ns[:len(c.labels)]) {
 		return "", nil, false
 	}
 	return scope, ns[len(c.labels):], true
@@ -138,7 +165,7 @@ func (c *rule) namespaceOf(scope string) ([]string, bool) {
 	for i, l := range c.labels {
 		if cm := captureRE.FindStringSubmatch(l); cm != nil && cm[0] == l {
 			ns[i] = vals[cm[1]]
-			if validLabel(ns[i]) != nil {
+			if ValidLabel(ns[i]) != nil {
 				return nil, false
 			}
 		} else {
@@ -148,7 +175,7 @@ func (c *rule) namespaceOf(scope string) ([]string, bool) {
 	return ns, true
 }
 
-func equalLabels(a, b []string) bool {
+func EqualLabels(a, b []string) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -161,13 +188,15 @@ func equalLabels(a, b []string) bool {
 }
 
 // namespaces maps between LangGraph namespaces and scopes with an ordered rule list.
-type namespaces struct{ rules []*rule }
+// Mapper maps namespaces to scopes with an ordered rule list.
+type Mapper struct{ rules []*rule }
 
-func newNamespaces(rules []NamespaceRule) (*namespaces, error) {
+// New compiles rules (DefaultRules when empty).
+func New(rules []Rule) (*Mapper, error) {
 	if len(rules) == 0 {
-		rules = DefaultNamespaceRules()
+		rules = DefaultRules()
 	}
-	n := &namespaces{}
+	n := &Mapper{}
 	for i, r := range rules {
 		c, err := compileRule(r)
 		if err != nil {
@@ -194,39 +223,43 @@ func literalStart(template string) string {
 	return template
 }
 
-// errNoRule is returned for a namespace no rule maps.
-var errNoRule = errors.New("no namespace rule maps this namespace to a scope")
+// ErrNoRule is returned for a namespace no rule maps.
+var ErrNoRule = errors.New("no namespace rule maps this namespace to a scope")
 
-// slot is where a LangGraph item lives in the store: a scope and a memory key.
-type slot struct {
-	scope, key string
+// Slot is where a LangGraph item lives in the store: a scope and a memory key.
+type Slot struct {
+	Scope, Key string
 	rule       *rule
 }
 
-// toSlot maps (namespace, key) to a scope and memory key. The labels past the rule's
+// Wildcard reports whether the slot's rule takes labels past its pattern (they ride in
+// memory keys, see DecodeKey).
+func (s Slot) Wildcard() bool { return s.rule != nil && s.rule.wildcard }
+
+// Slot maps (namespace, key) to a scope and memory key. The labels past the rule's
 // pattern and the key are encoded in the memory key (see encodeKey).
-func (n *namespaces) toSlot(ns []string, key string) (slot, error) {
+func (n *Mapper) Slot(ns []string, key string) (Slot, error) {
 	for _, l := range ns {
-		if err := validLabel(l); err != nil {
-			return slot{}, err
+		if err := ValidLabel(l); err != nil {
+			return Slot{}, err
 		}
 	}
 	for _, r := range n.rules {
 		if scope, rest, ok := r.match(ns); ok {
-			return slot{scope: scope, key: encodeKey(r.wildcard, rest, key), rule: r}, nil
+			return Slot{Scope: scope, Key: encodeKey(r.wildcard, rest, key), rule: r}, nil
 		}
 	}
-	return slot{}, fmt.Errorf("%w: (%s)", errNoRule, strings.Join(ns, ", "))
+	return Slot{}, fmt.Errorf("%w: (%s)", ErrNoRule, strings.Join(ns, ", "))
 }
 
-// scopeOf maps a namespace prefix to the one scope it lies in, and the labels of the
+// Prefix maps a namespace prefix to the one scope it lies in, and the labels of the
 // prefix past the rule's pattern (a search or list narrows to memory keys starting
 // with them). A prefix shorter than a rule's pattern spans scopes: refused, as a search
 // never crosses scopes.
-func (n *namespaces) scopeOf(prefix []string) (slot, []string, error) {
+func (n *Mapper) Prefix(prefix []string) (Slot, []string, error) {
 	for _, l := range prefix {
-		if err := validLabel(l); err != nil {
-			return slot{}, nil, err
+		if err := ValidLabel(l); err != nil {
+			return Slot{}, nil, err
 		}
 	}
 	for _, r := range n.rules {
@@ -234,27 +267,27 @@ func (n *namespaces) scopeOf(prefix []string) (slot, []string, error) {
 			continue
 		}
 		if scope, rest, ok := r.match(prefix); ok {
-			return slot{scope: scope, rule: r}, rest, nil
+			return Slot{Scope: scope, rule: r}, rest, nil
 		}
 	}
-	return slot{}, nil, fmt.Errorf("%w: the namespace prefix (%s) must name one scope (for example %s)", errNoRule, strings.Join(prefix, ", "), n.example())
+	return Slot{}, nil, fmt.Errorf("%w: the namespace prefix (%s) must name one scope (for example %s)", ErrNoRule, strings.Join(prefix, ", "), n.example())
 }
 
-func (n *namespaces) example() string {
+func (n *Mapper) example() string {
 	r := n.rules[0]
 	return "(" + strings.Join(r.labels, ", ") + ")"
 }
 
-// toNamespace maps a stored memory back to its LangGraph namespace and key. Memories
+// Namespace maps a stored memory back to its LangGraph namespace and key. Memories
 // written outside the LangGraph API (no rule's encoding) appear under the first rule
 // that maps their scope, with their key (or memory_id when they have none).
-func (n *namespaces) toNamespace(scope, memKey, memoryID string) ([]string, string, bool) {
+func (n *Mapper) Namespace(scope, memKey, memoryID string) ([]string, string, bool) {
 	for _, r := range n.rules {
 		ns, ok := r.namespaceOf(scope)
 		if !ok {
 			continue
 		}
-		rest, key := decodeKey(r.wildcard, memKey)
+		rest, key := DecodeKey(r.wildcard, memKey)
 		if key == "" {
 			key = memoryID
 		}
@@ -274,8 +307,8 @@ func encodeKey(wildcard bool, rest []string, key string) string {
 	return string(b)
 }
 
-// decodeKey is the inverse of encodeKey.
-func decodeKey(wildcard bool, memKey string) (rest []string, key string) {
+// DecodeKey is the inverse of encodeKey.
+func DecodeKey(wildcard bool, memKey string) (rest []string, key string) {
 	if !wildcard || !strings.HasPrefix(memKey, "[") {
 		return nil, memKey
 	}
