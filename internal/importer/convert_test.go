@@ -1,0 +1,123 @@
+package importer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// realMessages are the messages LangGraph's serializer wrote (testdata/jsonplus).
+func realMessages(t *testing.T) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "jsonplus", "messages.msgpack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := decodeMessages("msgpack", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+func TestConvertTurns(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	msgs := realMessages(t)
+	// Two user turns: the fixture's, then a second one.
+	second := []map[string]any{{"type": "human", "content": "还是老规矩，先确认地址", "id": "m5"}, {"type": "ai", "content": "好的", "id": "m6"}}
+	th := Thread{ID: "u-42:sess-1", Metadata: map[string]any{"user_id": "42"}, LastActivity: now.Add(-time.Hour), Messages: append(msgs, second...)}
+	r := Rules{UserMetadataKey: "user_id", Source: "langgraph-checkpoint-postgres@3.2.0", Now: now, SkipZombies: true, InactiveAfter: 7 * 24 * time.Hour}
+	res := r.Convert(th)
+	if res.Outcome != Imported || len(res.Items) != 2 {
+		t.Fatalf("convert: %+v", res)
+	}
+	first := res.Items[0]
+	if first.Scope != "user:42" || first.MemoryType != memory.Episodic || first.Source != r.Source || first.Validate() != nil {
+		t.Fatalf("first turn: %+v (%v)", first, first.Validate())
+	}
+	var c struct {
+		ThreadID string           `json:"thread_id"`
+		Turn     int              `json:"turn"`
+		Messages []map[string]any `json:"messages"`
+	}
+	if err := json.Unmarshal(first.Content, &c); err != nil {
+		t.Fatal(err)
+	}
+	// The system prompt is left out; user, tool call, tool result, reply stay in order.
+	var roles []string
+	for _, m := range c.Messages {
+		roles = append(roles, m["role"].(string))
+	}
+	if strings.Join(roles, ",") != "user,assistant,tool,assistant" || c.ThreadID != th.ID || c.Turn != 0 {
+		t.Fatalf("turn 0: %s", first.Content)
+	}
+	call := c.Messages[1]["tool_calls"].([]any)[0].(map[string]any)
+	if args, ok := call["args"].(map[string]any); !ok || args["order_id"] != "A-17" || call["name"] != "lookup_order" {
+		t.Fatalf("tool call not structured: %v", call)
+	}
+	if _, ok := c.Messages[3]["content"].([]any); !ok {
+		t.Fatalf("list content not kept as a list: %v", c.Messages[3]["content"])
+	}
+	if c.Messages[2]["tool_call_id"] != "call_1" {
+		t.Fatalf("tool result lost its call id: %v", c.Messages[2])
+	}
+	// Reruns give the same memories (idempotent import).
+	again := r.Convert(th)
+	if again.Items[0].MemoryID != first.MemoryID || string(again.Items[0].Content) != string(first.Content) {
+		t.Fatal("a rerun converts differently")
+	}
+
+	// Selection.
+	for name, c := range map[string]struct {
+		th   Thread
+		want Outcome
+	}{
+		"zombie: error":    {Thread{ID: "t1", Metadata: th.Metadata, Messages: msgs[:2], Errored: true, LastActivity: now}, SkipZombie},
+		"zombie: no reply": {Thread{ID: "t2", Metadata: th.Metadata, Messages: msgs[1:2], LastActivity: now}, SkipZombie},
+		"inactive":         {Thread{ID: "t3", Metadata: th.Metadata, Messages: msgs, LastActivity: now.Add(-10 * 24 * time.Hour)}, SkipInactive},
+		"no user":          {Thread{ID: "t4", Messages: msgs, LastActivity: now}, SkipNoUser},
+		"unsupported":      {Thread{ID: "t5", Unsupported: unsupported("pickle")}, Unsupported},
+		"empty":            {Thread{ID: "t6", LastActivity: now}, SkipEmpty},
+	} {
+		if got := r.Convert(c.th); got.Outcome != c.want || got.Problem == "" || len(got.Items) != 0 {
+			t.Errorf("%s: %+v, want %s", name, got, c.want)
+		}
+	}
+
+	// The user from a pattern on the thread id; working memory of a recent session.
+	r2 := Rules{UserPattern: regexp.MustCompile(`^u-(?P<user>[^:]+):`), Now: now, KeepWorking: true, WorkingWindow: 7 * 24 * time.Hour}
+	res = r2.Convert(Thread{ID: "u-77:sess-9", Messages: msgs, LastActivity: now})
+	if res.Outcome != Imported || res.Items[0].Scope != "user:77" {
+		t.Fatalf("user from thread id: %+v", res)
+	}
+	var working int
+	for _, it := range res.Items {
+		if it.MemoryType == memory.Working {
+			working++
+			if it.Scope != "session:u-77:sess-9" {
+				t.Fatalf("working memory scope %s", it.Scope)
+			}
+		}
+	}
+	if working != 4 {
+		t.Fatalf("working memories: %d, want 4 (system left out)", working)
+	}
+}
+
+// TestOpenAIToolCallsParsed: provider-raw tool calls carry JSON-string arguments;
+// they are parsed into objects, never kept as strings.
+func TestOpenAIToolCallsParsed(t *testing.T) {
+	m := map[string]any{"type": "ai", "content": "", "additional_kwargs": map[string]any{"tool_calls": []any{
+		map[string]any{"id": "c1", "type": "function", "function": map[string]any{"name": "refund", "arguments": `{"order":"A-1","amount":12.5}`}}}}}
+	out := messageContent(m)
+	args := out["tool_calls"].([]any)[0].(map[string]any)["args"]
+	if a, ok := args.(map[string]any); !ok || a["order"] != "A-1" {
+		t.Fatalf("args = %#v", args)
+	}
+}

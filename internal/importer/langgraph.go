@@ -1,0 +1,123 @@
+package importer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/amemory/memory-operator/internal/langgraphns"
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// LangGraphSource is a LangGraph checkpointer (and store) to import from.
+type LangGraphSource interface {
+	Threads(ctx context.Context, fn func(Thread) error) error
+	StoreItems(ctx context.Context, fn func(StoreItem) error) error
+}
+
+// Stats counts an import by source unit.
+type Stats struct {
+	Threads       int64  `json:"threads"`
+	Imported      int64  `json:"imported"`
+	Inactive      int64  `json:"inactive"`
+	Zombie        int64  `json:"zombie"`
+	NoUser        int64  `json:"noUser"`
+	Empty         int64  `json:"empty"`
+	Unsupported   int64  `json:"unsupported"`
+	StoreItems    int64  `json:"storeItems"`
+	StoreSkipped  int64  `json:"storeSkipped"`
+	Items         int64  `json:"items"`
+	FirstProblem  string `json:"firstProblem,omitempty"`
+	problemsTaken bool
+}
+
+func (s *Stats) problem(p string) {
+	if p != "" && !s.problemsTaken {
+		s.FirstProblem, s.problemsTaken = p, true
+	}
+}
+
+func (s *Stats) count(o Outcome) {
+	switch o {
+	case Imported:
+		s.Imported++
+	case SkipInactive:
+		s.Inactive++
+	case SkipZombie:
+		s.Zombie++
+	case SkipNoUser:
+		s.NoUser++
+	case SkipEmpty:
+		s.Empty++
+	case Unsupported:
+		s.Unsupported++
+	}
+}
+
+// LangGraphOptions configure ImportLangGraph.
+type LangGraphOptions struct {
+	Rules Rules
+	// Namespaces map store items' namespaces to scopes (langgraphns.DefaultRules
+	// when empty); SkipStore leaves the store out.
+	Namespaces []langgraphns.Rule
+	SkipStore  bool
+}
+
+// ImportLangGraph converts every thread (and store item) of src into memories and
+// hands them to fn, in the source's order. Threads and items it cannot convert are
+// counted and the first problem kept; it stops only on a source or fn error.
+func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOptions, fn func(memory.Item) error) (Stats, error) {
+	var st Stats
+	mapper, err := langgraphns.New(opts.Namespaces)
+	if err != nil {
+		return st, err
+	}
+	err = src.Threads(ctx, func(t Thread) error {
+		st.Threads++
+		res := opts.Rules.Convert(t)
+		st.count(res.Outcome)
+		st.problem(res.Problem)
+		for _, it := range res.Items {
+			st.Items++
+			if err := fn(it); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || opts.SkipStore {
+		return st, err
+	}
+	err = src.StoreItems(ctx, func(si StoreItem) error {
+		st.StoreItems++
+		it, err := storeMemory(mapper, si, opts.Rules.Source)
+		if err != nil {
+			st.StoreSkipped++
+			st.problem(fmt.Sprintf("store item (%s) %q: %v", strings.Join(si.Namespace, ", "), si.Key, err))
+			return nil
+		}
+		st.Items++
+		return fn(it)
+	})
+	return st, err
+}
+
+// storeMemory makes a semantic memory of a store item: the namespace gives the scope
+// (by the same rules as the gateway's LangGraph API, so the item is where a
+// LangGraph client of the gateway would find it), the key its key, the value its
+// content.
+func storeMemory(m *langgraphns.Mapper, si StoreItem, source string) (memory.Item, error) {
+	slot, err := m.Slot(si.Namespace, si.Key)
+	if err != nil {
+		return memory.Item{}, err
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(si.Value, &obj); err != nil {
+		return memory.Item{}, fmt.Errorf("value is not a JSON object")
+	}
+	it := memory.Item{MemoryID: deterministicID("lgs", strings.Join(si.Namespace, "."), si.Key), MemoryType: memory.Semantic,
+		Scope: slot.Scope, Key: slot.Key, Content: si.Value, Source: source, BaseScore: 0.5,
+		CreatedAt: si.CreatedAt.UTC(), UpdatedAt: si.UpdatedAt.UTC(), ExpiresAt: si.ExpiresAt}
+	return it, it.Validate()
+}
