@@ -87,24 +87,10 @@ func (w *walker) value(depth int) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("msgpack: %w", err)
 	}
+	if v, ok, err := w.scalar(c); ok || err != nil {
+		return v, err
+	}
 	switch {
-	case c == msgpcode.Nil:
-		return nil, w.d.DecodeNil()
-	case c == msgpcode.True || c == msgpcode.False:
-		return w.d.DecodeBool()
-	case msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64:
-		return w.d.DecodeInt64()
-	case c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64:
-		return w.d.DecodeUint64()
-	case c == msgpcode.Float || c == msgpcode.Double:
-		f, err := w.d.DecodeFloat64()
-		if err != nil {
-			return nil, err
-		}
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, unsupported("a non-finite number (%v) has no JSON form", f)
-		}
-		return f, nil
 	case msgpcode.IsString(c):
 		return w.d.DecodeString()
 	case msgpcode.IsBin(c):
@@ -121,6 +107,33 @@ func (w *walker) value(depth int) (any, error) {
 		return w.ext(depth)
 	}
 	return nil, fmt.Errorf("msgpack: unexpected code 0x%02x", c)
+}
+
+// scalar decodes nil, booleans and numbers (ok false for any other code).
+func (w *walker) scalar(c byte) (any, bool, error) {
+	var (
+		v   any
+		err error
+	)
+	switch {
+	case c == msgpcode.Nil:
+		err = w.d.DecodeNil()
+	case c == msgpcode.True || c == msgpcode.False:
+		v, err = w.d.DecodeBool()
+	case msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64:
+		v, err = w.d.DecodeInt64()
+	case c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64:
+		v, err = w.d.DecodeUint64()
+	case c == msgpcode.Float || c == msgpcode.Double:
+		var f float64
+		if f, err = w.d.DecodeFloat64(); err == nil && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			err = unsupported("a non-finite number (%v) has no JSON form", f)
+		}
+		v = f
+	default:
+		return nil, false, nil
+	}
+	return v, true, err
 }
 
 func (w *walker) array(depth int) (any, error) {

@@ -175,6 +175,7 @@ func (c *rule) namespaceOf(scope string) ([]string, bool) {
 	return ns, true
 }
 
+// EqualLabels reports whether two label lists are the same.
 func EqualLabels(a, b []string) bool {
 	if len(a) != len(b) {
 		return false
@@ -187,8 +188,7 @@ func EqualLabels(a, b []string) bool {
 	return true
 }
 
-// namespaces maps between LangGraph namespaces and scopes with an ordered rule list.
-// Mapper maps namespaces to scopes with an ordered rule list.
+// Mapper maps between LangGraph namespaces and scopes with an ordered rule list.
 type Mapper struct{ rules []*rule }
 
 // New compiles rules (DefaultRules when empty).
