@@ -1,0 +1,56 @@
+package importer
+
+import (
+	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// TestScopeSorterSpills: items come out by scope and, within a scope, in arrival
+// order, whether they fit in memory or spill to many runs; the runs are removed.
+func TestScopeSorterSpills(t *testing.T) {
+	for _, budget := range []int{1 << 30, 4 << 10} {
+		dir := t.TempDir()
+		s := newScopeSorter(dir, budget)
+		r := mrand.New(mrand.NewPCG(1, 2))
+		const n = 5000
+		for i := range n {
+			it := memory.Item{MemoryID: fmt.Sprint(i), Scope: fmt.Sprintf("user:%d", r.IntN(97)), Content: json.RawMessage(`{"n":1}`)}
+			if err := s.add(it); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if budget < 1<<20 && len(s.runs) < 10 {
+			t.Fatalf("budget %d: only %d runs", budget, len(s.runs))
+		}
+		var prevScope string
+		prevID := map[string]int{}
+		count := 0
+		if err := s.each(func(it memory.Item) error {
+			var id int
+			fmt.Sscan(it.MemoryID, &id)
+			if it.Scope < prevScope {
+				return fmt.Errorf("scope %s after %s", it.Scope, prevScope)
+			}
+			if p, ok := prevID[it.Scope]; ok && id < p {
+				return fmt.Errorf("scope %s: item %d after %d", it.Scope, id, p)
+			}
+			prevScope, prevID[it.Scope] = it.Scope, id
+			count++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if count != n {
+			t.Fatalf("%d items out of %d", count, n)
+		}
+		s.close()
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Fatalf("%d run files left", len(left))
+		}
+	}
+}
