@@ -32,7 +32,9 @@ func TestScopeSorterSpills(t *testing.T) {
 		count := 0
 		if err := s.each(func(it memory.Item) error {
 			var id int
-			fmt.Sscan(it.MemoryID, &id)
+			if _, err := fmt.Sscan(it.MemoryID, &id); err != nil {
+				return err
+			}
 			if it.Scope < prevScope {
 				return fmt.Errorf("scope %s after %s", it.Scope, prevScope)
 			}
