@@ -39,22 +39,12 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 	if err != nil {
 		return sum, err
 	}
-	key, err := sourceKey(cfg, sec)
+	pkg, err := openPackage(ctx, cfg, sec, objects, client)
 	if err != nil {
 		return sum, err
 	}
-	manifestSHA, err := manifestDigest(ctx, objects, cfg.Source.Prefix)
-	if err != nil {
-		return sum, err
-	}
-	if cfg.ExpectManifestSHA256 != "" && !strings.EqualFold(manifestSHA, cfg.ExpectManifestSHA256) {
-		return sum, fmt.Errorf("the package at %s changed since its snapshot completed: manifest SHA-256 %s, expected %s",
-			cfg.Source.Prefix, manifestSHA, cfg.ExpectManifestSHA256)
-	}
-	reader, err := snapshot.Open(ctx, objects, cfg.Source.Prefix, key)
-	if err != nil {
-		return sum, err
-	}
+	defer pkg.cleanup()
+	reader, manifestSHA := pkg.reader, pkg.manifestSHA
 
 	pool, target, err := openStore(ctx, sec.PostgresURI, cfg.Schema)
 	if err != nil {
@@ -66,6 +56,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		return sum, err
 	}
 	if prior != nil {
+		prior.Import = pkg.imported
 		return *prior, nil
 	}
 	index, closeIndex, err := targetIndex(ctx, cfg, pool)
@@ -108,6 +99,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		return sum, err // nothing was written
 	}
 	sum = summarize(res, manifestSHA)
+	sum.Import = pkg.imported
 	if err != nil {
 		// Some of it was written before the restore failed (a backend lost midway):
 		// the summary says what, and the error why it stopped.
@@ -171,9 +163,20 @@ func recordRestore(ctx context.Context, cfg RestoreConfig, target *pgstore.Store
 	return target.RecordRestore(ctx, pgstore.ReceivedRestore{
 		UID: cfg.RestoreUID, Name: cfg.RestoreNamespace + "/" + cfg.RestoreName,
 		PackageID: sum.PackageID, ManifestSHA256: sum.ManifestSHA256,
-		Source:      "s3://" + cfg.Source.Bucket + "/" + cfg.Source.Prefix,
+		Source:      restoreSource(cfg),
 		CompletedAt: time.Now().UTC(), Restored: sum.Restored, Unchanged: sum.Unchanged,
 	})
+}
+
+// restoreSource is where a restore read from, for the target's record.
+func restoreSource(cfg RestoreConfig) string {
+	switch {
+	case cfg.Import == nil:
+		return "s3://" + cfg.Source.Bucket + "/" + cfg.Source.Prefix
+	case cfg.Import.Object != "":
+		return "import " + cfg.Import.Kind + " s3://" + cfg.Source.Bucket + "/" + cfg.Import.Object
+	}
+	return "import " + cfg.Import.Kind
 }
 
 // summarize turns the engine's result into the summary the controller reads.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/importer"
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -123,6 +124,10 @@ type RestoreConfig struct {
 	// DetailKey is the object, in Source.Bucket, that receives the per-scope detail
 	// (zstd-compressed JSON lines).
 	DetailKey string
+
+	// Import, when set, makes the restore an import from a framework (see
+	// ImportConfig); Source.Prefix is then unused.
+	Import *ImportConfig
 }
 
 // RestoreDetailKey is where a restore's per-scope detail goes: next to the package, in
@@ -191,7 +196,7 @@ func (c RestoreConfig) Args() []string {
 		args = append(args, "--allow-repeat")
 	}
 	opt("--restore-uid", c.RestoreUID)
-	return args
+	return append(args, c.Import.args()...)
 }
 
 // ParseRestoreArgs parses the worker's arguments and checks them.
@@ -238,12 +243,16 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.BoolVar(&c.AllowRepeat, "allow-repeat", false, "restore the package even if the target already received it from another restore")
 	fs.StringVar(&c.RestoreUID, "restore-uid", "", "UID of the MemoryRestore, recorded by the target with the package")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
+	finishImport := importFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.Import, err = finishImport(); err != nil {
 		return c, err
 	}
 	c.Denylist = splitList(denylist)
 	c.Types = splitList(types)
-	var err error
 	if c.ScopeMap, err = parseRules("--map-scopes", scopeMap); err != nil {
 		return c, err
 	}
@@ -255,8 +264,12 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 
 func (c RestoreConfig) check() error {
 	var missing []string
-	for name, v := range map[string]string{"schema": c.Schema, "source-endpoint": c.Source.Endpoint,
-		"source-bucket": c.Source.Bucket, "source-prefix": c.Source.Prefix, "detail-key": c.DetailKey} {
+	required := map[string]string{"schema": c.Schema, "source-endpoint": c.Source.Endpoint,
+		"source-bucket": c.Source.Bucket, "detail-key": c.DetailKey}
+	if c.Import == nil {
+		required["source-prefix"] = c.Source.Prefix
+	}
+	for name, v := range required {
 		if v == "" {
 			missing = append(missing, "--"+name)
 		}
@@ -264,7 +277,7 @@ func (c RestoreConfig) check() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing required flags: %s", strings.Join(slices.Sorted(slices.Values(missing)), ", "))
 	}
-	if !strings.HasSuffix(c.Source.Prefix, "/") {
+	if c.Import == nil && !strings.HasSuffix(c.Source.Prefix, "/") {
 		return errors.New("--source-prefix must end in '/'")
 	}
 	for _, e := range []struct {
@@ -346,6 +359,8 @@ type RestoreSecrets struct {
 	// SourceKey is the package key; empty for an unencrypted package.
 	SourceKey      string
 	EmbedderAPIKey string
+	// ImportPostgresURI is the import source's database (LangGraphPostgres).
+	ImportPostgresURI string
 }
 
 // RestoreSecretsFromEnv reads the restore worker's secrets from the process environment.
@@ -359,6 +374,7 @@ func RestoreSecretsFrom(getenv func(string) string) RestoreSecrets {
 		SourceS3SecretKey: getenv(EnvSourceS3SecretKey),
 		SourceKey:         getenv(EnvSourceKey),
 		EmbedderAPIKey:    getenv(EnvEmbedderAPIKey),
+		ImportPostgresURI: getenv(EnvImportPostgresURI),
 	}
 }
 
@@ -410,6 +426,9 @@ type RestoreSummary struct {
 	// DetailKey is the detail object as written (in the package's bucket); empty when
 	// it could not be written.
 	DetailKey string `json:"detailKey,omitempty"`
+	// Import counts the source units of an import (threads read, skipped as inactive,
+	// zombie, ..., store items) and its first problem.
+	Import *importer.Stats `json:"import,omitempty"`
 	// Error is why the restore failed, when it failed after writing part of the
 	// package (at most maxSummaryError bytes).
 	Error string `json:"error,omitempty"`

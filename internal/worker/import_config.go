@@ -1,0 +1,150 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/langgraphns"
+)
+
+// EnvImportPostgresURI is the import source's PostgreSQL connection URI (a LangGraph
+// or LangChain database), from a Secret by reference.
+const EnvImportPostgresURI = "MEMORY_IMPORT_PG_URI"
+
+// Import kinds, as the MemoryRestore API spells them.
+const (
+	ImportLangGraphPostgres = "LangGraphPostgres"
+	ImportLangGraphSQLite   = "LangGraphSQLite"
+)
+
+var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite}
+
+// ImportConfig makes a restore an import: instead of a package under Source.Prefix,
+// the worker converts a framework's data into a package in ImportDir and restores
+// that (so mapping, denylist, tombstones, conflicts, dry run and idempotency apply
+// unchanged). Source still names the object storage the restore's detail object
+// goes to, and (LangGraphSQLite) where the source file is.
+type ImportConfig struct {
+	Kind string
+	// Schema holds the LangGraph tables (LangGraphPostgres; "" for the search_path).
+	Schema string
+	// Object is the source file's key in Source.Bucket (LangGraphSQLite).
+	Object string
+	// Identity and selection (importer.Rules).
+	UserMetadataKey string
+	UserPattern     string
+	ScopeTemplate   string
+	InactiveAfter   time.Duration
+	SkipZombies     bool
+	KeepWorking     bool
+	WorkingWindow   time.Duration
+	SkipStore       bool
+	Namespaces      []langgraphns.Rule
+	// Dir is local scratch space for the converted package and the sort's runs (the
+	// Job's emptyDir).
+	Dir string
+}
+
+// args renders the import's flags.
+func (ic *ImportConfig) args() []string {
+	if ic == nil {
+		return nil
+	}
+	args := []string{"--import-kind=" + ic.Kind}
+	opt := func(flag, v string) {
+		if v != "" {
+			args = append(args, flag+"="+v)
+		}
+	}
+	opt("--import-schema", ic.Schema)
+	opt("--import-object", ic.Object)
+	opt("--import-user-metadata-key", ic.UserMetadataKey)
+	opt("--import-user-pattern", ic.UserPattern)
+	opt("--import-scope-template", ic.ScopeTemplate)
+	if ic.InactiveAfter > 0 {
+		args = append(args, "--import-inactive-after="+ic.InactiveAfter.String())
+	}
+	args = append(args, "--import-skip-zombies="+strconv.FormatBool(ic.SkipZombies))
+	if ic.KeepWorking {
+		args = append(args, "--import-keep-working")
+	}
+	if ic.WorkingWindow > 0 {
+		args = append(args, "--import-working-window="+ic.WorkingWindow.String())
+	}
+	if ic.SkipStore {
+		args = append(args, "--import-skip-store")
+	}
+	if len(ic.Namespaces) > 0 {
+		b, _ := json.Marshal(ic.Namespaces) // plain strings: cannot fail
+		args = append(args, "--import-namespaces="+string(b))
+	}
+	opt("--import-dir", ic.Dir)
+	return args
+}
+
+// importFlags registers the import's flags; finish builds the ImportConfig (nil when
+// --import-kind is unset).
+func importFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
+	var ic ImportConfig
+	var namespaces string
+	fs.StringVar(&ic.Kind, "import-kind", "", "import from a framework instead of a package: "+strings.Join(importKinds, ", "))
+	fs.StringVar(&ic.Schema, "import-schema", "", "schema of the LangGraph tables")
+	fs.StringVar(&ic.Object, "import-object", "", "object key of the source file in --source-bucket")
+	fs.StringVar(&ic.UserMetadataKey, "import-user-metadata-key", "", "checkpoint metadata key holding the user id")
+	fs.StringVar(&ic.UserPattern, "import-user-pattern", "", "regular expression on the thread id; group 'user' (or the first) is the user id")
+	fs.StringVar(&ic.ScopeTemplate, "import-scope-template", "", "scope of a thread's memories, from {user} and {thread} (default user:{user})")
+	fs.DurationVar(&ic.InactiveAfter, "import-inactive-after", 0, "leave out threads idle for longer")
+	fs.BoolVar(&ic.SkipZombies, "import-skip-zombies", true, "leave out threads with no agent reply or ended in an error")
+	fs.BoolVar(&ic.KeepWorking, "import-keep-working", false, "also import recent threads' raw messages as working memory")
+	fs.DurationVar(&ic.WorkingWindow, "import-working-window", 0, "threads active within this window keep working memory")
+	fs.BoolVar(&ic.SkipStore, "import-skip-store", false, "leave the LangGraph store out")
+	fs.StringVar(&namespaces, "import-namespaces", "", "store namespace rules (JSON list of {namespace, scope})")
+	fs.StringVar(&ic.Dir, "import-dir", "", "scratch directory for the converted package (default: the temp dir)")
+	return func() (*ImportConfig, error) {
+		if ic.Kind == "" {
+			return nil, nil
+		}
+		if namespaces != "" {
+			dec := json.NewDecoder(strings.NewReader(namespaces))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&ic.Namespaces); err != nil {
+				return nil, fmt.Errorf("--import-namespaces: %w", err)
+			}
+		}
+		return &ic, ic.check()
+	}
+}
+
+func (ic *ImportConfig) check() error {
+	switch {
+	case !slices.Contains(importKinds, ic.Kind):
+		return fmt.Errorf("--import-kind %q is not one of %s", ic.Kind, strings.Join(importKinds, ", "))
+	case ic.Kind == ImportLangGraphSQLite && ic.Object == "":
+		return errors.New("--import-kind LangGraphSQLite needs --import-object")
+	case ic.UserMetadataKey == "" && ic.UserPattern == "" && strings.Contains(ic.scopeTemplate(), "{user}"):
+		return errors.New("the scope template needs a user: set --import-user-metadata-key or --import-user-pattern")
+	}
+	if ic.UserPattern != "" {
+		if _, err := regexp.Compile(ic.UserPattern); err != nil {
+			return fmt.Errorf("--import-user-pattern: %w", err)
+		}
+	}
+	if _, err := langgraphns.New(ic.Namespaces); err != nil {
+		return fmt.Errorf("--import-namespaces: %w", err)
+	}
+	return nil
+}
+
+func (ic *ImportConfig) scopeTemplate() string {
+	if ic.ScopeTemplate == "" {
+		return "user:{user}"
+	}
+	return ic.ScopeTemplate
+}

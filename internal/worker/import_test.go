@@ -1,0 +1,100 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/amemory/memory-operator/internal/langgraphns"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/test/importers"
+)
+
+// TestImportWorkerLangGraph: `memory-operator restore` with an import source reads
+// real LangGraph data (PostgreSQL and SQLite checkpointers), converts it, and restores
+// it through the restore engine: counts per source unit in the summary, the memories
+// in the target, a rerun that changes nothing, a dry run that writes nothing, and
+// the source's scopes mapped like a package's.
+func TestImportWorkerLangGraph(t *testing.T) {
+	exp := importers.Generate(t, importers.Options{})
+	f := newFixture(t)
+	ctx := context.Background()
+	sqliteKey := "imports/" + t.Name() + "/checkpoints.sqlite"
+	if _, err := f.s3.FPutObject(ctx, f.bucket, sqliteKey, exp.SQLitePath, minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	normal := len(exp.ThreadsIn(importers.Normal))
+	for _, kind := range []string{ImportLangGraphPostgres, ImportLangGraphSQLite} {
+		t.Run(kind, func(t *testing.T) {
+			schema := f.targetSchema(t)
+			cfg := f.restoreConfig(schema, "")
+			cfg.DetailKey = "imports/" + t.Name() + "/detail.jsonl.zst"
+			cfg.Import = &ImportConfig{Kind: kind, UserMetadataKey: "user_id", UserPattern: `^u-(?P<user>[^:]+):`,
+				InactiveAfter: 7 * 24 * time.Hour, SkipZombies: true, Dir: t.TempDir(),
+				Namespaces: []langgraphns.Rule{{Namespace: []string{"memories", "{user}", "*"}, Scope: "user:{user}"},
+					{Namespace: []string{"procedures", "{agent}"}, Scope: "agent:{agent}"}}}
+			if kind == ImportLangGraphSQLite {
+				cfg.Import.Object = sqliteKey
+			}
+			cfg.PrefixMap = []ScopeRule{{From: "user:", To: "user:acme-"}}
+			// The contract: the controller renders, the worker parses the same config.
+			parsed, err := ParseRestoreArgs(cfg.Args(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sec := f.restoreSecrets()
+			sec.SourceKey, sec.ImportPostgresURI = "", exp.DSN
+
+			dry := parsed
+			dry.DryRun = true
+			if _, err := RunRestore(ctx, dry, sec, RunOptions{Now: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(scopesOf(t, f, schema)); n != 0 {
+				t.Fatalf("a dry run wrote %d memories", n)
+			}
+			sum, err := RunRestore(ctx, parsed, sec, RunOptions{Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := sum.Import
+			if st == nil || st.Imported != int64(normal) || st.Zombie != int64(len(exp.ThreadsIn(importers.ZombieError, importers.ZombieNoReply))) ||
+				st.Inactive != int64(len(exp.ThreadsIn(importers.Old))) || st.Unsupported != 0 {
+				t.Fatalf("import stats %+v (normal threads %d)", st, normal)
+			}
+			if sum.Restored != st.Items || sum.Restored == 0 || sum.Skipped != (SkippedCount{}) {
+				t.Fatalf("restored %d of %d imported memories (skipped %+v)", sum.Restored, st.Items, sum.Skipped)
+			}
+			for _, s := range scopesOf(t, f, schema) {
+				if s[:5] == "user:" && s[:10] != "user:acme-" {
+					t.Fatalf("scope %s was not mapped", s)
+				}
+			}
+			// A rerun of the same import changes nothing (deterministic ids, same content).
+			again := parsed
+			again.AllowRepeat = true
+			sum2, err := RunRestore(ctx, again, sec, RunOptions{Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum2.Restored != 0 || sum2.Unchanged != st.Items {
+				t.Fatalf("rerun: restored %d, unchanged %d, want 0 and %d", sum2.Restored, sum2.Unchanged, st.Items)
+			}
+			if n, _ := pgstore.New(f.pool, schema).Count(ctx); n != st.Items {
+				t.Fatalf("target holds %d memories, the import made %d", n, st.Items)
+			}
+		})
+	}
+	// A database that is not a LangGraph checkpointer is refused before anything is written.
+	schema := f.targetSchema(t)
+	cfg := f.restoreConfig(schema, "")
+	cfg.DetailKey = "imports/bad/detail.jsonl.zst"
+	cfg.Import = &ImportConfig{Kind: ImportLangGraphPostgres, UserMetadataKey: "user_id", Schema: "no_such_schema"}
+	sec := f.restoreSecrets()
+	sec.ImportPostgresURI = exp.DSN
+	if _, err := RunRestore(ctx, cfg, sec, RunOptions{Now: time.Now()}); err == nil {
+		t.Fatal("imported from a schema with no checkpointer")
+	}
+}
