@@ -263,22 +263,8 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 }
 
 func (c RestoreConfig) check() error {
-	var missing []string
-	required := map[string]string{"schema": c.Schema, "source-endpoint": c.Source.Endpoint,
-		"source-bucket": c.Source.Bucket, "detail-key": c.DetailKey}
-	if c.Import == nil {
-		required["source-prefix"] = c.Source.Prefix
-	}
-	for name, v := range required {
-		if v == "" {
-			missing = append(missing, "--"+name)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("missing required flags: %s", strings.Join(slices.Sorted(slices.Values(missing)), ", "))
-	}
-	if c.Import == nil && !strings.HasSuffix(c.Source.Prefix, "/") {
-		return errors.New("--source-prefix must end in '/'")
+	if err := c.checkRequired(); err != nil {
+		return err
 	}
 	for _, e := range []struct {
 		flag, value string
@@ -314,6 +300,28 @@ func (c RestoreConfig) check() error {
 		return errors.New("the OpenAI embedder needs --embedder-endpoint and --embedding-model")
 	}
 	return c.checkMap()
+}
+
+// checkRequired checks the flags every restore needs (a package restore also its prefix).
+func (c RestoreConfig) checkRequired() error {
+	var missing []string
+	required := map[string]string{"schema": c.Schema, "source-endpoint": c.Source.Endpoint,
+		"source-bucket": c.Source.Bucket, "detail-key": c.DetailKey}
+	if c.Import == nil {
+		required["source-prefix"] = c.Source.Prefix
+	}
+	for name, v := range required {
+		if v == "" {
+			missing = append(missing, "--"+name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing required flags: %s", strings.Join(slices.Sorted(slices.Values(missing)), ", "))
+	}
+	if c.Import == nil && !strings.HasSuffix(c.Source.Prefix, "/") {
+		return errors.New("--source-prefix must end in '/'")
+	}
+	return nil
 }
 
 func (c RestoreConfig) checkMap() error {
