@@ -22,9 +22,12 @@ const EnvImportPostgresURI = "MEMORY_IMPORT_PG_URI"
 const (
 	ImportLangGraphPostgres = "LangGraphPostgres"
 	ImportLangGraphSQLite   = "LangGraphSQLite"
+	// ImportLangChainPostgresHistory reads a langchain-postgres chat history table
+	// (Table, in Schema) from the database in EnvImportPostgresURI.
+	ImportLangChainPostgresHistory = "LangChainPostgresHistory"
 )
 
-var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite}
+var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite, ImportLangChainPostgresHistory}
 
 // ImportConfig makes a restore an import: instead of a package under Source.Prefix,
 // the worker converts a framework's data into a package in ImportDir and restores
@@ -37,6 +40,8 @@ type ImportConfig struct {
 	Schema string
 	// Object is the source file's key in Source.Bucket (LangGraphSQLite).
 	Object string
+	// Table is the chat history table (LangChainPostgresHistory).
+	Table string
 	// Identity and selection (importer.Rules).
 	UserMetadataKey string
 	UserPattern     string
@@ -65,6 +70,7 @@ func (ic *ImportConfig) args() []string {
 	}
 	opt("--import-schema", ic.Schema)
 	opt("--import-object", ic.Object)
+	opt("--import-table", ic.Table)
 	opt("--import-user-metadata-key", ic.UserMetadataKey)
 	opt("--import-user-pattern", ic.UserPattern)
 	opt("--import-scope-template", ic.ScopeTemplate)
@@ -97,6 +103,7 @@ func importFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
 	fs.StringVar(&ic.Kind, "import-kind", "", "import from a framework instead of a package: "+strings.Join(importKinds, ", "))
 	fs.StringVar(&ic.Schema, "import-schema", "", "schema of the LangGraph tables")
 	fs.StringVar(&ic.Object, "import-object", "", "object key of the source file in --source-bucket")
+	fs.StringVar(&ic.Table, "import-table", "", "chat history table (LangChainPostgresHistory)")
 	fs.StringVar(&ic.UserMetadataKey, "import-user-metadata-key", "", "checkpoint metadata key holding the user id")
 	fs.StringVar(&ic.UserPattern, "import-user-pattern", "", "regular expression on the thread id; group 'user' (or the first) is the user id")
 	fs.StringVar(&ic.ScopeTemplate, "import-scope-template", "", "scope of a thread's memories, from {user} and {thread} (default user:{user})")
@@ -128,6 +135,8 @@ func (ic *ImportConfig) check() error {
 		return fmt.Errorf("--import-kind %q is not one of %s", ic.Kind, strings.Join(importKinds, ", "))
 	case ic.Kind == ImportLangGraphSQLite && ic.Object == "":
 		return errors.New("--import-kind LangGraphSQLite needs --import-object")
+	case ic.Kind == ImportLangChainPostgresHistory && ic.Table == "":
+		return errors.New("--import-kind LangChainPostgresHistory needs --import-table")
 	case ic.UserMetadataKey == "" && ic.UserPattern == "" && strings.Contains(ic.scopeTemplate(), "{user}"):
 		return errors.New("the scope template needs a user: set --import-user-metadata-key or --import-user-pattern")
 	}

@@ -103,13 +103,21 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 func openImportSource(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, client *minio.Client, work string) (importer.LangGraphSource, string, func(), error) {
 	ic := cfg.Import
 	switch ic.Kind {
-	case ImportLangGraphPostgres:
+	case ImportLangGraphPostgres, ImportLangChainPostgresHistory:
 		if sec.ImportPostgresURI == "" {
 			return nil, "", nil, fmt.Errorf("no source database: set %s", EnvImportPostgresURI)
 		}
 		pool, err := pgxpool.New(ctx, sec.ImportPostgresURI)
 		if err != nil {
 			return nil, "", nil, errors.New("source database: the connection URI does not parse") // never echo it
+		}
+		if ic.Kind == ImportLangChainPostgresHistory {
+			src, err := importer.OpenLangChainPostgresHistory(ctx, pool, ic.Schema, ic.Table)
+			if err != nil {
+				pool.Close()
+				return nil, "", nil, fmt.Errorf("source database: %w", err)
+			}
+			return src, "langchain-postgres", pool.Close, nil
 		}
 		src, err := importer.OpenLangGraphPostgres(ctx, pool, ic.Schema)
 		if err != nil {
