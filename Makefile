@@ -74,8 +74,10 @@ bench: tools build ## Benchmarks side by side with reference tools (200k memorie
 ##@ Build
 
 .PHONY: build
-build: ## Build the memory-operator binary into bin/.
+build: ## Build the memory-operator binary and memoryctl (also as the kubectl plugin kubectl-memory) into bin/.
 	go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(LOCALBIN)/memory-operator .
+	go build -trimpath -o $(LOCALBIN)/memoryctl ./cmd/memoryctl
+	ln -sf memoryctl $(LOCALBIN)/kubectl-memory
 
 .PHONY: run
 run: build ## Run the manager against the cluster in $KUBECONFIG.

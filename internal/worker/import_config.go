@@ -95,9 +95,9 @@ func (ic *ImportConfig) args() []string {
 	return args
 }
 
-// importFlags registers the import's flags; finish builds the ImportConfig (nil when
+// ImportFlags registers the import's flags; finish builds the ImportConfig (nil when
 // --import-kind is unset).
-func importFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
+func ImportFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
 	var ic ImportConfig
 	var namespaces string
 	fs.StringVar(&ic.Kind, "import-kind", "", "import from a framework instead of a package: "+strings.Join(importKinds, ", "))

@@ -67,26 +67,20 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 		return nil, fmt.Errorf("import: scratch space: %w", err)
 	}
 	cleanup := func() { _ = os.RemoveAll(work) }
-	src, sourceName, closeSrc, err := openImportSource(ctx, cfg, sec, client, work)
+	sqlitePath := ""
+	if ic.Kind == ImportLangGraphSQLite {
+		sqlitePath = filepath.Join(work, "source.sqlite")
+		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.Object, sqlitePath, minio.GetObjectOptions{}); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.Object, err)
+		}
+	}
+	objects := snapshot.DirObjects{Root: work}
+	st, _, err := BuildImportPackage(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, SQLitePath: sqlitePath},
+		importer.PackageOptions{Objects: objects, Prefix: importPrefix, Unencrypted: true, SpillDir: work})
 	if err != nil {
 		cleanup()
 		return nil, err
-	}
-	defer closeSrc()
-	rules := importer.Rules{UserMetadataKey: ic.UserMetadataKey, ScopeTemplate: ic.ScopeTemplate, InactiveAfter: ic.InactiveAfter,
-		SkipZombies: ic.SkipZombies, KeepWorking: ic.KeepWorking, WorkingWindow: ic.WorkingWindow, Source: sourceName, Now: time.Now()}
-	if ic.UserPattern != "" {
-		rules.UserPattern = regexp.MustCompile(ic.UserPattern) // checked when parsed
-	}
-	objects := snapshot.DirObjects{Root: work}
-	st, _, err := importer.WritePackage(ctx, importer.PackageOptions{Objects: objects, Prefix: importPrefix, Unencrypted: true,
-		Source: snapshot.SourceInfo{Store: sourceName}, SpillDir: work},
-		func(fn func(memory.Item) error) (importer.Stats, error) {
-			return importer.ImportLangGraph(ctx, src, importer.LangGraphOptions{Rules: rules, Namespaces: ic.Namespaces, SkipStore: ic.SkipStore}, fn)
-		})
-	if err != nil {
-		cleanup()
-		return nil, fmt.Errorf("import from %s: %w", ic.Kind, err)
 	}
 	sha, err := manifestDigest(ctx, objects, importPrefix)
 	if err == nil {
@@ -99,15 +93,47 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 	return nil, fmt.Errorf("import: reading the converted package: %w", err)
 }
 
+// ImportSource is where an import reads from: a database (LangGraphPostgres,
+// LangChainPostgresHistory) or a local SQLite file (LangGraphSQLite).
+type ImportSource struct {
+	PostgresURI string
+	SQLitePath  string
+}
+
+// BuildImportPackage converts the source into a package written with po (the
+// restore worker's scratch package; memoryctl import's --out). po.Source is filled in
+// when empty.
+func BuildImportPackage(ctx context.Context, ic *ImportConfig, in ImportSource, po importer.PackageOptions) (importer.Stats, *snapshot.Manifest, error) {
+	src, sourceName, closeSrc, err := openImportSource(ctx, ic, in)
+	if err != nil {
+		return importer.Stats{}, nil, err
+	}
+	defer closeSrc()
+	rules := importer.Rules{UserMetadataKey: ic.UserMetadataKey, ScopeTemplate: ic.ScopeTemplate, InactiveAfter: ic.InactiveAfter,
+		SkipZombies: ic.SkipZombies, KeepWorking: ic.KeepWorking, WorkingWindow: ic.WorkingWindow, Source: sourceName, Now: time.Now()}
+	if ic.UserPattern != "" {
+		rules.UserPattern = regexp.MustCompile(ic.UserPattern) // checked when parsed
+	}
+	if po.Source == (snapshot.SourceInfo{}) {
+		po.Source = snapshot.SourceInfo{Store: sourceName}
+	}
+	st, m, err := importer.WritePackage(ctx, po, func(fn func(memory.Item) error) (importer.Stats, error) {
+		return importer.ImportLangGraph(ctx, src, importer.LangGraphOptions{Rules: rules, Namespaces: ic.Namespaces, SkipStore: ic.SkipStore}, fn)
+	})
+	if err != nil {
+		return st, nil, fmt.Errorf("import from %s: %w", ic.Kind, err)
+	}
+	return st, m, nil
+}
+
 // openImportSource opens the framework's data and names it for the memories' source.
-func openImportSource(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, client *minio.Client, work string) (importer.LangGraphSource, string, func(), error) {
-	ic := cfg.Import
+func openImportSource(ctx context.Context, ic *ImportConfig, in ImportSource) (importer.LangGraphSource, string, func(), error) {
 	switch ic.Kind {
 	case ImportLangGraphPostgres, ImportLangChainPostgresHistory:
-		if sec.ImportPostgresURI == "" {
+		if in.PostgresURI == "" {
 			return nil, "", nil, fmt.Errorf("no source database: set %s", EnvImportPostgresURI)
 		}
-		pool, err := pgxpool.New(ctx, sec.ImportPostgresURI)
+		pool, err := pgxpool.New(ctx, in.PostgresURI)
 		if err != nil {
 			return nil, "", nil, errors.New("source database: the connection URI does not parse") // never echo it
 		}
@@ -126,11 +152,7 @@ func openImportSource(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets
 		}
 		return src, fmt.Sprintf("langgraph-checkpoint-postgres@schema-v%d", src.MigrationVersion), pool.Close, nil
 	case ImportLangGraphSQLite:
-		path := filepath.Join(work, "source.sqlite")
-		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.Object, path, minio.GetObjectOptions{}); err != nil {
-			return nil, "", nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.Object, err)
-		}
-		src, err := importer.OpenLangGraphSQLite(ctx, path)
+		src, err := importer.OpenLangGraphSQLite(ctx, in.SQLitePath)
 		if err != nil {
 			return nil, "", nil, err
 		}

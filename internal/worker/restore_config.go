@@ -243,7 +243,7 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.BoolVar(&c.AllowRepeat, "allow-repeat", false, "restore the package even if the target already received it from another restore")
 	fs.StringVar(&c.RestoreUID, "restore-uid", "", "UID of the MemoryRestore, recorded by the target with the package")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
-	finishImport := importFlags(fs)
+	finishImport := ImportFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
