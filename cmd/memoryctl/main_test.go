@@ -72,4 +72,3 @@ func TestImportInspectVerify(t *testing.T) {
 		t.Fatal("verify accepted a corrupted shard")
 	}
 }
-
