@@ -149,7 +149,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var of objectFlags
 	of.register(fs)
 	out := fs.String("out", "", "where the package goes: a directory, or s3://bucket/prefix/")
-	sqlite := fs.String("sqlite", "", "the langgraph-checkpoint-sqlite file (LangGraphSQLite)")
+	file := fs.String("file", "", "the source file (LangGraphSQLite: the checkpointer's SQLite file; LettaAgentFile: the .af)")
 	finish := worker.ImportFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -173,7 +173,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		loc.prefix = "package/"
 	}
 	start := time.Now()
-	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), SQLitePath: *sqlite},
+	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), FilePath: *file},
 		importer.PackageOptions{Objects: loc.objects, Prefix: loc.prefix, Key: key, Unencrypted: key == nil, SpillDir: os.TempDir()})
 	if err != nil {
 		return err

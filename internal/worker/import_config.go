@@ -25,9 +25,14 @@ const (
 	// ImportLangChainPostgresHistory reads a langchain-postgres chat history table
 	// (Table, in Schema) from the database in EnvImportPostgresURI.
 	ImportLangChainPostgresHistory = "LangChainPostgresHistory"
+	// ImportLettaAgentFile reads a Letta .af file (Object in Source.Bucket).
+	ImportLettaAgentFile = "LettaAgentFile"
 )
 
-var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite, ImportLangChainPostgresHistory}
+var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite, ImportLangChainPostgresHistory, ImportLettaAgentFile}
+
+// fileKinds are the import kinds whose source is a file in object storage.
+var fileKinds = []string{ImportLangGraphSQLite, ImportLettaAgentFile}
 
 // ImportConfig makes a restore an import: instead of a package under Source.Prefix,
 // the worker converts a framework's data into a package in ImportDir and restores
@@ -38,7 +43,7 @@ type ImportConfig struct {
 	Kind string
 	// Schema holds the LangGraph tables (LangGraphPostgres; "" for the search_path).
 	Schema string
-	// Object is the source file's key in Source.Bucket (LangGraphSQLite).
+	// Object is the source file's key in Source.Bucket (LangGraphSQLite, LettaAgentFile).
 	Object string
 	// Table is the chat history table (LangChainPostgresHistory).
 	Table string
@@ -133,8 +138,8 @@ func (ic *ImportConfig) check() error {
 	switch {
 	case !slices.Contains(importKinds, ic.Kind):
 		return fmt.Errorf("--import-kind %q is not one of %s", ic.Kind, strings.Join(importKinds, ", "))
-	case ic.Kind == ImportLangGraphSQLite && ic.Object == "":
-		return errors.New("--import-kind LangGraphSQLite needs --import-object")
+	case slices.Contains(fileKinds, ic.Kind) && ic.Object == "":
+		return fmt.Errorf("--import-kind %s needs --import-object", ic.Kind)
 	case ic.Kind == ImportLangChainPostgresHistory && ic.Table == "":
 		return errors.New("--import-kind LangChainPostgresHistory needs --import-table")
 	case ic.UserMetadataKey == "" && ic.UserPattern == "" && strings.Contains(ic.scopeTemplate(), "{user}"):

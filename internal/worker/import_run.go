@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,16 +68,16 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 		return nil, fmt.Errorf("import: scratch space: %w", err)
 	}
 	cleanup := func() { _ = os.RemoveAll(work) }
-	sqlitePath := ""
-	if ic.Kind == ImportLangGraphSQLite {
-		sqlitePath = filepath.Join(work, "source.sqlite")
-		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.Object, sqlitePath, minio.GetObjectOptions{}); err != nil {
+	filePath := ""
+	if slices.Contains(fileKinds, ic.Kind) {
+		filePath = filepath.Join(work, "source")
+		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.Object, filePath, minio.GetObjectOptions{}); err != nil {
 			cleanup()
 			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.Object, err)
 		}
 	}
 	objects := snapshot.DirObjects{Root: work}
-	st, _, err := BuildImportPackage(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, SQLitePath: sqlitePath},
+	st, _, err := BuildImportPackage(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath},
 		importer.PackageOptions{Objects: objects, Prefix: importPrefix, Unencrypted: true, SpillDir: work})
 	if err != nil {
 		cleanup()
@@ -94,10 +95,10 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 }
 
 // ImportSource is where an import reads from: a database (LangGraphPostgres,
-// LangChainPostgresHistory) or a local SQLite file (LangGraphSQLite).
+// LangChainPostgresHistory) or a local file (LangGraphSQLite, LettaAgentFile).
 type ImportSource struct {
 	PostgresURI string
-	SQLitePath  string
+	FilePath    string
 }
 
 // BuildImportPackage converts the source into a package written with po (the
@@ -152,11 +153,17 @@ func openImportSource(ctx context.Context, ic *ImportConfig, in ImportSource) (i
 		}
 		return src, fmt.Sprintf("langgraph-checkpoint-postgres@schema-v%d", src.MigrationVersion), pool.Close, nil
 	case ImportLangGraphSQLite:
-		src, err := importer.OpenLangGraphSQLite(ctx, in.SQLitePath)
+		src, err := importer.OpenLangGraphSQLite(ctx, in.FilePath)
 		if err != nil {
 			return nil, "", nil, err
 		}
 		return src, "langgraph-checkpoint-sqlite", func() { _ = src.Close() }, nil
+	case ImportLettaAgentFile:
+		src, err := importer.OpenLettaAgentFile(in.FilePath)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return src, "letta-agent-file", func() {}, nil
 	}
 	return nil, "", nil, fmt.Errorf("import kind %q is not supported", ic.Kind)
 }

@@ -98,3 +98,36 @@ func TestImportWorkerLangGraph(t *testing.T) {
 		t.Fatal("imported from a schema with no checkpointer")
 	}
 }
+
+// TestImportWorkerLettaAgentFile: a .af in object storage is imported: its blocks and
+// conversation land in agent:<agent>.
+func TestImportWorkerLettaAgentFile(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	key := "imports/" + t.Name() + "/support.af"
+	if _, err := f.s3.FPutObject(ctx, f.bucket, key, "../importer/testdata/letta/support-double-encoded.af", minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	schema := f.targetSchema(t)
+	cfg := f.restoreConfig(schema, "")
+	cfg.DetailKey = "imports/" + t.Name() + "/detail.jsonl.zst"
+	cfg.Import = &ImportConfig{Kind: ImportLettaAgentFile, Object: key, ScopeTemplate: "agent:{thread}", SkipZombies: true, Dir: t.TempDir()}
+	parsed, err := ParseRestoreArgs(cfg.Args(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := f.restoreSecrets()
+	sec.SourceKey = ""
+	sum, err := RunRestore(ctx, parsed, sec, RunOptions{Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Import == nil || sum.Import.Imported != 1 || sum.Import.StoreItems != 2 || sum.Restored != 3 {
+		t.Fatalf("summary %+v, import %+v", sum, sum.Import)
+	}
+	for _, s := range scopesOf(t, f, schema) {
+		if s[:len("agent:support-bot/")] != "agent:support-bot/" {
+			t.Fatalf("memory %s outside agent:support-bot", s)
+		}
+	}
+}
