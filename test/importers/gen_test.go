@@ -63,6 +63,10 @@ func TestGenerate(t *testing.T) {
 		if d := time.Since(start); d > 20*time.Second {
 			t.Fatalf("a cached Generate took %s", d)
 		}
+		shared := Generate(t, Options{Shared: true})
+		if !strings.HasSuffix(shared.Database, "_tpl") || shared.Database == exp.Database || len(shared.Threads) != len(exp.Threads) {
+			t.Fatalf("Shared gave database %s with %d threads", shared.Database, len(shared.Threads))
+		}
 	})
 }
 
