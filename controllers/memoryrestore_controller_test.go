@@ -414,8 +414,8 @@ func TestMemoryRestoreAdmission(t *testing.T) {
 			snapshotRef := r.Spec.Source.SnapshotRef
 			location(r)
 			r.Spec.Source.SnapshotRef = snapshotRef
-		}, "set exactly one of source.snapshotRef or source.location"},
-		{"no source", func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.SnapshotRef = nil }, "set exactly one of source.snapshotRef or source.location"},
+		}, "set exactly one of source.snapshotRef, source.location or source.importFrom"},
+		{"no source", func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.SnapshotRef = nil }, "set exactly one of source.snapshotRef, source.location or source.importFrom"},
 		{"key and unencrypted", func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.Unencrypted = true },
 			"set source.keySecret, or source.unencrypted: true to read a plaintext package"},
 		{"no key", func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.KeySecret = nil },

@@ -106,6 +106,23 @@ const (
 	// ReasonInvalidSpec: a field admission should have refused (a backstop for CEL).
 	ReasonInvalidSpec = "InvalidSpec"
 
+	// Reasons an import (a MemoryRestore with source.importFrom) fails.
+	// ReasonInvalidThreadIDPattern: importFrom.user.threadIdPattern is not an RE2
+	// expression with a group for the user id.
+	ReasonInvalidThreadIDPattern = "InvalidThreadIdPattern"
+	// ReasonInvalidStoreNamespaces: importFrom.store.namespaces are rules the importer
+	// refuses (a capture the scope does not use, two rules making the same scope, ...).
+	ReasonInvalidStoreNamespaces = "InvalidStoreNamespaces"
+	// ReasonSourceUnreachable: the source database or file could not be reached or read
+	// (connection refused, no such object, wrong object-storage credentials).
+	ReasonSourceUnreachable = "SourceUnreachable"
+	// ReasonNotACheckpointer: the source is not a LangGraph checkpointer (no checkpoint
+	// tables in the schema, a file that is not SQLite).
+	ReasonNotACheckpointer = "NotACheckpointer"
+	// ReasonUnsupportedFormat: a checkpointer version or serialization the importer
+	// does not read.
+	ReasonUnsupportedFormat = "UnsupportedFormat"
+
 	// Reasons of GatewayReady.
 	// ReasonDeployed: every declared replica is up to date and ready.
 	ReasonDeployed = "Deployed"

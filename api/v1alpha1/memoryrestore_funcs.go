@@ -49,16 +49,50 @@ func (r *MemoryRestore) SetCompleted(reason, message string) {
 	r.SetCondition(ConditionProgressing, metav1.ConditionFalse, reason, message)
 }
 
-// SourceDescription names the package for humans: "snapshot/<name>", or
-// "s3://<bucket>/<prefix>" for a location.
+// SourceDescription names the source for humans: "snapshot/<name>",
+// "s3://<bucket>/<prefix>" for a location, and for an import its kind and where it
+// reads: "LangGraphPostgres secret/<name>", "LangGraphSQLite s3://<bucket>/<key>" (or
+// "LangGraphSQLite <key>" in the target store's bucket).
 func (s RestoreSource) SourceDescription() string {
 	switch {
 	case s.SnapshotRef != nil:
 		return "snapshot/" + s.SnapshotRef.Name
 	case s.Location != nil:
 		return "s3://" + s.Location.Bucket + "/" + s.Location.PackagePrefix()
+	case s.ImportFrom != nil:
+		return s.ImportFrom.Description()
 	}
 	return ""
+}
+
+// Description names the import's source for humans.
+func (i *ImportSource) Description() string {
+	kind := string(i.Kind)
+	switch {
+	case i.Postgres != nil:
+		return kind + " secret/" + i.Postgres.URISecret.Name
+	case i.File != nil && i.File.Bucket != "":
+		return kind + " s3://" + i.File.Bucket + "/" + i.File.Key
+	case i.File != nil:
+		return kind + " " + i.File.Key
+	}
+	return kind
+}
+
+// IsImport reports whether the restore imports from a framework instead of reading a
+// package.
+func (r *MemoryRestore) IsImport() bool {
+	return r.Spec.Source.ImportFrom != nil
+}
+
+// SkipZombiesOrDefault treats an unset skipZombies as true.
+func (i *ImportSource) SkipZombiesOrDefault() bool {
+	return i.SkipZombies == nil || *i.SkipZombies
+}
+
+// KeepsWorkingMemory reports whether the import keeps recent raw turns.
+func (i *ImportSource) KeepsWorkingMemory() bool {
+	return i.KeepWorkingMemory != nil && i.KeepWorkingMemory.Enabled
 }
 
 // PackagePrefix is the location's prefix ending in '/'.
@@ -66,8 +100,12 @@ func (l PackageLocation) PackagePrefix() string {
 	return strings.TrimSuffix(l.Prefix, "/") + "/"
 }
 
-// EffectiveTypes is the memory types to restore, with the default applied.
+// EffectiveTypes is the memory types to restore, with the default applied: an import
+// that keeps working memory restores it too unless types are listed.
 func (s *MemoryRestoreSpec) EffectiveTypes() []MemoryType {
+	if imp := s.Source.ImportFrom; len(s.Types) == 0 && imp != nil && imp.KeepsWorkingMemory() {
+		return append(typesOrDefault(nil), "working")
+	}
 	return typesOrDefault(s.Types)
 }
 

@@ -5,11 +5,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// RestoreSource is the package a restore reads: a MemorySnapshot of this namespace, or a
-// package anywhere in S3-compatible storage (another cluster's, a GitOps migration's).
-// The decryption key is always named explicitly, or unencrypted set, as for snapshots.
-// +kubebuilder:validation:XValidation:rule="has(self.snapshotRef) != has(self.location)",message="set exactly one of source.snapshotRef or source.location"
-// +kubebuilder:validation:XValidation:rule="has(self.keySecret) != (has(self.unencrypted) && self.unencrypted)",message="set source.keySecret, or source.unencrypted: true to read a plaintext package"
+// RestoreSource is what a restore reads: the package of a MemorySnapshot of this
+// namespace, a package anywhere in S3-compatible storage (another cluster's, a GitOps
+// migration's), or an agent framework's own data, converted on the way in (importFrom).
+// A package's decryption key is always named explicitly, or unencrypted set, as for
+// snapshots; an import reads no package and names neither.
+// +kubebuilder:validation:XValidation:rule="[has(self.snapshotRef), has(self.location), has(self.importFrom)].filter(x, x).size() == 1",message="set exactly one of source.snapshotRef, source.location or source.importFrom"
+// +kubebuilder:validation:XValidation:rule="has(self.importFrom) || has(self.keySecret) != (has(self.unencrypted) && self.unencrypted)",message="set source.keySecret, or source.unencrypted: true to read a plaintext package"
+// +kubebuilder:validation:XValidation:rule="!has(self.importFrom) || (!has(self.keySecret) && !(has(self.unencrypted) && self.unencrypted))",message="source.importFrom reads no package: leave out source.keySecret and source.unencrypted"
 type RestoreSource struct {
 	// SnapshotRef names a MemorySnapshot in this namespace. A restore created before its
 	// snapshot, or while the snapshot runs, waits for it; it fails if the snapshot fails.
@@ -19,6 +22,10 @@ type RestoreSource struct {
 	// no MemorySnapshot object is needed.
 	// +optional
 	Location *PackageLocation `json:"location,omitempty"`
+	// ImportFrom converts an agent framework's memory (LangGraph checkpoints and
+	// store) into memories and restores them like a package's.
+	// +optional
+	ImportFrom *ImportSource `json:"importFrom,omitempty"`
 	// KeySecret holds the package's 32-byte AES-256 key (raw, hex or base64).
 	// +optional
 	KeySecret *corev1.SecretKeySelector `json:"keySecret,omitempty"`
@@ -319,10 +326,13 @@ type MemoryRestoreStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
-	// Source describes the package, for `kubectl get`: "snapshot/<name>" or "s3://<bucket>/<prefix>".
+	// Source describes what is read, for `kubectl get`: "snapshot/<name>",
+	// "s3://<bucket>/<prefix>", or for an import its kind and source
+	// ("LangGraphPostgres secret/<name>", "LangGraphSQLite s3://<bucket>/<key>").
 	// +optional
 	Source string `json:"source,omitempty"`
-	// Package is where the package was read from, once the Job was created.
+	// Package is where the package was read from, once the Job was created (none for
+	// an import).
 	// +optional
 	Package *SnapshotLocation `json:"package,omitempty"`
 	// +optional
@@ -379,9 +389,12 @@ type MemoryRestoreStatus struct {
 	// +optional
 	FirstInvalid string `json:"firstInvalid,omitempty"`
 	// Detail is the object with per-scope results (zstd-compressed JSON lines), next to
-	// the package.
+	// the package (an import's: next to its file, or under the target store's prefix).
 	// +optional
 	Detail *ObjectLocation `json:"detail,omitempty"`
+	// Import counts what an import read from its source, by thread and store item.
+	// +optional
+	Import *ImportStatus `json:"import,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -396,10 +409,12 @@ type MemoryRestoreStatus struct {
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Mapped",type=integer,JSONPath=`.status.mappedScopes`,priority=1
 // +kubebuilder:printcolumn:name="Dry-Run",type=boolean,JSONPath=`.spec.dryRun`,priority=1
+// +kubebuilder:printcolumn:name="Imported",type=integer,JSONPath=`.status.import.imported`,priority=1,description="Threads imported"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
-// MemoryRestore writes a snapshot package into a MemoryStore, mapping scopes, enforcing
-// tombstones and a denylist, and resolving conflicts by policy. It runs once, as a Job.
+// MemoryRestore writes a snapshot package, or memory imported from an agent framework,
+// into a MemoryStore, mapping scopes, enforcing tombstones and a denylist, and resolving
+// conflicts by policy. It runs once, as a Job.
 type MemoryRestore struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -1,0 +1,229 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ImportKind is the framework an import reads. Only the kinds the restore worker
+// converts are accepted: LettaAgentFile (a Letta .af file in object storage) and
+// LangChainPostgresHistory (a langchain-postgres chat history table) are planned and
+// join the enum once the worker reads them.
+// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite
+type ImportKind string
+
+const (
+	// ImportLangGraphPostgres reads a langgraph-checkpoint-postgres database: each
+	// thread's latest root checkpoint and its messages, plus PostgresStore's store table.
+	ImportLangGraphPostgres ImportKind = "LangGraphPostgres"
+	// ImportLangGraphSQLite reads the same from a langgraph-checkpoint-sqlite file in
+	// object storage.
+	ImportLangGraphSQLite ImportKind = "LangGraphSQLite"
+)
+
+// ImportSource converts memory held by an agent framework into memories, then restores
+// them like a package: mapping, denylist, tombstones, conflictPolicy, embeddings,
+// dryRun and allowRepeat apply unchanged.
+// +kubebuilder:validation:XValidation:rule="self.kind != 'LangGraphPostgres' || has(self.postgres)",message="importFrom.kind LangGraphPostgres needs importFrom.postgres (the Secret with the database's connection URI)"
+// +kubebuilder:validation:XValidation:rule="self.kind != 'LangGraphSQLite' || has(self.file)",message="importFrom.kind LangGraphSQLite needs importFrom.file (the SQLite file's object)"
+// +kubebuilder:validation:XValidation:rule="!has(self.postgres) || self.kind == 'LangGraphPostgres'",message="importFrom.postgres is only for kind LangGraphPostgres"
+// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind == 'LangGraphSQLite'",message="importFrom.file is only for kind LangGraphSQLite"
+// +kubebuilder:validation:XValidation:rule="(has(self.scopeTemplate) && !self.scopeTemplate.contains('{user}')) || (has(self.user) && ((has(self.user.metadataKey) && self.user.metadataKey != '') || has(self.user.threadIdPattern)))",message="importFrom.scopeTemplate uses {user}: set importFrom.user.metadataKey or importFrom.user.threadIdPattern"
+type ImportSource struct {
+	// Kind of source: LangGraphPostgres or LangGraphSQLite.
+	Kind ImportKind `json:"kind"`
+
+	// Postgres is the database of a LangGraphPostgres import.
+	// +optional
+	Postgres *ImportPostgres `json:"postgres,omitempty"`
+
+	// File is the checkpointer file of a LangGraphSQLite import, in S3-compatible
+	// storage.
+	// +optional
+	File *ImportFile `json:"file,omitempty"`
+
+	// User says where a thread's user id comes from.
+	// +kubebuilder:default={}
+	// +optional
+	User ImportUser `json:"user,omitempty"`
+
+	// ScopeTemplate makes a thread's scope from {user} and {thread}: "user:{user}"
+	// (default) puts every thread of a user in the user's scope, "session:{thread}"
+	// gives each thread a session of its own. A thread whose user id is missing, or
+	// makes no valid scope, is left out and counted as noUser.
+	// +kubebuilder:default="user:{user}"
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):([A-Za-z0-9._@:-]|\{user\}|\{thread\})+$`
+	// +kubebuilder:validation:MaxLength=200
+	// +optional
+	ScopeTemplate string `json:"scopeTemplate,omitempty"`
+
+	// SkipInactiveAfter leaves out threads whose last checkpoint is older than this
+	// ("168h": a week), counted as inactive. Unset imports every thread.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="skipInactiveAfter is a positive duration such as \"168h\""
+	// +optional
+	SkipInactiveAfter *metav1.Duration `json:"skipInactiveAfter,omitempty"`
+
+	// SkipZombies (default true) leaves out zombie threads, counted as zombie: the
+	// agent never replied, or the last step ended in an error.
+	// +kubebuilder:default=true
+	// +optional
+	SkipZombies *bool `json:"skipZombies,omitempty"`
+
+	// KeepWorkingMemory also imports the raw messages of recent threads as working
+	// memory of session:{thread}.
+	// +optional
+	KeepWorkingMemory *ImportWorkingMemory `json:"keepWorkingMemory,omitempty"`
+
+	// Store says how LangGraph store items become semantic memories.
+	// +optional
+	Store *ImportStore `json:"store,omitempty"`
+}
+
+// ImportPostgres is a source database, reached with the connection URI in a Secret.
+// +kubebuilder:validation:XValidation:rule="self.uriSecret.name.size() > 0",message="importFrom.postgres.uriSecret needs a name"
+type ImportPostgres struct {
+	// URISecret is a key of a Secret in the restore's namespace holding the source's
+	// PostgreSQL connection URI (postgres://user:password@host:5432/db?sslmode=require).
+	// It reaches the Job only by reference, never in its arguments. A role that can
+	// read the checkpoint tables is enough: the import never writes to the source.
+	URISecret corev1.SecretKeySelector `json:"uriSecret"`
+	// Schema holds the LangGraph tables; default: the connection's search_path.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`
+	// +optional
+	Schema string `json:"schema,omitempty"`
+}
+
+// ImportFile is one object in S3-compatible storage. Unset endpoint and bucket are the
+// target store's object storage (as for a snapshot's destination); TLS and region
+// follow the store's when the endpoint is the store's. Credentials are
+// credentialsSecret, or, on the store's endpoint, an inline store's own; a store on a
+// ClusterMemoryBackend has none to lend.
+type ImportFile struct {
+	// Endpoint as host[:port], without scheme.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+(:[0-9]{1,5})?$`
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`
+	// +optional
+	Bucket string `json:"bucket,omitempty"`
+	// Key of the object (its full name in the bucket).
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
+	// +kubebuilder:validation:MaxLength=1024
+	Key string `json:"key"`
+	// +optional
+	Region string `json:"region,omitempty"`
+	// Insecure uses plain HTTP instead of HTTPS.
+	// +optional
+	Insecure *bool `json:"insecure,omitempty"`
+	// CredentialsSecret in the restore's namespace, with the access key and secret key.
+	// The import also writes its per-scope detail next to the file with them.
+	// +optional
+	CredentialsSecret *ObjectStorageCredentials `json:"credentialsSecret,omitempty"`
+}
+
+// ImportUser says where a thread's user id comes from: the metadata key when the
+// thread's latest checkpoint has it, else the pattern on the thread id.
+type ImportUser struct {
+	// MetadataKey is the checkpoint metadata key holding the user id (LangGraph copies
+	// the run config's configurable values there). "" looks at the thread id only.
+	// +kubebuilder:default=user_id
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	MetadataKey string `json:"metadataKey,omitempty"`
+	// ThreadIDPattern is an RE2 regular expression on the thread id; its group named
+	// "user", or else its first group, is the user id ("^u-(?P<user>[^:]+):"). The
+	// operator checks it before starting the Job: a pattern that does not compile or
+	// has no group fails the restore with reason InvalidThreadIdPattern.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	ThreadIDPattern string `json:"threadIdPattern,omitempty"`
+}
+
+// ImportWorkingMemory keeps recent raw turns as working memory.
+// +kubebuilder:validation:XValidation:rule="!has(self.window) || self.enabled",message="keepWorkingMemory.window needs keepWorkingMemory.enabled: true"
+type ImportWorkingMemory struct {
+	// Enabled imports every message of a kept thread, one working memory each, in the
+	// thread's session (session:{thread}). With spec.types unset, working memory is
+	// then restored too.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// Window limits it to threads active within it ("24h"); unset: every kept thread.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) > duration('0s')",message="keepWorkingMemory.window is a positive duration such as \"24h\""
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
+}
+
+// ImportStore says what happens to LangGraph store items (PostgresStore's store table,
+// SqliteStore's in the file).
+// +kubebuilder:validation:XValidation:rule="!(has(self.skip) && self.skip) || !has(self.namespaces)",message="set store.skip or store.namespaces, not both"
+type ImportStore struct {
+	// Skip leaves the store out.
+	// +optional
+	Skip bool `json:"skip,omitempty"`
+	// Namespaces map store namespaces to scopes, first match wins; an item no rule
+	// matches is left out, counted as storeSkipped. Default: ("memories", "{user}", *)
+	// to user:{user}, ("sessions", "{id}", *) to session:{id}, ("agents", "{id}", *)
+	// to agent:{id}: the rules of the gateway's LangGraph Store API, so an item lands
+	// where a LangGraph client of the gateway finds it.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Namespaces []StoreNamespaceRule `json:"namespaces,omitempty"`
+}
+
+// StoreNamespaceRule maps LangGraph store namespaces to a scope.
+type StoreNamespaceRule struct {
+	// Namespace is a pattern of labels: a literal label matches itself, "{name}"
+	// captures one label, a final "*" matches any further labels (they go into the
+	// memory's key).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	Namespace []string `json:"namespace"`
+	// Scope is a template over the captures ("user:{user}"), using each exactly once.
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):([A-Za-z0-9._@:-]|\{[a-z][a-z0-9_]*\})+$`
+	// +kubebuilder:validation:MaxLength=256
+	Scope string `json:"scope"`
+}
+
+// ImportStatus counts an import by source unit (a thread, a store item), as the
+// worker reported them. threads = imported + inactive + zombie + noUser + empty +
+// unsupported.
+type ImportStatus struct {
+	// Threads read from the source.
+	// +optional
+	Threads int64 `json:"threads,omitempty"`
+	// Imported threads: converted into memories.
+	// +optional
+	Imported int64 `json:"imported,omitempty"`
+	// Inactive threads, left out: idle longer than skipInactiveAfter.
+	// +optional
+	Inactive int64 `json:"inactive,omitempty"`
+	// Zombie threads, left out: no agent reply, or ended in an error.
+	// +optional
+	Zombie int64 `json:"zombie,omitempty"`
+	// NoUser threads, left out: the scope template needs a user id they do not have.
+	// +optional
+	NoUser int64 `json:"noUser,omitempty"`
+	// Empty threads, left out: no messages.
+	// +optional
+	Empty int64 `json:"empty,omitempty"`
+	// Unsupported threads, left out: a format the importer does not read (pickled
+	// values, encrypted serializers, beta delta channels), never guessed at.
+	// +optional
+	Unsupported int64 `json:"unsupported,omitempty"`
+	// StoreItems read from the LangGraph store, and StoreSkipped of them left out (no
+	// namespace rule matched, or the value is not a JSON object).
+	// +optional
+	StoreItems int64 `json:"storeItems,omitempty"`
+	// +optional
+	StoreSkipped int64 `json:"storeSkipped,omitempty"`
+	// Items is how many memories the conversion produced (what the restore then read).
+	// +optional
+	Items int64 `json:"items,omitempty"`
+	// FirstProblem describes the first thread or store item left out or unsupported
+	// (its id and why; never its content).
+	// +optional
+	FirstProblem string `json:"firstProblem,omitempty"`
+}
