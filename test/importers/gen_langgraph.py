@@ -25,6 +25,12 @@ agent ran, or a message added with update_state); multi-turn threads.
 
 --out writes expected.json: what LangGraph itself reports (get_state) for every thread,
 what the stores return, what the chat history returns, and the package versions.
+
+Sizes (2 cores): the default (50 users x 4 threads, ~1,600 messages) takes ~5 s. Bulk
+runs use --durability exit (one checkpoint per turn instead of per step) and --workers 2:
+--users 500 --threads-per-user 5 --turns 12-24 gives ~95k messages in ~65 s;
+--users 500 --threads-per-user 40 --turns 12-24 --no-messages gives ~756k messages
+(20,000 threads, 1.3 GB database) in ~11 min.
 """
 from __future__ import annotations
 
