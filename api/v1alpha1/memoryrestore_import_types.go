@@ -28,7 +28,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.kind != 'LangGraphSQLite' || has(self.file)",message="importFrom.kind LangGraphSQLite needs importFrom.file (the SQLite file's object)"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgres) || self.kind == 'LangGraphPostgres'",message="importFrom.postgres is only for kind LangGraphPostgres"
 // +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind == 'LangGraphSQLite'",message="importFrom.file is only for kind LangGraphSQLite"
-// +kubebuilder:validation:XValidation:rule="(has(self.scopeTemplate) && !self.scopeTemplate.contains('{user}')) || (has(self.user) && ((has(self.user.metadataKey) && self.user.metadataKey != '') || has(self.user.threadIdPattern)))",message="importFrom.scopeTemplate uses {user}: set importFrom.user.metadataKey or importFrom.user.threadIdPattern"
+// +kubebuilder:validation:XValidation:rule="(has(self.scopeTemplate) && !self.scopeTemplate.contains('{user}')) || (has(self.user) && ((has(self.user.metadataKey) && self.user.metadataKey.size() > 0) || has(self.user.threadIdPattern)))",message="importFrom.scopeTemplate uses {user}: set importFrom.user.metadataKey or importFrom.user.threadIdPattern"
 type ImportSource struct {
 	// Kind of source: LangGraphPostgres or LangGraphSQLite.
 	Kind ImportKind `json:"kind"`
