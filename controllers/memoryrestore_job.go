@@ -23,9 +23,10 @@ const (
 )
 
 // restoreSourcePlan is the package a restore reads and the Secrets, in the restore's
-// namespace, that open it.
+// namespace, that open it. For an import (planImport) it is the object storage the Job
+// reads its file from, or only writes its per-scope detail to.
 type restoreSourcePlan struct {
-	// Package is the package's location; its Prefix ends in '/'.
+	// Package is the package's location; its Prefix ends in '/' (empty for an import).
 	Package     worker.Destination
 	Credentials memoryv1alpha1.ObjectStorageCredentials
 	// Key is the package key's Secret; nil for an unencrypted package.
@@ -34,6 +35,11 @@ type restoreSourcePlan struct {
 	// manifest it recorded, which the worker insists on.
 	Snapshot       string
 	ManifestSHA256 string
+	// ImportObject is an import's file, in Package.Bucket ("" for a database).
+	ImportObject string
+	// DetailKey is where an import's per-scope detail goes, in Package.Bucket; a
+	// package's goes next to it.
+	DetailKey string
 }
 
 // planLocation is the source plan of a restore from a location: the spec as it is, with
@@ -124,7 +130,13 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 		Rehydrate:            spec.Rehydrate,
 		AllowMerge:           spec.Mapping != nil && spec.Mapping.AllowMerge,
 		AllowRepeat:          spec.AllowRepeat,
-		DetailKey:            worker.RestoreDetailKey(in.Source.Package.Prefix, runFolder(restore)),
+		DetailKey:            in.Source.DetailKey,
+	}
+	if cfg.DetailKey == "" {
+		cfg.DetailKey = worker.RestoreDetailKey(in.Source.Package.Prefix, runFolder(restore))
+	}
+	if imp := spec.Source.ImportFrom; imp != nil {
+		cfg.Import = importConfig(imp, in.Source.ImportObject)
 	}
 	for _, t := range spec.EffectiveTypes() {
 		cfg.Types = append(cfg.Types, string(t))
@@ -189,7 +201,9 @@ func mappingMount(restore *memoryv1alpha1.MemoryRestore) ([]corev1.Volume, []cor
 // buildRestoreJob is the Job that runs `memory-operator restore` for the restore: owned
 // by it, least privilege (see buildWorkerJob), the target's own connection Secret (its
 // store role writes memories, vectors and tombstones, nothing else) and the source's
-// Secrets only as SecretKeyRefs.
+// Secrets only as SecretKeyRefs. An import converts its source in the Job's /tmp
+// emptyDir (importScratchDir); its database URI, like every Secret, reaches the pod by
+// reference only.
 func buildRestoreJob(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1.MemoryStore, in restoreJobInputs) *batchv1.Job {
 	cfg := restoreConfig(restore, target, in)
 	creds := in.Source.Credentials
@@ -200,6 +214,10 @@ func buildRestoreJob(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alph
 	}
 	if k := in.Source.Key; k != nil {
 		env = append(env, secretEnv(worker.EnvSourceKey, k.Name, k.Key))
+	}
+	if imp := restore.Spec.Source.ImportFrom; imp != nil && imp.Postgres != nil {
+		ref := imp.Postgres.URISecret
+		env = append(env, secretEnv(worker.EnvImportPostgresURI, ref.Name, ref.Key))
 	}
 	if e := target.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
 		env = append(env, secretEnv(worker.EnvEmbedderAPIKey, e.APIKeySecret.Name, e.APIKeySecret.Key))

@@ -325,7 +325,7 @@ func TestRestoreSummaryInStatus(t *testing.T) {
 		ManifestSHA256: manifestSHA, FormatVersion: 1, PackageID: "p1", Shards: 2, DryRun: true, Embeddings: "Reuse",
 		Restored: 12, RestoredByType: map[string]int64{"semantic": 12, "working": 0}, Scopes: 3, MappedScopes: 2, Vectors: 12,
 		Rehydrated: 7, Skipped: worker.SkippedCount{Denylisted: 4, Unmapped: 1, Type: 5},
-	})
+	}, restore.Status.Package)
 	s := restore.Status
 	g.Expect(s.RestoredByType).To(Equal(map[string]int64{"semantic": 12}))
 	g.Expect(s.Skipped).To(Equal(int64(10)))
@@ -336,7 +336,7 @@ func TestRestoreSummaryInStatus(t *testing.T) {
 	g.Expect(s.Rehydrated).To(Equal(int64(7)))
 
 	// Nothing skipped: no breakdown.
-	recordRestoreSummary(restore, worker.RestoreSummary{ManifestSHA256: manifestSHA, FormatVersion: 1, Embeddings: "Defer", DetailKey: "k"})
+	recordRestoreSummary(restore, worker.RestoreSummary{ManifestSHA256: manifestSHA, FormatVersion: 1, Embeddings: "Defer", DetailKey: "k"}, restore.Status.Package)
 	g.Expect(restore.Status.Skipped).To(BeZero())
 	g.Expect(restore.Status.SkippedBy).To(BeNil())
 	g.Expect(restore.Status.RestoredByType).To(BeNil())

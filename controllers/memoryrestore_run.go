@@ -57,6 +57,12 @@ func (r *MemoryRestoreReconciler) startJob(ctx context.Context, restore *memoryv
 			"The operator has no worker image: start it with --worker-image or $WORKER_IMAGE")
 		return ctrl.Result{}, nil
 	}
+	imp := restore.Spec.Source.ImportFrom
+	if imp != nil {
+		if err := validateImport(imp); err != nil {
+			return r.waitOrFail(restore, err)
+		}
+	}
 	source, err := r.resolveSource(ctx, restore)
 	if err != nil {
 		return r.waitOrFail(restore, err)
@@ -65,11 +71,25 @@ func (r *MemoryRestoreReconciler) startJob(ctx context.Context, restore *memoryv
 	if err != nil {
 		return r.waitOrFail(restore, err)
 	}
+	if imp != nil {
+		// An import reads no package: where it reads its file and writes its detail
+		// depends on the target's object storage.
+		if source, err = planImport(restore, target, backend.objectStorage); err != nil {
+			return r.waitOrFail(restore, err)
+		}
+	}
 	if err := r.checkInputs(ctx, restore, target, source); err != nil {
 		return r.waitOrFail(restore, err)
 	}
 
 	job := buildRestoreJob(restore, target, restoreJobInputs{Image: r.WorkerImage, Source: source, MilvusAddress: backend.milvusAddress})
+	if imp != nil {
+		// A backstop for admission: the worker would refuse arguments it cannot parse.
+		if _, err := jobRestoreConfig(job); err != nil {
+			r.fail(restore, memoryv1alpha1.ReasonInvalidSpec, fmt.Sprintf("The restore worker would refuse this import: %v", err))
+			return ctrl.Result{}, nil
+		}
+	}
 	switch err := r.Create(ctx, job); {
 	case apierrors.IsInvalid(err):
 		// The spec is immutable: a Job refused once is refused forever.
@@ -79,16 +99,24 @@ func (r *MemoryRestoreReconciler) startJob(ctx context.Context, restore *memoryv
 		return ctrl.Result{}, err
 	}
 	p := source.Package
-	logf.FromContext(ctx).Info("Created restore Job", "job", job.Name, "bucket", p.Bucket, "prefix", p.Prefix, "target", target.Name)
 	restore.Status.JobName = job.Name
 	restore.Status.StartTime = r.now()
-	restore.Status.Package = &memoryv1alpha1.SnapshotLocation{Endpoint: p.Endpoint, Bucket: p.Bucket, Prefix: p.Prefix}
+	if imp != nil {
+		logf.FromContext(ctx).Info("Created import Job", "job", job.Name, "kind", imp.Kind, "target", target.Name)
+	} else {
+		logf.FromContext(ctx).Info("Created restore Job", "job", job.Name, "bucket", p.Bucket, "prefix", p.Prefix, "target", target.Name)
+		restore.Status.Package = &memoryv1alpha1.SnapshotLocation{Endpoint: p.Endpoint, Bucket: p.Bucket, Prefix: p.Prefix}
+	}
 	restore.SetProgress(metav1.ConditionTrue, memoryv1alpha1.ReasonJobCreated, restoreStartingMessage(restore))
 	return ctrl.Result{}, nil
 }
 
 func restoreStartingMessage(restore *memoryv1alpha1.MemoryRestore) string {
-	msg := fmt.Sprintf("Job %s restores %s into MemoryStore %s", restore.Status.JobName, restore.Status.Source, restore.Spec.TargetRef.Name)
+	verb := "restores"
+	if restore.IsImport() {
+		verb = "imports"
+	}
+	msg := fmt.Sprintf("Job %s %s %s into MemoryStore %s", restore.Status.JobName, verb, restore.Status.Source, restore.Spec.TargetRef.Name)
 	if restore.Spec.Source.SnapshotRef != nil && restore.Status.Package != nil {
 		msg += " (" + packageURL(restore.Status.Package) + ")"
 	}
@@ -126,7 +154,10 @@ func (r *MemoryRestoreReconciler) fail(restore *memoryv1alpha1.MemoryRestore, re
 // waited for (GitOps applies both at once); one that failed fails the restore.
 func (r *MemoryRestoreReconciler) resolveSource(ctx context.Context, restore *memoryv1alpha1.MemoryRestore) (restoreSourcePlan, error) {
 	src := restore.Spec.Source
-	if src.SnapshotRef == nil {
+	switch {
+	case src.ImportFrom != nil:
+		return restoreSourcePlan{}, nil // planImport, once the target is known
+	case src.SnapshotRef == nil:
 		return planLocation(restore), nil
 	}
 	name := src.SnapshotRef.Name
@@ -197,6 +228,12 @@ func (r *MemoryRestoreReconciler) checkInputs(ctx context.Context, restore *memo
 	}
 	if source.Key != nil {
 		if _, err := readPackageKey(ctx, r.APIReader, ns, source.Key); err != nil {
+			return err
+		}
+	}
+	if imp := restore.Spec.Source.ImportFrom; imp != nil && imp.Postgres != nil {
+		ref := imp.Postgres.URISecret
+		if _, err := secretValues(ctx, r.APIReader, ns, ref.Name, ref.Key); err != nil {
 			return err
 		}
 	}
@@ -271,7 +308,7 @@ func (r *MemoryRestoreReconciler) observeJob(ctx context.Context, restore *memor
 		t := job.CreationTimestamp
 		restore.Status.StartTime = &t
 	}
-	if restore.Status.Package == nil {
+	if restore.Status.Package == nil && !restore.IsImport() {
 		loc, err := jobPackage(job)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -291,9 +328,13 @@ func (r *MemoryRestoreReconciler) observeJob(ctx context.Context, restore *memor
 		restore.Status.CompletionTime = &f.end
 		restore.Status.Duration = runDuration(restore.Status.StartTime, job.Status.StartTime, f.end)
 		if partial != nil {
-			recordRestoreSummary(restore, *partial)
+			recordRestoreSummary(restore, *partial, restoreObjects(restore, job))
 		}
-		restore.SetCompleted(memoryv1alpha1.ReasonFailed, f.message+partialMessage(partial))
+		reason := memoryv1alpha1.ReasonFailed
+		if restore.IsImport() && !f.deadline {
+			reason = importFailureReason(werr)
+		}
+		restore.SetCompleted(reason, f.message+partialMessage(partial))
 		if f.deadline {
 			restore.SetCondition(memoryv1alpha1.ConditionProgressing, metav1.ConditionFalse, memoryv1alpha1.ReasonDeadlineExceeded, f.message)
 		}

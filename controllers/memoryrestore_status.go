@@ -56,7 +56,7 @@ func (r *MemoryRestoreReconciler) recordResult(ctx context.Context, restore *mem
 			"Job %s completed, but its result summary is unreadable (%v); the counts are unknown", job.Name, err))
 		return nil
 	}
-	recordRestoreSummary(restore, sum)
+	recordRestoreSummary(restore, sum, restoreObjects(restore, job))
 	if prior := sum.AlreadyRestored; prior != nil {
 		restore.SetCompleted(memoryv1alpha1.ReasonAlreadyRestored, fmt.Sprintf(
 			"Nothing written: MemoryStore %s already received this package (manifest SHA-256 %s) from MemoryRestore %s (uid %s) at %s; "+
@@ -91,9 +91,23 @@ func partialMessage(sum *worker.RestoreSummary) string {
 		sum.Restored, sum.Read, sum.Unchanged, sum.Tombstones, sum.Forgotten)
 }
 
-// recordRestoreSummary copies the worker's counts and verification into status, and
-// points at the detail object next to the package.
-func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.RestoreSummary) {
+// restoreObjects is the object storage the restore's Job wrote its detail to: the
+// package's, or an import's as its Job names it (nil when the Job says nothing usable).
+func restoreObjects(restore *memoryv1alpha1.MemoryRestore, job *batchv1.Job) *memoryv1alpha1.SnapshotLocation {
+	if restore.Status.Package != nil || !restore.IsImport() {
+		return restore.Status.Package
+	}
+	cfg, err := jobRestoreConfig(job)
+	if err != nil {
+		return nil
+	}
+	return &memoryv1alpha1.SnapshotLocation{Endpoint: cfg.Source.Endpoint, Bucket: cfg.Source.Bucket}
+}
+
+// recordRestoreSummary copies the worker's counts, verification and import counts into
+// status, and points at the detail object in objects (next to the package, or where an
+// import's Job wrote it).
+func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.RestoreSummary, objects *memoryv1alpha1.SnapshotLocation) {
 	s := &restore.Status
 	s.Verification = &memoryv1alpha1.RestoreVerification{
 		ManifestSHA256: sum.ManifestSHA256, FormatVersion: sum.FormatVersion, PackageID: sum.PackageID, Shards: int32(sum.Shards),
@@ -120,20 +134,29 @@ func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.Rest
 	if s.Skipped > 0 {
 		s.SkippedBy = &skipped
 	}
-	if sum.DetailKey != "" && s.Package != nil {
-		s.Detail = &memoryv1alpha1.ObjectLocation{Endpoint: s.Package.Endpoint, Bucket: s.Package.Bucket, Key: sum.DetailKey}
+	if sum.DetailKey != "" && objects != nil {
+		s.Detail = &memoryv1alpha1.ObjectLocation{Endpoint: objects.Endpoint, Bucket: objects.Bucket, Key: sum.DetailKey}
 	}
+	recordImportStatus(restore, sum.Import)
 }
 
 // restoreResultMessage tells what a restore did, from its recorded counts.
 func restoreResultMessage(restore *memoryv1alpha1.MemoryRestore) string {
 	s := restore.Status
 	verb := "Restored"
-	if restore.Spec.DryRun {
+	switch {
+	case restore.Spec.DryRun && restore.IsImport():
+		verb = "Dry run: would import"
+	case restore.Spec.DryRun:
 		verb = "Dry run: would restore"
+	case restore.IsImport():
+		verb = "Imported"
 	}
 	msg := fmt.Sprintf("%s %d memories in %d scopes into MemoryStore %s from %s", verb, s.Restored, s.Scopes,
 		restore.Spec.TargetRef.Name, s.Source)
+	if s.Import != nil {
+		msg += "; " + importDetail(*s.Import)
+	}
 	if s.Unchanged > 0 {
 		msg += fmt.Sprintf("; %d already there unchanged", s.Unchanged)
 	}
