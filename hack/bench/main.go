@@ -24,6 +24,10 @@
 //     `memory-operator gateway` over HTTP against the same calls in-process on
 //     service.Memory, at 1, 8 and 32 clients, and the gateway's RSS
 //
+//   - an import of a real LangGraph database at the seed's size (about 800k messages,
+//     generated with the real langgraph) into a store, against a \copy of the same
+//     checkpoint blobs
+//
 // -sections picks what runs (snapshot covers snapshot, restore and peak RSS).
 package main
 
@@ -59,21 +63,25 @@ func main() {
 	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
 	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
-	sections := flag.String("sections", "snapshot,archive,gateway", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway")
+	sections := flag.String("sections", "snapshot,archive,gateway,import", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway")
 	gatewayItems := flag.Int("gateway-items", 100_000, "memories in the store the gateway benchmark searches")
+	importDSN := flag.String("import-dsn", "", "import: an existing LangGraph database to import (default: generate one at the seed's size)")
+	importUsers := flag.Int("import-users", 500, "import: users to generate")
+	importThreads := flag.Int("import-threads", 40, "import: threads per user to generate")
 	flag.Parse()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "snapshot", "archive", "gateway":
+		case "snapshot", "archive", "gateway", "import":
 			want[s] = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway)\n", s)
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import)\n", s)
 			os.Exit(2)
 		}
 	}
-	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, *bin); err != nil {
+	imp := importOptions{dsn: *importDSN, users: *importUsers, threads: *importThreads}
+	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, imp, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -88,7 +96,13 @@ type env struct {
 	bin, work                           string
 }
 
-func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, bin string) error {
+// importOptions configure the import section.
+type importOptions struct {
+	dsn            string
+	users, threads int
+}
+
+func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, imp importOptions, bin string) error {
 	ctx := context.Background()
 	if _, err := os.Stat("/usr/bin/time"); err != nil {
 		return fmt.Errorf("peak memory is measured with GNU time: install Debian's time package (%v)", err)
@@ -126,6 +140,11 @@ func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems i
 	}
 	if sections["gateway"] && gatewayItems > 0 {
 		if err := e.benchGateway(ctx, gatewayItems); err != nil {
+			return err
+		}
+	}
+	if sections["import"] {
+		if err := e.benchImport(ctx, imp.dsn, imp.users, imp.threads); err != nil {
 			return err
 		}
 	}

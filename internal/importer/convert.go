@@ -89,8 +89,17 @@ const DefaultScopeTemplate = "user:{user}"
 // JSON, list-shaped content as lists, never stringified); optionally the raw messages
 // of a recent thread become working memories of its session.
 func (r Rules) Convert(t Thread) Result {
+	// The checks that need no messages come first (NeedsMessages is their negation):
+	// a reader may leave the messages of a thread they exclude undecoded.
 	if t.Unsupported != nil {
 		return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", t.ID, t.Unsupported)}
+	}
+	// A thread idle beyond the window counts as inactive, whatever else it is.
+	if r.inactive(t) {
+		return Result{Outcome: SkipInactive, Problem: fmt.Sprintf("thread %s: last active %s", t.ID, t.LastActivity.UTC().Format(time.RFC3339))}
+	}
+	if r.SkipZombies && t.Errored {
+		return Result{Outcome: SkipZombie, Problem: fmt.Sprintf("thread %s: its last step ended in an error", t.ID)}
 	}
 	if len(t.Messages) == 0 && !t.Errored {
 		return Result{Outcome: SkipEmpty, Problem: fmt.Sprintf("thread %s has no messages", t.ID)}
@@ -99,9 +108,6 @@ func (r Rules) Convert(t Thread) Result {
 		if why := zombie(t); why != "" {
 			return Result{Outcome: SkipZombie, Problem: fmt.Sprintf("thread %s: %s", t.ID, why)}
 		}
-	}
-	if r.InactiveAfter > 0 && !t.LastActivity.IsZero() && r.Now.Sub(t.LastActivity) > r.InactiveAfter {
-		return Result{Outcome: SkipInactive, Problem: fmt.Sprintf("thread %s: last active %s", t.ID, t.LastActivity.UTC().Format(time.RFC3339))}
 	}
 	user := r.user(t)
 	tmpl := r.ScopeTemplate
@@ -127,6 +133,17 @@ func (r Rules) Convert(t Thread) Result {
 		items = append(items, w...)
 	}
 	return Result{Outcome: Imported, Items: items}
+}
+
+func (r Rules) inactive(t Thread) bool {
+	return r.InactiveAfter > 0 && !t.LastActivity.IsZero() && r.Now.Sub(t.LastActivity) > r.InactiveAfter
+}
+
+// NeedsMessages reports whether Convert would look at the thread's messages: a thread
+// it leaves out on what is known without them (an error, inactivity) need not be
+// decoded.
+func (r Rules) NeedsMessages(t Thread) bool {
+	return t.Unsupported == nil && !(r.SkipZombies && t.Errored) && !r.inactive(t)
 }
 
 // zombie says why a thread is a zombie session ("" if it is not): it ended in an

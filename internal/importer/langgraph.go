@@ -16,6 +16,12 @@ type LangGraphSource interface {
 	StoreItems(ctx context.Context, fn func(StoreItem) error) error
 }
 
+// selectiveSource is a source that can leave the messages of threads the rules
+// exclude anyway undecoded (decoding is most of an import's work).
+type selectiveSource interface {
+	ThreadsWhere(ctx context.Context, needsMessages func(Thread) bool, fn func(Thread) error) error
+}
+
 // Stats counts an import by source unit.
 type Stats struct {
 	Threads       int64  `json:"threads"`
@@ -73,7 +79,11 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 	if err != nil {
 		return st, err
 	}
-	err = src.Threads(ctx, func(t Thread) error {
+	each := src.Threads
+	if sel, ok := src.(selectiveSource); ok {
+		each = func(ctx context.Context, fn func(Thread) error) error { return sel.ThreadsWhere(ctx, opts.Rules.NeedsMessages, fn) }
+	}
+	err = each(ctx, func(t Thread) error {
 		st.Threads++
 		res := opts.Rules.Convert(t)
 		st.count(res.Outcome)

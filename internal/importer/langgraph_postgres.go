@@ -73,6 +73,12 @@ func (l *LangGraphPostgres) table(name string) string {
 // thread whose data cannot be read is passed with Unsupported set; only database
 // errors end the walk.
 func (l *LangGraphPostgres) Threads(ctx context.Context, fn func(Thread) error) error {
+	return l.ThreadsWhere(ctx, nil, fn)
+}
+
+// ThreadsWhere is Threads that decodes a thread's messages only when needsMessages
+// (nil: always) says they are needed.
+func (l *LangGraphPostgres) ThreadsWhere(ctx context.Context, needsMessages func(Thread) bool, fn func(Thread) error) error {
 	rows, err := l.pool.Query(ctx, `
 		WITH latest AS (
 			SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, checkpoint, metadata
@@ -121,7 +127,7 @@ func (l *LangGraphPostgres) Threads(ctx context.Context, fn func(Thread) error) 
 			// never inline (only primitives are).
 			inlineErr = unsupported("the messages channel is inline (%s): a DeltaChannel or custom channel", shorten(string(inline)))
 			t.Unsupported = inlineErr
-		case blobType != nil:
+		case blobType != nil && (needsMessages == nil || needsMessages(t)):
 			t.Messages, t.Unsupported = decodeMessages(*blobType, blob)
 		}
 		if err := fn(t); err != nil {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/amemory/memory-operator/internal/memory"
 )
@@ -18,8 +20,18 @@ func TestScopeSorterSpills(t *testing.T) {
 		s := newScopeSorter(dir, budget)
 		r := mrand.New(mrand.NewPCG(1, 2))
 		const n = 5000
+		orig := map[string]memory.Item{}
+		base := time.Date(2026, 11, 20, 8, 0, 0, 123456789, time.UTC)
 		for i := range n {
-			it := memory.Item{MemoryID: fmt.Sprint(i), Scope: fmt.Sprintf("user:%d", r.IntN(97)), Content: json.RawMessage(`{"n":1}`)}
+			it := memory.Item{MemoryID: fmt.Sprint(i), MemoryType: memory.Episodic, Scope: fmt.Sprintf("user:%d", r.IntN(97)),
+				Content: json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"ü %d"}`, i, r.IntN(1000))), Source: "langgraph", BaseScore: r.Float64(),
+				CreatedAt: base.Add(time.Duration(i) * time.Second), UpdatedAt: base.Add(time.Duration(i) * time.Minute)}
+			if i%3 == 0 {
+				it.Key = fmt.Sprintf("k%d", i)
+				exp := base.Add(time.Hour)
+				it.ExpiresAt = &exp
+			}
+			orig[it.MemoryID] = it
 			if err := s.add(it); err != nil {
 				t.Fatal(err)
 			}
@@ -42,6 +54,9 @@ func TestScopeSorterSpills(t *testing.T) {
 				return fmt.Errorf("scope %s: item %d after %d", it.Scope, id, p)
 			}
 			prevScope, prevID[it.Scope] = it.Scope, id
+			if !reflect.DeepEqual(it, orig[it.MemoryID]) {
+				return fmt.Errorf("item %s came back as %+v, was %+v", it.MemoryID, it, orig[it.MemoryID])
+			}
 			count++
 			return nil
 		}); err != nil {
