@@ -143,7 +143,7 @@ func (r Rules) inactive(t Thread) bool {
 // it leaves out on what is known without them (an error, inactivity) need not be
 // decoded.
 func (r Rules) NeedsMessages(t Thread) bool {
-	return t.Unsupported == nil && !(r.SkipZombies && t.Errored) && !r.inactive(t)
+	return t.Unsupported == nil && (!r.SkipZombies || !t.Errored) && !r.inactive(t)
 }
 
 // zombie says why a thread is a zombie session ("" if it is not): it ended in an

@@ -81,7 +81,9 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 	}
 	each := src.Threads
 	if sel, ok := src.(selectiveSource); ok {
-		each = func(ctx context.Context, fn func(Thread) error) error { return sel.ThreadsWhere(ctx, opts.Rules.NeedsMessages, fn) }
+		each = func(ctx context.Context, fn func(Thread) error) error {
+			return sel.ThreadsWhere(ctx, opts.Rules.NeedsMessages, fn)
+		}
 	}
 	err = each(ctx, func(t Thread) error {
 		st.Threads++
