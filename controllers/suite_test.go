@@ -26,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/test/importers"
 )
 
 // The controller tests run the real controllers (MemoryStore, MemorySnapshot,
@@ -128,6 +129,7 @@ func runSuite(m *testing.M) int {
 	}
 
 	code := m.Run()
+	importers.Cleanup() // the LangGraph template databases of the import tests
 	cancel()
 	select {
 	case err := <-done:
