@@ -25,6 +25,7 @@ import (
 	"github.com/amemory/memory-operator/hack/health"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/worker"
+	"github.com/amemory/memory-operator/test/importers"
 )
 
 // healthDir holds the Argo CD scripts, their fixtures and the Flux expressions.
@@ -622,6 +623,23 @@ func (s restoreScene) restore(t *testing.T, name string, mutate func(*memoryv1al
 	return r
 }
 
+// importLangGraph creates "import-langgraph", an import into the target of the
+// LangGraph database in Secret langgraph-db (the generated data's rules).
+func (s restoreScene) importLangGraph(t *testing.T, mutate func(*memoryv1alpha1.ImportSource)) *memoryv1alpha1.MemoryRestore {
+	t.Helper()
+	imp := memoryv1alpha1.ImportSource{Kind: memoryv1alpha1.ImportLangGraphPostgres,
+		Postgres: &memoryv1alpha1.ImportPostgres{URISecret: corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "langgraph-db"}, Key: "uri"}},
+		User:              memoryv1alpha1.ImportUser{ThreadIDPattern: lgThreadIDPattern},
+		SkipInactiveAfter: &metav1.Duration{Duration: 168 * time.Hour}}
+	if mutate != nil {
+		mutate(&imp)
+	}
+	r := importRestore(s.ns, "import-langgraph", s.target.Name, imp)
+	create(t, r)
+	return r
+}
+
 // playRestore plays the restore Job's pod: the worker with the Job's arguments and
 // Secrets, its summary or error as the termination message, and the Job's end.
 func playRestore(t *testing.T, job *batchv1.Job) {
@@ -630,8 +648,11 @@ func playRestore(t *testing.T, job *batchv1.Job) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Import != nil {
+		cfg.Import.Dir = t.TempDir() // the pod's /tmp
+	}
 	sec := worker.RestoreSecretsFrom(jobSecretEnv(t, job, worker.EnvPostgresURI, worker.EnvSourceS3AccessKey,
-		worker.EnvSourceS3SecretKey, worker.EnvSourceKey, worker.EnvEmbedderAPIKey))
+		worker.EnvSourceS3SecretKey, worker.EnvSourceKey, worker.EnvEmbedderAPIKey, worker.EnvImportPostgresURI))
 	sum, err := worker.RunRestore(context.Background(), cfg, sec, worker.RunOptions{Version: "test", Now: time.Now()})
 	if err != nil {
 		failedJob(t, job, err.Error())
@@ -741,6 +762,28 @@ func restoreHealthCases(f backendFixture) []healthCase {
 			finishedPod(t, job, 1, string(msg))
 			failJob(t, job, batchv1.JobReasonBackoffLimitExceeded, "Job has reached the specified backoff limit")
 			return captured{awaitSummary(t, kind, client.ObjectKeyFromObject(r), stalled, memoryv1alpha1.ReasonFailed), s.names}
+		}},
+		{kind, "import-succeeded", health.Healthy, func(t *testing.T) captured {
+			// Real LangGraph checkpoints, imported by the worker.
+			exp := importers.Generate(t, importers.Options{})
+			s := newRestoreScene(t, f)
+			createSecret(t, s.ns, "langgraph-db", map[string]string{"uri": exp.DSN})
+			r := s.importLangGraph(t, nil)
+			playRestore(t, waitForJob(t, r))
+			return captured{awaitSummary(t, kind, client.ObjectKeyFromObject(r), done, memoryv1alpha1.ReasonSucceeded), s.names}
+		}},
+		{kind, "import-not-a-checkpointer-failed", health.Degraded, func(t *testing.T) captured {
+			// A database that holds no LangGraph checkpointer: a memory store's own.
+			s := newRestoreScene(t, f)
+			createSecret(t, s.ns, "langgraph-db", map[string]string{"uri": connectionSecret(t, s.target)["uri"]})
+			r := s.importLangGraph(t, nil)
+			playRestore(t, waitForJob(t, r))
+			return captured{awaitSummary(t, kind, client.ObjectKeyFromObject(r), stalled, memoryv1alpha1.ReasonNotACheckpointer), s.names}
+		}},
+		{kind, "import-thread-pattern-failed", health.Degraded, func(t *testing.T) captured {
+			s := newRestoreScene(t, f)
+			r := s.importLangGraph(t, func(imp *memoryv1alpha1.ImportSource) { imp.User.ThreadIDPattern = `^u-[^:]+:` })
+			return captured{awaitSummary(t, kind, client.ObjectKeyFromObject(r), stalled, memoryv1alpha1.ReasonInvalidThreadIDPattern), s.names}
 		}},
 		{kind, "job-deleted-failed", health.Degraded, func(t *testing.T) captured {
 			s := newRestoreScene(t, f)
