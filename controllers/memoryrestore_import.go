@@ -168,7 +168,7 @@ func importConfig(imp *memoryv1alpha1.ImportSource, object string) *worker.Impor
 		Dir:             importScratchDir,
 	}
 	if p := imp.Postgres; p != nil {
-		ic.Schema = p.Schema
+		ic.Schema, ic.Table = p.Schema, p.Table
 	}
 	if d := imp.SkipInactiveAfter; d != nil {
 		ic.InactiveAfter = d.Duration

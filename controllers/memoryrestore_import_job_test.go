@@ -141,6 +141,37 @@ func TestImportJobBuilder(t *testing.T) {
 				worker.EnvSourceS3SecretKey: {"aws", "secretAccessKey"},
 			},
 		},
+		{
+			name: "LangChainPostgresHistory: the table in the database, sessions as scopes",
+			restore: builderImport(memoryv1alpha1.ImportSource{
+				Kind: memoryv1alpha1.ImportLangChainPostgresHistory, Postgres: &memoryv1alpha1.ImportPostgres{
+					URISecret: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "lg-db"}, Key: "uri"}, Table: "chat_history"},
+				ScopeTemplate: "session:{thread}",
+			}, nil),
+			wantConfig: func() worker.RestoreConfig {
+				c := base(worker.ImportConfig{Kind: "LangChainPostgresHistory", Table: "chat_history", UserMetadataKey: "user_id",
+					ScopeTemplate: "session:{thread}", SkipZombies: true, Dir: "/tmp"})
+				c.Source = storeObjects
+				c.DetailKey = "memory-operator/acme/imports/migrate-5a6b7c8d/detail.jsonl.zst"
+				return c
+			},
+			wantEnv: withEnv(storeCreds, worker.EnvImportPostgresURI, [2]string{"lg-db", "uri"}),
+		},
+		{
+			name: "LettaAgentFile in the target store's object storage",
+			restore: builderImport(memoryv1alpha1.ImportSource{
+				Kind: memoryv1alpha1.ImportLettaAgentFile, File: &memoryv1alpha1.ImportFile{Key: "exports/support.af"},
+				ScopeTemplate: "agent:{thread}",
+			}, nil),
+			wantConfig: func() worker.RestoreConfig {
+				c := base(worker.ImportConfig{Kind: "LettaAgentFile", Object: "exports/support.af", UserMetadataKey: "user_id",
+					ScopeTemplate: "agent:{thread}", SkipZombies: true, Dir: "/tmp"})
+				c.Source = storeObjects
+				c.DetailKey = "exports/imports/migrate-5a6b7c8d/detail.jsonl.zst"
+				return c
+			},
+			wantEnv: storeCreds,
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

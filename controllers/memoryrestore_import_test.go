@@ -90,16 +90,31 @@ func TestMemoryRestoreImportAdmission(t *testing.T) {
 		{"import unencrypted", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.Unencrypted = true }),
 			"source.importFrom reads no package: leave out source.keySecret and source.unencrypted"},
 		{"LangGraphPostgres without postgres", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres = nil }),
-			"importFrom.kind LangGraphPostgres needs importFrom.postgres"},
+			"importFrom.kind LangGraphPostgres and LangChainPostgresHistory need importFrom.postgres"},
 		{"LangGraphSQLite without file", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.File = nil }),
-			"importFrom.kind LangGraphSQLite needs importFrom.file"},
+			"importFrom.kind LangGraphSQLite and LettaAgentFile need importFrom.file"},
 		{"LangGraphSQLite with a database", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres = lgPostgres("") }),
-			"importFrom.postgres is only for kind LangGraphPostgres"},
+			"importFrom.postgres is only for kinds LangGraphPostgres and LangChainPostgresHistory"},
 		{"LangGraphPostgres with a file", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Source.ImportFrom.File = &memoryv1alpha1.ImportFile{Key: "lg.sqlite"}
-		}), "importFrom.file is only for kind LangGraphSQLite"},
-		{"a kind the worker does not read yet", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Kind = "LettaAgentFile" }),
-			`spec.source.importFrom.kind: Unsupported value: "LettaAgentFile"`},
+		}), "importFrom.file is only for kinds LangGraphSQLite and LettaAgentFile"},
+		{"a kind no importer reads", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Kind = "Mem0Qdrant" }),
+			`spec.source.importFrom.kind: Unsupported value: "Mem0Qdrant"`},
+		{"LettaAgentFile", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Source.ImportFrom.Kind = memoryv1alpha1.ImportLettaAgentFile
+			r.Spec.Source.ImportFrom.ScopeTemplate = "agent:{thread}"
+		}), ""},
+		{"LangChainPostgresHistory", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Source.ImportFrom.Kind = memoryv1alpha1.ImportLangChainPostgresHistory
+			r.Spec.Source.ImportFrom.Postgres.Table = "chat_history"
+			r.Spec.Source.ImportFrom.ScopeTemplate = "session:{thread}"
+		}), ""},
+		{"LangChainPostgresHistory without a table", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Source.ImportFrom.Kind = memoryv1alpha1.ImportLangChainPostgresHistory
+		}), "importFrom.kind LangChainPostgresHistory needs importFrom.postgres.table"},
+		{"LettaAgentFile with a database", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Source.ImportFrom.Kind = memoryv1alpha1.ImportLettaAgentFile
+		}), "importFrom.kind LangGraphSQLite and LettaAgentFile need importFrom.file"},
 		{"a URI Secret without a name", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres.URISecret.Name = "" }),
 			"importFrom.postgres.uriSecret needs a name"},
 		{"a bad schema", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres.Schema = "lang graph" }),

@@ -5,11 +5,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ImportKind is the framework an import reads. Only the kinds the restore worker
-// converts are accepted: LettaAgentFile (a Letta .af file in object storage) and
-// LangChainPostgresHistory (a langchain-postgres chat history table) are planned and
-// join the enum once the worker reads them.
-// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite
+// ImportKind is the framework an import reads.
+// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite;LangChainPostgresHistory;LettaAgentFile
 type ImportKind string
 
 const (
@@ -19,18 +16,26 @@ const (
 	// ImportLangGraphSQLite reads the same from a langgraph-checkpoint-sqlite file in
 	// object storage.
 	ImportLangGraphSQLite ImportKind = "LangGraphSQLite"
+	// ImportLangChainPostgresHistory reads a langchain-postgres PostgresChatMessageHistory
+	// table (postgres.table): each session is a thread.
+	ImportLangChainPostgresHistory ImportKind = "LangChainPostgresHistory"
+	// ImportLettaAgentFile reads a Letta agent file (.af) in object storage: each agent's
+	// memory blocks and conversation.
+	ImportLettaAgentFile ImportKind = "LettaAgentFile"
 )
 
 // ImportSource converts memory held by an agent framework into memories, then restores
 // them like a package: mapping, denylist, tombstones, conflictPolicy, embeddings,
 // dryRun and allowRepeat apply unchanged.
-// +kubebuilder:validation:XValidation:rule="self.kind != 'LangGraphPostgres' || has(self.postgres)",message="importFrom.kind LangGraphPostgres needs importFrom.postgres (the Secret with the database's connection URI)"
-// +kubebuilder:validation:XValidation:rule="self.kind != 'LangGraphSQLite' || has(self.file)",message="importFrom.kind LangGraphSQLite needs importFrom.file (the SQLite file's object)"
-// +kubebuilder:validation:XValidation:rule="!has(self.postgres) || self.kind == 'LangGraphPostgres'",message="importFrom.postgres is only for kind LangGraphPostgres"
-// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind == 'LangGraphSQLite'",message="importFrom.file is only for kind LangGraphSQLite"
+// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']) || has(self.postgres)",message="importFrom.kind LangGraphPostgres and LangChainPostgresHistory need importFrom.postgres (the Secret with the database's connection URI)"
+// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphSQLite', 'LettaAgentFile']) || has(self.file)",message="importFrom.kind LangGraphSQLite and LettaAgentFile need importFrom.file (the file's object)"
+// +kubebuilder:validation:XValidation:rule="!has(self.postgres) || self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']",message="importFrom.postgres is only for kinds LangGraphPostgres and LangChainPostgresHistory"
+// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind in ['LangGraphSQLite', 'LettaAgentFile']",message="importFrom.file is only for kinds LangGraphSQLite and LettaAgentFile"
+// +kubebuilder:validation:XValidation:rule="self.kind != 'LangChainPostgresHistory' || (has(self.postgres) && has(self.postgres.table))",message="importFrom.kind LangChainPostgresHistory needs importFrom.postgres.table"
 // +kubebuilder:validation:XValidation:rule="(has(self.scopeTemplate) && !self.scopeTemplate.contains('{user}')) || (has(self.user) && ((has(self.user.metadataKey) && self.user.metadataKey.size() > 0) || has(self.user.threadIdPattern)))",message="importFrom.scopeTemplate uses {user}: set importFrom.user.metadataKey or importFrom.user.threadIdPattern"
 type ImportSource struct {
-	// Kind of source: LangGraphPostgres or LangGraphSQLite.
+	// Kind of source: LangGraphPostgres, LangGraphSQLite, LangChainPostgresHistory or
+	// LettaAgentFile.
 	Kind ImportKind `json:"kind"`
 
 	// Postgres is the database of a LangGraphPostgres import.
@@ -87,10 +92,15 @@ type ImportPostgres struct {
 	// It reaches the Job only by reference, never in its arguments. A role that can
 	// read the checkpoint tables is enough: the import never writes to the source.
 	URISecret corev1.SecretKeySelector `json:"uriSecret"`
-	// Schema holds the LangGraph tables; default: the connection's search_path.
+	// Schema holds the LangGraph tables (or the chat history table); default: the
+	// connection's search_path.
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`
 	// +optional
 	Schema string `json:"schema,omitempty"`
+	// Table is the PostgresChatMessageHistory table (LangChainPostgresHistory).
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`
+	// +optional
+	Table string `json:"table,omitempty"`
 }
 
 // ImportFile is one object in S3-compatible storage. Unset endpoint and bucket are the

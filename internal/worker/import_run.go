@@ -83,6 +83,8 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 		cleanup()
 		return nil, err
 	}
+	// The summary must fit in the termination message.
+	st.FirstProblem = truncateUTF8(st.FirstProblem, maxFirstInvalid)
 	sha, err := manifestDigest(ctx, objects, importPrefix)
 	if err == nil {
 		var reader *snapshot.Reader
