@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -119,4 +120,22 @@ func FuzzDecodeJSONPlus(f *testing.F) {
 			t.Fatalf("decoded a value encoding/json cannot write: %v", err)
 		}
 	})
+}
+
+// TestOpenLangGraphSQLiteRefusesBadFiles: a corrupt file, a file that is not SQLite and
+// a SQLite database of something else are refused with a clear error before anything
+// is read.
+func TestOpenLangGraphSQLiteRefusesBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	notSQLite := filepath.Join(dir, "notes.txt")
+	_ = os.WriteFile(notSQLite, []byte("this is not a database\n"), 0o600)
+	corrupt := filepath.Join(dir, "corrupt.sqlite")
+	_ = os.WriteFile(corrupt, append([]byte("SQLite format 3\x00"), make([]byte, 4000)...), 0o600)
+	for name, path := range map[string]string{"not SQLite": notSQLite, "corrupt": corrupt, "missing": filepath.Join(dir, "missing.sqlite")} {
+		if _, err := OpenLangGraphSQLite(context.Background(), path); err == nil {
+			t.Errorf("%s: opened", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
 }
