@@ -257,7 +257,7 @@ func (s *Server) rememberBatch(w http.ResponseWriter, r *http.Request, k *Key) e
 	if err != nil {
 		// Part of the batch may be stored: say which, with the error.
 		e := classify(err)
-		e.msg += " (stored " + strconv.Itoa(len(res)) + " of " + strconv.Itoa(len(items)) + " in order; a retry of the whole batch is safe)"
+		e.msg += " (stored " + strconv.Itoa(len(res)) + " of " + strconv.Itoa(len(items)) + "; a retry of the whole batch is safe: stored memories come back unchanged)"
 		return e
 	}
 	return writeJSON(w, http.StatusOK, BatchResponse{Results: res})
