@@ -23,6 +23,7 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/test/importers"
 )
 
 // binDir holds the operator binary this package builds once (see operatorBinary).
@@ -36,6 +37,7 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	code := m.Run()
+	importers.Cleanup() // the template databases of importers.Generate
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
