@@ -68,6 +68,7 @@ func main() {
 	importDSN := flag.String("import-dsn", "", "import: an existing LangGraph database to import (default: generate one at the seed's size)")
 	importUsers := flag.Int("import-users", 500, "import: users to generate")
 	importThreads := flag.Int("import-threads", 40, "import: threads per user to generate")
+	importDims := flag.String("import-dims", "8,256", "import: target vector dimensions to run it at (the hashing embedder's cost and the vectors written grow with it)")
 	flag.Parse()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
@@ -81,6 +82,14 @@ func main() {
 		}
 	}
 	imp := importOptions{dsn: *importDSN, users: *importUsers, threads: *importThreads}
+	for _, d := range strings.Split(*importDims, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(d))
+		if err != nil || n < 2 {
+			fmt.Fprintf(os.Stderr, "bench: -import-dims: %q is not a dimension\n", d)
+			os.Exit(2)
+		}
+		imp.dims = append(imp.dims, n)
+	}
 	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, imp, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -100,6 +109,7 @@ type env struct {
 type importOptions struct {
 	dsn            string
 	users, threads int
+	dims           []int
 }
 
 func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, imp importOptions, bin string) error {
@@ -144,7 +154,7 @@ func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems i
 		}
 	}
 	if sections["import"] {
-		if err := e.benchImport(ctx, imp.dsn, imp.users, imp.threads); err != nil {
+		if err := e.benchImport(ctx, imp.dsn, imp.users, imp.threads, imp.dims); err != nil {
 			return err
 		}
 	}
