@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -121,3 +122,35 @@ func TestOpenAIToolCallsParsed(t *testing.T) {
 		t.Fatalf("args = %#v", args)
 	}
 }
+
+// TestFirstProblemIsAProblem: threads the rules leave out on purpose are counted but
+// are not reported as the import's first problem; an unsupported thread is.
+func TestFirstProblemIsAProblem(t *testing.T) {
+	now := time.Now()
+	src := sliceSource{threads: []Thread{
+		{ID: "idle", Metadata: map[string]any{"user_id": "1"}, LastActivity: now.Add(-30 * 24 * time.Hour), Messages: []map[string]any{{"type": "human", "content": "x"}}},
+		{ID: "zombie", Metadata: map[string]any{"user_id": "1"}, LastActivity: now, Errored: true},
+		{ID: "pickled", Unsupported: unsupported("a pickled value")},
+	}}
+	st, err := ImportLangGraph(t.Context(), src, LangGraphOptions{Rules: Rules{UserMetadataKey: "user_id", SkipZombies: true, InactiveAfter: 7 * 24 * time.Hour, Now: now}},
+		func(memory.Item) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Inactive != 1 || st.Zombie != 1 || st.Unsupported != 1 || !strings.Contains(st.FirstProblem, "pickled") {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+type sliceSource struct{ threads []Thread }
+
+func (s sliceSource) Threads(_ context.Context, fn func(Thread) error) error {
+	for _, t := range s.threads {
+		if err := fn(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (sliceSource) StoreItems(context.Context, func(StoreItem) error) error { return nil }

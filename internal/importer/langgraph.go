@@ -89,7 +89,10 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 		st.Threads++
 		res := opts.Rules.Convert(t)
 		st.count(res.Outcome)
-		st.problem(res.Problem)
+		if res.Outcome == Unsupported || res.Outcome == SkipNoUser {
+			// Threads left out by the rules (idle, zombie, empty) are no problem.
+			st.problem(res.Problem)
+		}
 		for _, it := range res.Items {
 			st.Items++
 			if err := fn(it); err != nil {
