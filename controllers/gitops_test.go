@@ -69,12 +69,10 @@ func TestGitOpsReapplyingIsANoOpAndEditsAreRefused(t *testing.T) {
 				return u.GetResourceVersion()
 			}
 			var rv string
-			g.Eventually(func() bool {
-				before := stable()
-				time.Sleep(time.Second)
+			g.Eventually(func(g Gomega) {
 				rv = stable()
-				return before == rv
-			}).WithTimeout(waitTimeout).Should(BeTrue())
+				g.Consistently(stable).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Equal(rv))
+			}).WithTimeout(waitTimeout).Should(Succeed())
 			again, err := applied(manifest(false))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(again.GetResourceVersion()).To(Equal(rv), "re-applying the same manifest wrote the object")

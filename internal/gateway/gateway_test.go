@@ -350,12 +350,23 @@ func TestKeyRotation(t *testing.T) {
 	e.must(200, old.plain, "GET", "/v1/whoami", nil, nil)
 	writeKeys(t, e.keysFile, next)
 	waitFor(t, 10*time.Second, func() bool { c, _ := e.call(old.plain, "GET", "/v1/whoami", nil, nil); return c == 401 })
-	// A file that does not parse is refused: the keys in use stay valid.
+	// A file that does not parse is refused: the keys in use stay valid. (The reload
+	// is called here rather than waited for: the refusal is its result.)
 	if err := writeFileAtomic(e.keysFile, []byte(`{"keys": [`)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * keysReloadEvery)
+	if err := e.gw.Server.ReloadKeys(); err == nil {
+		t.Fatal("a keys file that does not parse was accepted")
+	}
 	e.must(200, next.plain, "GET", "/v1/whoami", nil, nil)
+	// A rotation that keeps the file's size is seen too (content, not size, tells).
+	same := newTestKey(t, "new", false, "*")
+	writeKeys(t, e.keysFile, same)
+	if err := e.gw.Server.ReloadKeys(); err != nil {
+		t.Fatal(err)
+	}
+	e.must(200, same.plain, "GET", "/v1/whoami", nil, nil)
+	e.wantError(401, CodeUnauthenticated, next.plain, "GET", "/v1/whoami", nil)
 }
 
 // TestNearDuplicates: a near-duplicate reinforces the existing memory (base score up,

@@ -96,23 +96,8 @@ type envOptions struct {
 	logs *syncBuffer
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects the gateway's log.
+type syncBuffer = testutil.SyncBuffer
 
 // newEnv provisions a store as the operator does (schema, agent role, vectors) and
 // serves a gateway over it that connects as the store's own agent role.
@@ -216,46 +201,10 @@ func (e *env) start(uri string) {
 	t.Cleanup(e.stop)
 }
 
-// call makes a request and decodes a JSON response into out (when non-nil). It
-// returns the status and the raw body.
+// call makes a request to the gateway (see testutil.APICall).
 func (e *env) call(key, method, path string, body, out any) (int, []byte) {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case []byte:
-		rd = bytes.NewReader(b)
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		j, err := json.Marshal(b)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequest(method, e.url+path, rd)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if key != "" {
-		req.Header.Set("X-Api-Key", key)
-	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 && len(raw) > 0 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			e.t.Fatalf("%s %s: decoding %s: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode, raw
+	return testutil.APICall(e.t, e.client, e.url, key, method, path, body, out)
 }
 
 // must is call that expects the status.

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/amemory/memory-operator/internal/memory"
 )
@@ -137,9 +136,8 @@ type keyRing struct {
 	path string
 	cur  atomic.Pointer[map[string]*Key] // by hash
 
-	mu      sync.Mutex // serialises reloads
-	modTime time.Time
-	size    int64
+	mu  sync.Mutex // serialises reloads
+	sum [sha256.Size]byte
 }
 
 // loadKeyRing reads the keys file; the gateway refuses to start without a valid one.
@@ -151,22 +149,20 @@ func loadKeyRing(path string) (*keyRing, error) {
 	return r, nil
 }
 
-// reload re-reads the file when its size or modification time changed (force: always).
-// A file that does not parse or validate is refused and the keys in use stay: a bad
-// edit must not lock every agent out, nor let one in.
+// reload re-reads the file and applies it when its content changed (force: always).
+// Content, not modification time or size, tells: a rotated key of the same length in
+// the same second is a change. A file that does not parse or validate is refused and
+// the keys in use stay: a bad edit must not lock every agent out, nor let one in.
 func (r *keyRing) reload(force bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st, err := os.Stat(r.path)
-	if err != nil {
-		return r.fail(fmt.Errorf("keys file: %w", err))
-	}
-	if !force && st.ModTime().Equal(r.modTime) && st.Size() == r.size {
-		return nil
-	}
 	b, err := os.ReadFile(r.path)
 	if err != nil {
 		return r.fail(fmt.Errorf("keys file: %w", err))
+	}
+	sum := sha256.Sum256(b)
+	if !force && sum == r.sum {
+		return nil
 	}
 	var f KeyFile
 	dec := json.NewDecoder(strings.NewReader(string(b)))
@@ -182,7 +178,7 @@ func (r *keyRing) reload(force bool) error {
 		m[strings.ToLower(k.SHA256)] = &Key{Name: k.Name, ReadOnly: k.ReadOnly, scopes: k.Scopes}
 	}
 	r.cur.Store(&m)
-	r.modTime, r.size = st.ModTime(), st.Size()
+	r.sum = sum
 	return nil
 }
 

@@ -148,7 +148,6 @@ func TestTLS(t *testing.T) {
 	if seen.Cmp(serial1) != 0 {
 		t.Fatalf("served certificate %v, want %v", seen, serial1)
 	}
-	time.Sleep(10 * time.Millisecond)
 	serial2 := writeCert(t, certFile, keyFile, 2)
 	waitFor(t, 10*time.Second, func() bool {
 		e.must(200, k.plain, "GET", "/v1/whoami", nil, nil)

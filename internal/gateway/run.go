@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -394,7 +395,7 @@ type certReloader struct {
 	certFile, keyFile string
 	mu                sync.Mutex
 	cert              *tls.Certificate
-	mod               time.Time
+	sum               [sha256.Size]byte // of the files the certificate was loaded from
 	checked           time.Time
 }
 
@@ -413,27 +414,25 @@ func (c *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		return c.cert, nil
 	}
 	c.checked = time.Now()
-	mod := latestMod(c.certFile, c.keyFile)
-	if c.cert != nil && mod.Equal(c.mod) {
+	certPEM, err1 := os.ReadFile(c.certFile)
+	keyPEM, err2 := os.ReadFile(c.keyFile)
+	if err := errors.Join(err1, err2); err != nil {
+		if c.cert != nil {
+			return c.cert, nil // the Secret being swapped: keep serving the last good pair
+		}
+		return nil, fmt.Errorf("TLS certificate: %w", err)
+	}
+	sum := sha256.Sum256(append(append(certPEM, 0), keyPEM...))
+	if c.cert != nil && sum == c.sum {
 		return c.cert, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		if c.cert != nil {
 			return c.cert, nil // mid-rotation (one file new, one old): keep serving the last good pair
 		}
 		return nil, fmt.Errorf("TLS certificate: %w", err)
 	}
-	c.cert, c.mod = &cert, mod
+	c.cert, c.sum = &cert, sum
 	return c.cert, nil
-}
-
-func latestMod(files ...string) time.Time {
-	var t time.Time
-	for _, f := range files {
-		if st, err := os.Stat(f); err == nil && st.ModTime().After(t) {
-			t = st.ModTime()
-		}
-	}
-	return t
 }

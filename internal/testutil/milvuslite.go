@@ -47,14 +47,7 @@ type MilvusLite struct {
 // CI and is skipped elsewhere. The server is stopped at cleanup.
 func StartMilvusLite(t testing.TB) *MilvusLite {
 	t.Helper()
-	bin := filepath.Join(RepoRoot(t), "bin", "venv", "bin", "milvus-lite")
-	if _, err := os.Stat(bin); err != nil {
-		msg := "Milvus Lite is not installed at " + bin + " (run hack/install-tools.sh)"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	bin := HarnessFile(t, filepath.Join(RepoRoot(t), "bin", "venv", "bin", "milvus-lite"), "run hack/install-tools.sh")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -79,29 +79,12 @@ func integration(t *testing.T) {
 	testutil.PostgresDSN(t)
 }
 
-// repoRoot is the module's root (this package is test/clients).
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 // venvBin returns the path of a program in bin/clients-venv. When the venv is missing
 // the test fails under CI (the harness is broken) and is skipped elsewhere.
 func venvBin(t *testing.T, name string) string {
 	t.Helper()
-	p := filepath.Join(repoRoot(t), "bin", "clients-venv", "bin", name)
-	if _, err := os.Stat(p); err != nil {
-		msg := "the clients venv is missing (" + p + "): run `hack/install-tools.sh clients` or `make tools`"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
+	return testutil.HarnessFile(t, filepath.Join(testutil.RepoRoot(t), "bin", "clients-venv", "bin", name),
+		"run `hack/install-tools.sh clients` or `make tools`")
 }
 
 // apiKey is a key the test hands the gateway: its plaintext and its keys-file entry.
@@ -327,55 +310,12 @@ func freePort(t *testing.T) int {
 }
 
 // syncBuffer collects a process's output from its copying goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type syncBuffer = testutil.SyncBuffer
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// call makes a native API request with key and decodes a 2xx JSON response into out
-// (when non-nil); it returns the status and the raw body.
+// call makes a native API request with key (see testutil.APICall).
 func (g *gatewayProc) call(key, method, path string, body, out any) (int, []byte) {
 	g.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			g.t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, g.url+path, rd)
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("X-Api-Key", key)
-	resp, err := g.client.Do(req)
-	if err != nil {
-		g.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 && len(raw) > 0 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			g.t.Fatalf("%s %s: decoding %s: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode, raw
+	return testutil.APICall(g.t, g.client, g.url, key, method, path, body, out)
 }
 
 // must is call that expects the status.

@@ -282,14 +282,8 @@ func Generate(t testing.TB, opts Options) Expected {
 		t.Skip("generates LangGraph data in PostgreSQL: not a -short test")
 	}
 	dsn := testutil.PostgresDSN(t)
-	python := filepath.Join(testutil.RepoRoot(t), "bin", "clients-venv", "bin", "python")
-	if _, err := os.Stat(python); err != nil {
-		msg := "the clients venv is missing (" + python + "): run `hack/install-tools.sh clients` or `make tools`"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	python := testutil.HarnessFile(t, filepath.Join(testutil.RepoRoot(t), "bin", "clients-venv", "bin", "python"),
+		"run `hack/install-tools.sh clients` or `make tools`")
 	adminMu.Lock()
 	admin = dsn
 	adminMu.Unlock()
