@@ -3,10 +3,9 @@ package embed
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math"
-	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // HashingModel is the model name of the hashing embedder. The algorithm behind a
@@ -58,52 +57,75 @@ func (h *Hashing) Embed(ctx context.Context, texts []string) ([][]float32, error
 		return nil, fmt.Errorf("hashing embedder: dimension %d must be positive", h.dim)
 	}
 	out := make([][]float32, len(texts))
+	e := featureEmbedder{acc: make([]float64, h.dim)}
 	for i, t := range texts {
 		if i%256 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
-		out[i] = h.embed(t)
+		out[i] = e.embed(t)
 	}
 	return out, nil
 }
 
-func (h *Hashing) embed(text string) []float32 {
-	acc := make([]float64, h.dim)
-	add := func(feature string, w float64) {
-		f := fnv.New64a()
-		_, _ = f.Write([]byte(feature))
-		sum := f.Sum64()
-		if sum>>63 == 1 {
-			w = -w
-		}
-		acc[sum%uint64(h.dim)] += w
+// featureEmbedder embeds texts one after the other, reusing its buffers: an import
+// embeds hundreds of thousands of texts, and building every feature as a string cost
+// more than everything else the restore does.
+type featureEmbedder struct {
+	acc []float64
+	tok tokenizer
+}
+
+// 64-bit FNV-1a (hash/fnv), inlined so that a feature's parts are hashed in place.
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+func fnvAdd[S string | []byte](h uint64, b S) uint64 {
+	for i := range len(b) {
+		h ^= uint64(b[i])
+		h *= fnvPrime64
 	}
-	tokens, chars := tokenize(text)
-	for i, t := range tokens {
-		add("t:"+t, tokenWeight)
+	return h
+}
+
+func (e *featureEmbedder) add(sum uint64, w float64) {
+	if sum>>63 == 1 {
+		w = -w
+	}
+	e.acc[sum%uint64(len(e.acc))] += w
+}
+
+func (e *featureEmbedder) embed(text string) []float32 {
+	clear(e.acc)
+	tk := &e.tok
+	tk.tokenize(text)
+	for i, t := range tk.tokens {
+		e.add(fnvAdd(fnvAdd(fnvOffset64, "t:"), tk.bytes(t)), tokenWeight)
 		if i > 0 {
-			add("b:"+tokens[i-1]+" "+t, bigramWeight)
+			sum := fnvAdd(fnvAdd(fnvOffset64, "b:"), tk.bytes(tk.tokens[i-1]))
+			e.add(fnvAdd(fnvAdd(sum, " "), tk.bytes(t)), bigramWeight)
 		}
 	}
-	for _, c := range chars {
-		add("c:"+c, cjkCharWeight)
+	for _, c := range tk.chars {
+		e.add(fnvAdd(fnvAdd(fnvOffset64, "c:"), tk.bytes(c)), cjkCharWeight)
 	}
-	if len(tokens) == 0 {
-		add(emptyFeature, 1)
+	if len(tk.tokens) == 0 {
+		e.add(fnvAdd(fnvOffset64, emptyFeature), 1)
 	}
 	var norm float64
-	for _, x := range acc {
+	for _, x := range e.acc {
 		norm += x * x
 	}
 	norm = math.Sqrt(norm)
-	v := make([]float32, h.dim)
+	v := make([]float32, len(e.acc))
 	if norm == 0 { // features cancelled out in every bucket
 		v[0] = 1
 		return v
 	}
-	for i, x := range acc {
+	for i, x := range e.acc {
 		v[i] = float32(x / norm)
 	}
 	return v
@@ -111,56 +133,100 @@ func (h *Hashing) embed(text string) []float32 {
 
 // isCJK reports whether r belongs to a script written without spaces between words.
 func isCJK(r rune) bool {
-	return unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul)
+	// Hangul Jamo (U+1100) is the first block of the four scripts.
+	return r >= 0x1100 && unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul)
 }
 
 func isWordRune(r rune) bool {
 	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)
 }
 
-// tokenize returns the token stream of text (words, and CJK character bigrams in
-// place of CJK runs; a CJK run of one character is its own token) and, separately,
-// the single characters of CJK runs longer than one.
-func tokenize(text string) (tokens, cjkChars []string) {
-	text = strings.ToLower(text)
-	var word []rune
-	var run []rune
-	flushWord := func() {
-		if len(word) > 0 {
-			tokens = append(tokens, string(word))
-			word = word[:0]
+// span is a token's bytes in tokenizer.buf.
+type span struct{ start, end int32 }
+
+// tokenizer splits a lowercased text into the token stream (words, and CJK character
+// bigrams in place of CJK runs; a CJK run of one character is its own token) and,
+// separately, the single characters of CJK runs longer than one. Tokens are spans of
+// one buffer of lowercased UTF-8, rebuilt for every text.
+type tokenizer struct {
+	buf           []byte
+	tokens, chars []span
+	word          int   // where the current word starts in buf, or -1
+	run           []int // where each rune of the current CJK run starts in buf
+}
+
+func (t *tokenizer) bytes(s span) []byte { return t.buf[s.start:s.end] }
+
+func (t *tokenizer) flushWord() {
+	if t.word >= 0 && t.word < len(t.buf) {
+		t.tokens = append(t.tokens, span{int32(t.word), int32(len(t.buf))})
+	}
+	t.word = -1
+}
+
+func (t *tokenizer) flushRun() {
+	n := len(t.run)
+	end := func(i int) int32 { // the end of the run's rune i
+		if i+1 < n {
+			return int32(t.run[i+1])
+		}
+		return int32(len(t.buf))
+	}
+	switch {
+	case n == 1:
+		t.tokens = append(t.tokens, span{int32(t.run[0]), end(0)})
+	case n > 1:
+		for i := 0; i+1 < n; i++ {
+			t.tokens = append(t.tokens, span{int32(t.run[i]), end(i + 1)})
+		}
+		for i := range n {
+			t.chars = append(t.chars, span{int32(t.run[i]), end(i)})
 		}
 	}
-	flushRun := func() {
-		switch {
-		case len(run) == 1:
-			tokens = append(tokens, string(run))
-		case len(run) > 1:
-			for i := 0; i+1 < len(run); i++ {
-				tokens = append(tokens, string(run[i:i+2]))
-			}
-			for _, r := range run {
-				cjkChars = append(cjkChars, string(r))
-			}
-		}
-		run = run[:0]
-	}
+	t.run = t.run[:0]
+}
+
+// tokenize lowercases text rune by rune, as strings.ToLower does (invalid UTF-8
+// becomes U+FFFD, a separator), and classifies the lowercased runes.
+func (t *tokenizer) tokenize(text string) {
+	t.buf, t.tokens, t.chars, t.run, t.word = t.buf[:0], t.tokens[:0], t.chars[:0], t.run[:0], -1
 	for _, r := range text {
-		switch {
-		case unicode.IsMark(r) && len(run) > 0:
-			run = append(run, r) // a combining mark stays with its CJK character
-		case isCJK(r):
-			flushWord()
-			run = append(run, r)
-		case isWordRune(r):
-			flushRun()
-			word = append(word, r)
-		default:
-			flushWord()
-			flushRun()
+		if r < utf8.RuneSelf { // ASCII: letters and digits make words, all else separates
+			switch {
+			case 'A' <= r && r <= 'Z':
+				r += 'a' - 'A'
+			case 'a' <= r && r <= 'z', '0' <= r && r <= '9':
+			default:
+				t.flushWord()
+				t.flushRun()
+				continue
+			}
+			t.flushRun()
+			if t.word < 0 {
+				t.word = len(t.buf)
+			}
+			t.buf = append(t.buf, byte(r))
+			continue
 		}
+		r = unicode.ToLower(r)
+		switch {
+		case unicode.IsMark(r) && len(t.run) > 0:
+			t.run = append(t.run, len(t.buf)) // a combining mark stays with its CJK character
+		case isCJK(r):
+			t.flushWord()
+			t.run = append(t.run, len(t.buf))
+		case isWordRune(r):
+			t.flushRun()
+			if t.word < 0 {
+				t.word = len(t.buf)
+			}
+		default:
+			t.flushWord()
+			t.flushRun()
+			continue
+		}
+		t.buf = utf8.AppendRune(t.buf, r)
 	}
-	flushWord()
-	flushRun()
-	return tokens, cjkChars
+	t.flushWord()
+	t.flushRun()
 }

@@ -15,15 +15,24 @@ import (
 // Strings are written without quotes; numbers in canonical form. The text depends only
 // on the key and the meaning of the content, never on its formatting.
 func (it Item) EmbeddingText() string {
-	v, err := decodeJSON(it.Content)
+	if text, ok := embeddingTextFast(it.Key, it.Content); ok {
+		return text
+	}
+	return embeddingTextSlow(it.Key, it.Content)
+}
+
+// embeddingTextSlow is EmbeddingText through encoding/json: the definition, and what
+// decides whenever the fast path does not.
+func embeddingTextSlow(key string, content []byte) string {
+	v, err := decodeJSON(content)
 	if err != nil {
 		// Validate rejects such items; fall back to the raw text rather than nothing.
-		return strings.TrimSpace(it.Key + " " + string(it.Content))
+		return strings.TrimSpace(key + " " + string(content))
 	}
 	var lines []string
-	flattenText(it.Key, v, &lines)
+	flattenText(key, v, &lines)
 	if len(lines) == 0 {
-		return it.Key
+		return key
 	}
 	return strings.Join(lines, "\n")
 }
