@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -28,23 +29,48 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
-	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	os.Exit(withCPUProfile(os.Getenv("MEMORY_OPERATOR_CPU_PROFILE"), func() int { return dispatch(os.Args[1], os.Args[2:]) }))
+}
+
+// withCPUProfile runs fn, writing a CPU profile of it to path when path is set: how
+// a slow worker run is diagnosed (go tool pprof).
+func withCPUProfile(path string, fn func() int) int {
+	if path == "" {
+		return fn()
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "memory-operator: CPU profile %s: %v\n", path, err)
+		return 2
+	}
+	code := fn()
+	pprof.StopCPUProfile()
+	_ = f.Close()
+	return code
+}
+
+func dispatch(cmd string, args []string) int {
+	switch cmd {
 	case "manager":
-		os.Exit(runManager(args))
+		return runManager(args)
 	case "snapshot":
-		os.Exit(runSnapshotWorker(args))
+		return runSnapshotWorker(args)
 	case "restore":
-		os.Exit(runRestoreWorker(args))
+		return runRestoreWorker(args)
 	case "archive":
-		os.Exit(runArchiveWorker(args))
+		return runArchiveWorker(args)
 	case "gateway":
-		os.Exit(runGateway(args))
+		return runGateway(args)
 	case "version", "--version":
 		fmt.Println(version)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:
 		fmt.Fprintf(os.Stderr, "memory-operator: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
+		return 2
 	}
+	return 0
 }
