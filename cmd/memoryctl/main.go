@@ -173,7 +173,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		loc.prefix = "package/"
 	}
 	start := time.Now()
-	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), FilePath: *file},
+	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), PostgresURIVar: envSourceURI, FilePath: *file},
 		importer.PackageOptions{Objects: loc.objects, Prefix: loc.prefix, Key: key, Unencrypted: key == nil, SpillDir: os.TempDir()})
 	if err != nil {
 		return err

@@ -72,3 +72,15 @@ func TestImportInspectVerify(t *testing.T) {
 		t.Fatal("verify accepted a corrupted shard")
 	}
 }
+
+// TestImportNamesItsOwnVariable: without a source database, memoryctl says which of
+// its variables to set (not the restore worker's).
+func TestImportNamesItsOwnVariable(t *testing.T) {
+	t.Setenv(envSourceURI, "")
+	var stdout, stderr bytes.Buffer
+	err := runImport(context.Background(), []string{"--import-kind=LangGraphPostgres", "--import-user-metadata-key=user_id",
+		"--unencrypted", "--out=" + t.TempDir()}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), envSourceURI) {
+		t.Fatalf("error %v, want one naming %s", err, envSourceURI)
+	}
+}

@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/json"
@@ -30,6 +31,36 @@ type Thread struct {
 	// Unsupported, when set, is why the thread cannot be read (it wraps
 	// ErrUnsupported); the thread is counted, never imported.
 	Unsupported error
+
+	// encoded holds the messages as the reader found them, when it left decoding
+	// to the import (decode); fetch reads them, when the reader left them in the
+	// source (for a thread the rules would leave out anyway).
+	encoded *encodedMessages
+	fetch   func(context.Context) (*encodedMessages, error)
+}
+
+// encodedMessages is a messages channel value as stored: its serializer's type and bytes.
+type encodedMessages struct {
+	typ  string
+	blob []byte
+}
+
+// decode decodes the messages a reader left encoded, reading them first when the
+// reader left them in the source. Only reading them can fail the import; what they
+// hold is judged per thread (Unsupported).
+func (t *Thread) decode(ctx context.Context) error {
+	if t.fetch != nil {
+		e, err := t.fetch(ctx)
+		if err != nil {
+			return err
+		}
+		t.encoded, t.fetch = e, nil
+	}
+	if t.encoded != nil {
+		t.Messages, t.Unsupported = decodeMessages(t.encoded.typ, t.encoded.blob)
+		t.encoded = nil
+	}
+	return nil
 }
 
 // Rules say how threads become memories (MemoryRestore spec.source.importFrom).

@@ -3,6 +3,8 @@ package importer
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -154,3 +156,53 @@ func (s sliceSource) Threads(_ context.Context, fn func(Thread) error) error {
 }
 
 func (sliceSource) StoreItems(context.Context, func(StoreItem) error) error { return nil }
+
+// TestConvertInOrderStopsOnEmitError: an error from the consumer ends the import
+// with that error (the reader stops, nothing hangs), whatever is in flight.
+func TestConvertInOrderStopsOnEmitError(t *testing.T) {
+	stop := errors.New("disk full")
+	for _, workers := range []int{1, 2, 8} {
+		emitted := 0
+		each := func(ctx context.Context, fn func(Thread) error) error {
+			for i := range 10_000 {
+				if err := fn(Thread{ID: fmt.Sprintf("t%05d", i)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		err := convertInOrder(context.Background(), each, Rules{}, workers, func(res Result) error {
+			if emitted++; emitted == 100 {
+				return stop
+			}
+			return nil
+		})
+		if !errors.Is(err, stop) || emitted != 100 {
+			t.Fatalf("workers %d: err %v after %d results", workers, err, emitted)
+		}
+	}
+}
+
+// TestConvertInOrderKeepsSourceOrder: results arrive in the source's order whatever
+// the workers' timing.
+func TestConvertInOrderKeepsSourceOrder(t *testing.T) {
+	each := func(ctx context.Context, fn func(Thread) error) error {
+		for i := range 5000 {
+			if err := fn(Thread{ID: fmt.Sprintf("t%05d", i), Unsupported: unsupported("n%d", i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	next := 0
+	err := convertInOrder(context.Background(), each, Rules{}, 4, func(res Result) error {
+		if want := fmt.Sprintf("thread t%05d:", next); !strings.HasPrefix(res.Problem, want) {
+			return fmt.Errorf("result %d is %q", next, res.Problem)
+		}
+		next++
+		return nil
+	})
+	if err != nil || next != 5000 {
+		t.Fatalf("%v after %d results", err, next)
+	}
+}

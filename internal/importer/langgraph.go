@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/amemory/memory-operator/internal/langgraphns"
 	"github.com/amemory/memory-operator/internal/memory"
@@ -16,10 +18,11 @@ type LangGraphSource interface {
 	StoreItems(ctx context.Context, fn func(StoreItem) error) error
 }
 
-// selectiveSource is a source that can leave the messages of threads the rules
-// exclude anyway undecoded (decoding is most of an import's work).
-type selectiveSource interface {
-	ThreadsWhere(ctx context.Context, needsMessages func(Thread) bool, fn func(Thread) error) error
+// encodedSource is a source that can hand threads with their messages still encoded
+// (Thread.decode): decoding is most of an import's work, so the import decodes on
+// every core, and only the threads the rules keep.
+type encodedSource interface {
+	threadsEncoded(ctx context.Context, rules Rules, fn func(Thread) error) error
 }
 
 // Stats counts an import by source unit.
@@ -80,14 +83,11 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 		return st, err
 	}
 	each := src.Threads
-	if sel, ok := src.(selectiveSource); ok {
-		each = func(ctx context.Context, fn func(Thread) error) error {
-			return sel.ThreadsWhere(ctx, opts.Rules.NeedsMessages, fn)
-		}
+	if enc, ok := src.(encodedSource); ok {
+		each = func(ctx context.Context, fn func(Thread) error) error { return enc.threadsEncoded(ctx, opts.Rules, fn) }
 	}
-	err = each(ctx, func(t Thread) error {
+	err = convertInOrder(ctx, each, opts.Rules, runtime.GOMAXPROCS(0), func(res Result) error {
 		st.Threads++
-		res := opts.Rules.Convert(t)
 		st.count(res.Outcome)
 		if res.Outcome == Unsupported || res.Outcome == SkipNoUser {
 			// Threads left out by the rules (idle, zombie, empty) are no problem.
@@ -116,6 +116,91 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 		return fn(it)
 	})
 	return st, err
+}
+
+// convertInOrder reads threads with each and converts them (decoding their messages
+// when the rules need them) on workers goroutines, handing the results to emit one at
+// a time in the source's order: the package, its counts and its first problem are
+// the same whatever the scheduling. A bounded number of threads is in flight.
+func convertInOrder(ctx context.Context, each func(context.Context, func(Thread) error) error, rules Rules, workers int, emit func(Result) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type job struct {
+		seq int
+		t   Thread
+	}
+	type done struct {
+		seq int
+		res Result
+	}
+	inFlight := 4 * max(1, workers)
+	slots := make(chan struct{}, inFlight) // taken by the reader, given back once emitted
+	jobs := make(chan job)
+	results := make(chan done, inFlight)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(jobs)
+		seq := 0
+		readErr <- each(ctx, func(t Thread) error {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			jobs <- job{seq: seq, t: t} // a worker always takes it: workers stop only when jobs closes
+			seq++
+			return nil
+		})
+	}()
+	var (
+		wg        sync.WaitGroup
+		fetchErr  error
+		fetchOnce sync.Once
+	)
+	for range max(1, workers) {
+		wg.Go(func() {
+			for j := range jobs {
+				if rules.NeedsMessages(j.t) {
+					if err := j.t.decode(ctx); err != nil {
+						fetchOnce.Do(func() { fetchErr = err })
+						cancel()
+					}
+				}
+				results <- done{seq: j.seq, res: rules.Convert(j.t)}
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(results)
+	}()
+	pending := map[int]Result{}
+	next := 0
+	var emitErr error
+	for d := range results {
+		pending[d.seq] = d.res
+		for {
+			res, ok := pending[next]
+			if !ok {
+				break
+			}
+			delete(pending, next)
+			next++
+			if emitErr == nil {
+				if emitErr = emit(res); emitErr != nil {
+					cancel() // stop the reader; the workers drain what it sent
+				}
+			}
+			<-slots
+		}
+	}
+	if emitErr != nil {
+		return emitErr
+	}
+	if fetchErr != nil {
+		return fetchErr
+	}
+	return <-readErr
 }
 
 // storeMemory makes a semantic memory of a store item: the namespace gives the scope

@@ -255,3 +255,66 @@ func checkTurns(t *testing.T, th importers.Thread, items []memory.Item) {
 		}
 	}
 }
+
+// plainSource hides a reader's encoded path: ImportLangGraph then reads every thread
+// with its messages decoded, as Threads gives them.
+type plainSource struct{ LangGraphSource }
+
+// TestLangGraphPostgresElision: the database leaves out only the messages of threads
+// the rules leave out anyway (ended in an error, idle), the import makes exactly the
+// memories and counts it makes when it reads everything, and an elided thread's
+// messages, fetched, are the ones Threads reads.
+func TestLangGraphPostgresElision(t *testing.T) {
+	exp := importers.Generate(t, importers.Options{})
+	pg := readers(t, exp)["postgres"].(*LangGraphPostgres)
+	ctx := context.Background()
+	rules := seedRules(time.Now(), "x")
+
+	full := map[string]Thread{}
+	if err := pg.Threads(ctx, func(th Thread) error { full[th.ID] = th; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	elided, skippable := 0, 0
+	err := pg.threadsEncoded(ctx, rules, func(th Thread) error {
+		if !rules.NeedsMessages(full[th.ID]) {
+			skippable++
+		}
+		if th.fetch == nil {
+			return nil
+		}
+		elided++
+		if rules.NeedsMessages(th) {
+			t.Errorf("thread %s: messages elided, but the rules need them", th.ID)
+		}
+		if err := th.decode(ctx); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(th.Messages, full[th.ID].Messages) || len(th.Messages) == 0 {
+			t.Errorf("thread %s: fetched %d messages, Threads read %d", th.ID, len(th.Messages), len(full[th.ID].Messages))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// langgraph writes ts with microseconds: every thread the rules skip on its
+	// error or its age is elided.
+	if elided == 0 || elided != skippable {
+		t.Fatalf("%d threads elided, %d skippable without their messages", elided, skippable)
+	}
+
+	run := func(src LangGraphSource) ([]memory.Item, Stats) {
+		var items []memory.Item
+		st, err := ImportLangGraph(ctx, src, LangGraphOptions{Rules: rules, Namespaces: storeRules},
+			func(it memory.Item) error { items = append(items, it); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return items, st
+	}
+	gotItems, gotStats := run(pg)
+	wantItems, wantStats := run(plainSource{pg})
+	if gotStats != wantStats || !reflect.DeepEqual(gotItems, wantItems) {
+		t.Fatalf("with elision: %d items, %+v; reading everything: %d items, %+v", len(gotItems), gotStats, len(wantItems), wantStats)
+	}
+}

@@ -73,43 +73,65 @@ func (l *LangGraphPostgres) table(name string) string {
 // thread whose data cannot be read is passed with Unsupported set; only database
 // errors end the walk.
 func (l *LangGraphPostgres) Threads(ctx context.Context, fn func(Thread) error) error {
-	return l.ThreadsWhere(ctx, nil, fn)
+	return l.threadsEncoded(ctx, Rules{}, func(t Thread) error {
+		if err := t.decode(ctx); err != nil {
+			return err
+		}
+		return fn(t)
+	})
 }
 
-// ThreadsWhere is Threads that decodes a thread's messages only when needsMessages
-// (nil: always) says they are needed.
-func (l *LangGraphPostgres) ThreadsWhere(ctx context.Context, needsMessages func(Thread) bool, fn func(Thread) error) error {
+// tsLayout is how langgraph writes a checkpoint's ts (Python's isoformat() of a UTC
+// time with microseconds). Such strings sort as their times do.
+const tsLayout = "2006-01-02T15:04:05.000000+00:00"
+
+// threadsEncoded is Threads with each thread's messages left encoded (Thread.decode).
+// Of the threads rules leave out on what is known without their messages (ended in
+// an error, idle), the messages never leave the database: that is half of what an
+// import with an inactivity window reads. The database only elides what it can judge
+// for certain (a ts in langgraph's own layout, compared as a string in the C
+// collation against the cutoff truncated to microseconds); Convert decides every
+// thread again, and a thread it keeps whose messages were elided fetches them.
+func (l *LangGraphPostgres) threadsEncoded(ctx context.Context, rules Rules, fn func(Thread) error) error {
+	var cutoff *string
+	if rules.InactiveAfter > 0 {
+		c := rules.Now.Add(-rules.InactiveAfter).UTC().Truncate(time.Microsecond).Format(tsLayout)
+		cutoff = &c
+	}
 	rows, err := l.pool.Query(ctx, `
-		WITH latest AS (
-			SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, checkpoint, metadata
-			FROM `+l.table("checkpoints")+` WHERE checkpoint_ns = ''
-			ORDER BY thread_id, checkpoint_id DESC)
+		WITH latest AS (`+latestCheckpoints(l.table("checkpoints"))+`),
+		judged AS (
+			SELECT l.*, e.errored,
+				($1 AND e.errored) OR ($2::text IS NOT NULL
+					AND l.checkpoint->>'ts' ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}[+]00:00$'
+					AND l.checkpoint->>'ts' COLLATE "C" < $2::text COLLATE "C") AS elided
+			FROM latest l, LATERAL (SELECT EXISTS (SELECT 1 FROM `+l.table("checkpoint_writes")+` w WHERE w.thread_id = l.thread_id
+				AND w.checkpoint_ns = '' AND w.checkpoint_id = l.checkpoint_id AND w.channel = '__error__') AS errored) e)
 		SELECT l.thread_id, l.checkpoint->>'ts', l.metadata,
 			(SELECT min(checkpoint_id) FROM `+l.table("checkpoints")+` c WHERE c.thread_id = l.thread_id AND c.checkpoint_ns = ''),
-			l.checkpoint->'channel_values'->'messages',
-			b.type, b.blob,
-			EXISTS (SELECT 1 FROM `+l.table("checkpoint_writes")+` w WHERE w.thread_id = l.thread_id
-				AND w.checkpoint_ns = '' AND w.checkpoint_id = l.checkpoint_id AND w.channel = '__error__')
-		FROM latest l
-		LEFT JOIN `+l.table("checkpoint_blobs")+` b ON b.thread_id = l.thread_id AND b.checkpoint_ns = ''
+			l.checkpoint->'channel_values'->'messages', l.checkpoint->'channel_versions'->>'messages',
+			b.type, b.blob, l.errored, l.elided
+		FROM judged l
+		LEFT JOIN `+l.table("checkpoint_blobs")+` b ON NOT l.elided AND b.thread_id = l.thread_id AND b.checkpoint_ns = ''
 			AND b.channel = 'messages' AND b.version = l.checkpoint->'channel_versions'->>'messages'
-		ORDER BY l.thread_id`)
+		ORDER BY l.thread_id`, rules.SkipZombies, cutoff)
 	if err != nil {
 		return fmt.Errorf("langgraph postgres: reading threads: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			t                  Thread
-			ts, firstID        *string
-			meta, inline       []byte
-			blobType           *string
-			blob               []byte
-			metaErr, inlineErr error
+			t                    Thread
+			ts, firstID, version *string
+			meta, inline         []byte
+			blobType             *string
+			blob                 []byte
+			elided               bool
 		)
-		if err := rows.Scan(&t.ID, &ts, &meta, &firstID, &inline, &blobType, &blob, &t.Errored); err != nil {
+		if err := rows.Scan(&t.ID, &ts, &meta, &firstID, &inline, &version, &blobType, &blob, &t.Errored, &elided); err != nil {
 			return fmt.Errorf("langgraph postgres: reading threads: %w", err)
 		}
+		var metaErr error
 		if len(meta) > 0 {
 			metaErr = json.Unmarshal(meta, &t.Metadata)
 		}
@@ -125,10 +147,11 @@ func (l *LangGraphPostgres) ThreadsWhere(ctx context.Context, needsMessages func
 		case len(inline) > 0 && string(inline) != "null":
 			// A DeltaChannel marks its channel with an inline true; a plain list is
 			// never inline (only primitives are).
-			inlineErr = unsupported("the messages channel is inline (%s): a DeltaChannel or custom channel", shorten(string(inline)))
-			t.Unsupported = inlineErr
-		case blobType != nil && (needsMessages == nil || needsMessages(t)):
-			t.Messages, t.Unsupported = decodeMessages(*blobType, blob)
+			t.Unsupported = unsupported("the messages channel is inline (%s): a DeltaChannel or custom channel", shorten(string(inline)))
+		case elided && version != nil:
+			t.fetch = l.messagesFetcher(t.ID, *version)
+		case blobType != nil:
+			t.encoded = &encodedMessages{typ: *blobType, blob: blob}
 		}
 		if err := fn(t); err != nil {
 			return err
@@ -138,6 +161,34 @@ func (l *LangGraphPostgres) ThreadsWhere(ctx context.Context, needsMessages func
 		return fmt.Errorf("langgraph postgres: reading threads: %w", err)
 	}
 	return nil
+}
+
+// latestCheckpoints selects each thread's latest root checkpoint. It finds it through
+// the primary key (thread_id, checkpoint_ns, checkpoint_id) thread by thread: a
+// DISTINCT ON over the table sorts every checkpoint with its JSON, which spills to
+// disk and took three times as long at the seed's size.
+func latestCheckpoints(table string) string {
+	return `SELECT c.thread_id, c.checkpoint_id, c.checkpoint, c.metadata
+		FROM (SELECT DISTINCT thread_id FROM ` + table + ` WHERE checkpoint_ns = '') t,
+		LATERAL (SELECT thread_id, checkpoint_id, checkpoint, metadata FROM ` + table + ` c
+			WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1) c`
+}
+
+// messagesFetcher reads one thread's messages blob (of a thread whose messages the
+// thread query elided).
+func (l *LangGraphPostgres) messagesFetcher(threadID, version string) func(context.Context) (*encodedMessages, error) {
+	return func(ctx context.Context) (*encodedMessages, error) {
+		var e encodedMessages
+		err := l.pool.QueryRow(ctx, `SELECT type, blob FROM `+l.table("checkpoint_blobs")+`
+			WHERE thread_id = $1 AND checkpoint_ns = '' AND channel = 'messages' AND version = $2`, threadID, version).Scan(&e.typ, &e.blob)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil, nil // no messages channel value
+		case err != nil:
+			return nil, fmt.Errorf("langgraph postgres: reading the messages of thread %s: %w", threadID, err)
+		}
+		return &e, nil
+	}
 }
 
 // decodeMessages decodes a messages channel value into message dicts.

@@ -37,7 +37,7 @@ type seqItem struct {
 }
 
 // defaultSortBudget is the approximate memory the sorter holds before spilling.
-const defaultSortBudget = 64 << 20
+const defaultSortBudget = 32 << 20
 
 func newScopeSorter(dir string, budget int) *scopeSorter {
 	if budget <= 0 {

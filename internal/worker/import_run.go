@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -100,7 +101,10 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 // LangChainPostgresHistory) or a local file (LangGraphSQLite, LettaAgentFile).
 type ImportSource struct {
 	PostgresURI string
-	FilePath    string
+	// PostgresURIVar names the environment variable PostgresURI comes from, for the
+	// error when it is empty (EnvImportPostgresURI when unset).
+	PostgresURIVar string
+	FilePath       string
 }
 
 // BuildImportPackage converts the source into a package written with po (the
@@ -134,7 +138,7 @@ func openImportSource(ctx context.Context, ic *ImportConfig, in ImportSource) (i
 	switch ic.Kind {
 	case ImportLangGraphPostgres, ImportLangChainPostgresHistory:
 		if in.PostgresURI == "" {
-			return nil, "", nil, fmt.Errorf("no source database: set %s", EnvImportPostgresURI)
+			return nil, "", nil, fmt.Errorf("no source database: set %s", cmp.Or(in.PostgresURIVar, EnvImportPostgresURI))
 		}
 		pool, err := pgxpool.New(ctx, in.PostgresURI)
 		if err != nil {
