@@ -163,7 +163,7 @@ func TestConvertInOrderStopsOnEmitError(t *testing.T) {
 	stop := errors.New("disk full")
 	for _, workers := range []int{1, 2, 8} {
 		emitted := 0
-		each := func(ctx context.Context, fn func(Thread) error) error {
+		each := func(_ context.Context, fn func(Thread) error) error {
 			for i := range 10_000 {
 				if err := fn(Thread{ID: fmt.Sprintf("t%05d", i)}); err != nil {
 					return err
@@ -171,7 +171,7 @@ func TestConvertInOrderStopsOnEmitError(t *testing.T) {
 			}
 			return nil
 		}
-		err := convertInOrder(context.Background(), each, Rules{}, workers, func(res Result) error {
+		err := convertInOrder(context.Background(), each, Rules{}, workers, func(Result) error {
 			if emitted++; emitted == 100 {
 				return stop
 			}
@@ -186,7 +186,7 @@ func TestConvertInOrderStopsOnEmitError(t *testing.T) {
 // TestConvertInOrderKeepsSourceOrder: results arrive in the source's order whatever
 // the workers' timing.
 func TestConvertInOrderKeepsSourceOrder(t *testing.T) {
-	each := func(ctx context.Context, fn func(Thread) error) error {
+	each := func(_ context.Context, fn func(Thread) error) error {
 		for i := range 5000 {
 			if err := fn(Thread{ID: fmt.Sprintf("t%05d", i), Unsupported: unsupported("n%d", i)}); err != nil {
 				return err
