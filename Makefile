@@ -118,6 +118,10 @@ cluster-tools: ## Build the local cluster's binaries into bin/ (kubelet, kube-pr
 cluster-up: cluster-tools ## Start a real single-node cluster (kubelet, containerd, runc) as root; kubeconfig in bin/cluster-run/kubeconfig.
 	hack/cluster.sh up
 
+.PHONY: e2e
+e2e: ## End-to-end suite on a real local cluster (as root): the chart with the locally built image, Jobs as Pods (hack/e2e.sh).
+	hack/e2e.sh
+
 .PHONY: cluster-down
 cluster-down: ## Stop the local cluster and restore the host.
 	hack/cluster.sh down

@@ -486,6 +486,11 @@ restore_host() {
 		if [[ $s == net.ipv4.ip_forward ]] && ip -o link show type bridge | grep -q .; then continue; fi
 		sysctl -qw "$s=$(cat "$RUN/host/sysctl.$s")" || true
 	done
+	# The kubelet's symlinks to our Pods' logs (of Pods it had no time to clean up).
+	local l
+	for l in /var/log/containers/*.log; do
+		[[ -L $l && $(readlink "$l") == "$RUN"/* ]] && rm -f "$l"
+	done
 	if [[ -f $RUN/host/created-dirs ]]; then
 		local d
 		while read -r d; do

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The end-to-end suite on a real cluster (make e2e): builds what it needs, brings up the
+# local cluster (hack/cluster.sh), builds and loads the operator image (make image),
+# starts PostgreSQL, MinIO and Milvus Lite on the cluster bridge's address (which Pods
+# reach), runs test/e2e (go test -tags e2e), and tears everything down, also when it
+# fails or is interrupted. A failed run leaves a debug bundle in bin/e2e-debug.
+#
+#   make e2e                       # everything
+#   E2E_KEEP=1 make e2e            # leave the cluster and services up afterwards
+#   E2E_ARGS='-run TestEndToEnd' make e2e
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+export RUN_DIR="$ROOT/bin/e2e-run"
+export SERVICES_HOST=10.213.0.1 # the cluster bridge (hack/cluster.sh GW)
+E2E_IMAGE=${E2E_IMAGE:-localhost/memory-operator:e2e}
+
+log() { printf '[e2e] %s\n' "$*" >&2; }
+cleanup() {
+	local code=$?
+	if [[ -n ${E2E_KEEP:-} ]]; then
+		log "E2E_KEEP is set: the cluster and services stay up (hack/services.sh stop with RUN_DIR=$RUN_DIR; hack/cluster.sh down)"
+		exit "$code"
+	fi
+	hack/services.sh stop || true
+	hack/cluster.sh down || true
+	exit "$code"
+}
+
+hack/install-tools.sh all
+hack/install-tools.sh cluster
+make --no-print-directory image E2E_IMG="$E2E_IMAGE"
+# A cluster left by an interrupted run is brought down first.
+hack/cluster.sh down
+trap cleanup EXIT INT TERM
+start=$SECONDS
+hack/cluster.sh up
+hack/services.sh start
+# shellcheck disable=SC1091
+source "$RUN_DIR/env.sh"
+export KUBECONFIG="$ROOT/bin/cluster-run/kubeconfig" E2E_IMAGE
+log "cluster and services up in $((SECONDS - start))s"
+go test -tags e2e ./test/e2e -count=1 -v -timeout 30m ${E2E_ARGS:-}
+log "passed in $((SECONDS - start))s"

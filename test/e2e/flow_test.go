@@ -1,0 +1,525 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/milvus-io/milvus-sdk-go/v2/client"
+	"github.com/minio/minio-go/v7"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	memoryv1 "github.com/amemory/memory-operator/api/v1alpha1"
+)
+
+// TestEndToEnd is the user's path, in order: install the chart, declare a shared
+// backend and two stores, let an agent remember and search through the gateway's
+// Service, snapshot one store (a Job Pod), restore it into the other with an ID
+// mapping (a Job Pod), archive on a schedule (a CronJob-like Job Pod), read the
+// manager's metrics, and delete the stores under both reclaim policies.
+func TestEndToEnd(t *testing.T) {
+	s := newSuite(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.dumpDebugBundle()
+		}
+	})
+	s.installChart()
+	s.sharedBackendAndStores()
+	s.gatewayThroughService()
+	s.snapshotJobPod()
+	s.restoreWithMapping()
+	s.scheduledArchival()
+	s.managerMetrics()
+	s.deleteWithBothReclaimPolicies()
+}
+
+// restricted is the namespace label that makes the API server refuse any Pod that
+// does not meet the restricted Pod Security level.
+const restricted = `pod-security.kubernetes.io/enforce: restricted`
+
+func (s *suite) namespace(name string) {
+	s.apply(fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels:\n    %s\n", name, restricted))
+}
+
+func (s *suite) installChart() {
+	t := s.t
+	s.namespace(operatorNS)
+	repo, tag, _ := strings.Cut(s.image, ":")
+	start := time.Now()
+	s.run("", s.helm, "upgrade", "--install", release, s.root+"/charts/memory-operator", "-n", operatorNS,
+		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
+		"--wait", "--timeout", "3m")
+	t.Logf("helm install: %s", time.Since(start).Round(time.Millisecond))
+	var dep appsv1.Deployment
+	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: operatorNS, Name: release}, &dep); err != nil {
+		t.Fatal(err)
+	}
+	if dep.Status.AvailableReplicas < 1 {
+		t.Fatalf("manager Deployment: %d available", dep.Status.AvailableReplicas)
+	}
+	pods := s.pods(operatorNS, map[string]string{"app.kubernetes.io/name": "memory-operator", "app.kubernetes.io/instance": release})
+	if len(pods) == 0 {
+		t.Fatal("no manager Pod")
+	}
+	p := pods[0]
+	// The chart's ServiceAccount, bound to the generated RBAC: what every request of
+	// the rest of this test is authorised as.
+	if p.Spec.ServiceAccountName != release {
+		t.Fatalf("manager runs as ServiceAccount %q", p.Spec.ServiceAccountName)
+	}
+	checkRestricted(t, p)
+}
+
+// checkRestricted asserts what the restricted level demands of a Pod (the namespace
+// enforces it too; this says which Pod broke it if the chart or operator regress).
+func checkRestricted(t *testing.T, p corev1.Pod) {
+	t.Helper()
+	psc := p.Spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod %s: security context %+v", p.Name, psc)
+	}
+	for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			t.Errorf("pod %s container %s: security context %+v", p.Name, c.Name, sc)
+		}
+	}
+}
+
+func (s *suite) pods(ns string, labels map[string]string) []corev1.Pod {
+	s.t.Helper()
+	var list corev1.PodList
+	if err := s.kube.List(s.ctx, &list, crclient.InNamespace(ns), crclient.MatchingLabels(labels)); err != nil {
+		s.t.Fatal(err)
+	}
+	return list.Items
+}
+
+func (s *suite) sharedBackendAndStores() {
+	t := s.t
+	// The platform team's shared backend: its admin Secrets live in the operator's
+	// namespace, and only the tenant's namespace may use it.
+	s.apply(fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: e2e-pg-admin, namespace: %[1]s}
+stringData: {username: %[2]s, password: %[3]s}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: e2e-object-storage, namespace: %[1]s}
+stringData: {accessKeyID: %[4]s, secretAccessKey: %[5]s}
+---
+apiVersion: memory.amemory.io/v1alpha1
+kind: ClusterMemoryBackend
+metadata: {name: e2e-shared}
+spec:
+  postgres: {host: %[6]s, port: %[7]s, sslMode: disable, adminSecret: {name: e2e-pg-admin}}
+  milvus: {address: %[8]s}
+  objectStorage: {endpoint: %[9]s, bucket: e2e-memory, insecure: true, createBucket: true, credentialsSecret: {name: e2e-object-storage}}
+  allowedNamespaces: [%[10]s]
+`, operatorNS, s.pgUser, s.pgPassword, s.s3Access, s.s3Secret, s.pgHost, s.pgPort, s.milvusAddr, s.s3Endpoint, tenantNS))
+	s.condition(&memoryv1.ClusterMemoryBackend{ObjectMeta: objectMeta("", "e2e-shared")}, "Ready", 60*time.Second)
+
+	// acme: on the shared backend (Milvus vectors), with a gateway; deleting it
+	// deletes its data. acme-v2: its own credentials in the tenant's namespace, vectors
+	// in PostgreSQL; deleting it keeps the data.
+	s.namespace(tenantNS)
+	s.apply(fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: pg-admin, namespace: %[1]s}
+stringData: {username: %[2]s, password: %[3]s}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: s3-credentials, namespace: %[1]s}
+stringData: {accessKeyID: %[4]s, secretAccessKey: %[5]s}
+---
+apiVersion: memory.amemory.io/v1alpha1
+kind: MemoryStore
+metadata: {name: acme, namespace: %[1]s}
+spec:
+  tenant: acme
+  backend: {clusterBackend: e2e-shared}
+  vector: {dimension: 384, metric: COSINE}
+  embedder: {type: Hashing}
+  reclaimPolicy: Delete
+  gateway:
+    enabled: true
+    keys: [{name: agent}]
+---
+apiVersion: memory.amemory.io/v1alpha1
+kind: MemoryStore
+metadata: {name: acme-v2, namespace: %[1]s}
+spec:
+  tenant: acme-v2
+  backend:
+    postgres: {host: %[6]s, port: %[7]s, sslMode: disable, adminSecret: {name: pg-admin}}
+    objectStorage: {endpoint: %[8]s, bucket: e2e-memory, insecure: true, credentialsSecret: {name: s3-credentials}}
+  vector: {dimension: 384}
+  reclaimPolicy: Retain
+`, tenantNS, s.pgUser, s.pgPassword, s.s3Access, s.s3Secret, s.pgHost, s.pgPort, s.s3Endpoint))
+	for _, name := range []string{"acme", "acme-v2"} {
+		st := &memoryv1.MemoryStore{ObjectMeta: objectMeta(tenantNS, name)}
+		s.condition(st, "Ready", 90*time.Second)
+		pg := st.Status.Postgres
+		if pg == nil || pg.Schema == "" || pg.Role == "" {
+			t.Fatalf("store %s: postgres status %+v", name, pg)
+		}
+		if n := s.scalar(`SELECT count(*) FROM pg_namespace WHERE nspname = $1`, pg.Schema); n != int64(1) {
+			t.Fatalf("store %s: schema %s not in PostgreSQL", name, pg.Schema)
+		}
+		if n := s.scalar(`SELECT count(*) FROM pg_roles WHERE rolname = $1 AND NOT rolsuper AND NOT rolcreaterole`, pg.Role); n != int64(1) {
+			t.Fatalf("store %s: no least-privilege role %s", name, pg.Role)
+		}
+		if !slices.Contains(s.events(tenantNS, "MemoryStore", name), "Ready") {
+			t.Errorf("store %s: no Ready event (%v)", name, s.events(tenantNS, "MemoryStore", name))
+		}
+	}
+	acme := s.store("acme")
+	if acme.Status.Vector == nil || acme.Status.Vector.Engine != "Milvus" || acme.Status.Vector.Collection == "" {
+		t.Fatalf("acme: vector status %+v", acme.Status.Vector)
+	}
+	mc, err := client.NewClient(s.ctx, client.Config{Address: s.milvusAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	if ok, err := mc.HasCollection(s.ctx, acme.Status.Vector.Collection); err != nil || !ok {
+		t.Fatalf("acme: Milvus collection %s: %v %v", acme.Status.Vector.Collection, ok, err)
+	}
+	if v2 := s.store("acme-v2"); v2.Status.Vector == nil || v2.Status.Vector.Engine != "Postgres" {
+		t.Fatalf("acme-v2: vector status %+v", v2.Status.Vector)
+	}
+}
+
+func objectMeta(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
+
+func (s *suite) store(name string) *memoryv1.MemoryStore {
+	s.t.Helper()
+	st := &memoryv1.MemoryStore{}
+	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: name}, st); err != nil {
+		s.t.Fatal(err)
+	}
+	return st
+}
+
+// gatewayBase is the acme gateway's Service address, and the agent's key from the
+// connection Secret.
+func (s *suite) gatewayBase() (base, key string) {
+	var svc corev1.Service
+	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: "acme-gateway"}, &svc); err != nil {
+		s.t.Fatal(err)
+	}
+	return fmt.Sprintf("http://%s:8080", svc.Spec.ClusterIP), s.secretValue(tenantNS, "acme-memory", "gatewayKey")
+}
+
+type searchResponse struct {
+	Results []struct {
+		Memory struct {
+			MemoryID string `json:"memory_id"`
+			Scope    string `json:"scope"`
+		} `json:"memory"`
+		Similarity float64 `json:"similarity"`
+	} `json:"results"`
+}
+
+func (r searchResponse) ids() []string {
+	var ids []string
+	for _, x := range r.Results {
+		ids = append(ids, x.Memory.MemoryID)
+	}
+	return ids
+}
+
+func (s *suite) gatewayThroughService() {
+	t := s.t
+	s.condition(&memoryv1.MemoryStore{ObjectMeta: objectMeta(tenantNS, "acme")}, "GatewayReady", 90*time.Second)
+	for _, p := range s.pods(tenantNS, map[string]string{"memory.amemory.io/store": "acme", "app.kubernetes.io/component": "gateway"}) {
+		checkRestricted(t, p)
+		if p.Spec.AutomountServiceAccountToken == nil || *p.Spec.AutomountServiceAccountToken {
+			t.Errorf("gateway pod %s mounts a ServiceAccount token", p.Name)
+		}
+	}
+	base, key := s.gatewayBase()
+	// GatewayReady follows the Deployment; the Service answers once kube-proxy has
+	// programmed the ready endpoint (an agent retries the same way).
+	s.eventually("the gateway Service", 30*time.Second, func() (bool, string) {
+		resp, err := s.http.Get(base + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	var written struct {
+		Results []struct {
+			MemoryID string `json:"memory_id"`
+			Outcome  string `json:"outcome"`
+			Indexed  bool   `json:"indexed"`
+		} `json:"results"`
+	}
+	code := s.api(base, key, http.MethodPost, "/v1/memories/batch", map[string]any{"memories": []map[string]any{
+		{"memory_id": "e2e-1", "memory_type": "semantic", "scope": "user:1024", "key": "preference.coffee", "content": map[string]any{"likes": "flat white"}, "base_score": 0.9},
+		{"memory_id": "e2e-2", "memory_type": "episodic", "scope": "user:1024", "content": map[string]any{"event": "asked for a refund of order 1042"}, "base_score": 0.6},
+		{"memory_id": "e2e-3", "memory_type": "semantic", "scope": "user:2048", "key": "address.city", "content": map[string]any{"city": "Lisbon"}, "base_score": 0.8},
+		{"memory_id": "e2e-4", "memory_type": "procedural", "scope": "agent:support", "key": "refund", "content": map[string]any{"steps": []string{"verify", "refund"}}, "base_score": 0.7},
+	}}, &written)
+	if code != http.StatusOK || len(written.Results) != 4 {
+		t.Fatalf("batch write through the Service: %d %+v", code, written)
+	}
+	for _, r := range written.Results {
+		if r.Outcome != "inserted" || !r.Indexed {
+			t.Fatalf("write %s: %+v", r.MemoryID, r)
+		}
+	}
+	var found searchResponse
+	if code := s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:1024", "query": "refund order", "top_k": 2}, &found); code != http.StatusOK {
+		t.Fatalf("search: %d", code)
+	}
+	if ids := found.ids(); len(ids) == 0 || ids[0] != "e2e-2" || found.Results[0].Similarity <= 0 {
+		t.Fatalf("search user:1024 for a refund: %+v", found)
+	}
+	// The rows behind it, in the store's own schema.
+	schema := s.store("acme").Status.Postgres.Schema
+	if n := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "memories"}.Sanitize()); n != int64(4) {
+		t.Fatalf("acme holds %v memories, want 4", n)
+	}
+	if !slices.Contains(s.events(tenantNS, "MemoryStore", "acme"), "GatewayReady") {
+		t.Errorf("no GatewayReady event: %v", s.events(tenantNS, "MemoryStore", "acme"))
+	}
+}
+
+func (s *suite) snapshotJobPod() {
+	t := s.t
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	s.apply(fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: snapshot-key, namespace: %[1]s}
+stringData: {key: %[2]s}
+---
+apiVersion: memory.amemory.io/v1alpha1
+kind: MemorySnapshot
+metadata: {name: before-migration, namespace: %[1]s}
+spec:
+  storeRef: {name: acme}
+  # acme's backend is shared: the tenant writes with credentials of its own.
+  destination: {credentialsSecret: {name: s3-credentials}}
+  encryption: {keySecret: {name: snapshot-key, key: key}}
+`, tenantNS, hex.EncodeToString(key)))
+	snap := &memoryv1.MemorySnapshot{ObjectMeta: objectMeta(tenantNS, "before-migration")}
+	s.condition(snap, "Ready", 120*time.Second)
+	st := snap.Status
+	if st.Phase != "Succeeded" || st.Items != 4 || st.Scopes != 3 || st.Location == nil || st.ManifestSHA256 == "" {
+		t.Fatalf("snapshot status %+v", st)
+	}
+	// The package in object storage.
+	if _, err := s.s3.StatObject(s.ctx, st.Location.Bucket, st.Location.Prefix+"manifest.json", minio.StatObjectOptions{}); err != nil {
+		t.Fatalf("manifest s3://%s/%smanifest.json: %v", st.Location.Bucket, st.Location.Prefix, err)
+	}
+	s.checkJobPod(st.JobName, false)
+	if !slices.Contains(s.events(tenantNS, "MemorySnapshot", "before-migration"), "Succeeded") {
+		t.Errorf("no Succeeded event: %v", s.events(tenantNS, "MemorySnapshot", "before-migration"))
+	}
+}
+
+// checkJobPod asserts that a worker Job ran as a real Pod: succeeded, restricted,
+// without a ServiceAccount token, and (summary: restore and archive workers; a
+// snapshot's counts come from its manifest) with its JSON summary as the termination
+// message the controller read.
+func (s *suite) checkJobPod(job string, summary bool) {
+	t := s.t
+	pods := s.pods(tenantNS, map[string]string{"job-name": job})
+	if len(pods) == 0 {
+		t.Fatalf("job %s: no Pod", job)
+	}
+	var succeeded *corev1.Pod
+	for i := range pods {
+		if pods[i].Status.Phase == corev1.PodSucceeded {
+			succeeded = &pods[i]
+		}
+	}
+	if succeeded == nil {
+		t.Fatalf("job %s: no Pod succeeded (%d Pods)", job, len(pods))
+	}
+	checkRestricted(t, *succeeded)
+	if a := succeeded.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Errorf("job pod %s mounts a ServiceAccount token", succeeded.Name)
+	}
+	cs := succeeded.Status.ContainerStatuses
+	if !summary {
+		return
+	}
+	if len(cs) == 0 || cs[0].State.Terminated == nil || !strings.HasPrefix(strings.TrimSpace(cs[0].State.Terminated.Message), "{") {
+		t.Fatalf("job pod %s: no JSON termination message: %+v", succeeded.Name, cs)
+	}
+}
+
+func (s *suite) restoreWithMapping() {
+	t := s.t
+	s.apply(fmt.Sprintf(`apiVersion: memory.amemory.io/v1alpha1
+kind: MemoryRestore
+metadata: {name: migrate, namespace: %s}
+spec:
+  source:
+    snapshotRef: {name: before-migration}
+    keySecret: {name: snapshot-key, key: key}
+  targetRef: {name: acme-v2}
+  mapping:
+    scopes:
+    - {from: "user:1024", to: "user:dbc0a3"}
+`, tenantNS))
+	r := &memoryv1.MemoryRestore{ObjectMeta: objectMeta(tenantNS, "migrate")}
+	s.condition(r, "Ready", 120*time.Second)
+	if r.Status.Phase != "Succeeded" || r.Status.Restored != 4 || r.Status.MappedScopes != 1 || r.Status.Vectors != 4 {
+		t.Fatalf("restore status %+v", r.Status)
+	}
+	s.checkJobPod(r.Status.JobName, true)
+	schema := s.store("acme-v2").Status.Postgres.Schema
+	rows, err := s.pg.Query(s.ctx, `SELECT memory_id, scope FROM `+pgx.Identifier{schema, "memories"}.Sanitize()+` ORDER BY memory_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var id, scope string
+		err := r.Scan(&id, &scope)
+		return id + "@" + scope, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"e2e-1@user:dbc0a3", "e2e-2@user:dbc0a3", "e2e-3@user:2048", "e2e-4@agent:support"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("acme-v2 holds %v, want %v", got, want)
+	}
+	// Its vectors, in its PostgreSQL index, under the new scope.
+	if n := s.scalar(`SELECT count(*) FROM `+pgx.Identifier{schema, "vectors"}.Sanitize()+` WHERE scope = 'user:dbc0a3'`); n != int64(2) {
+		t.Fatalf("acme-v2 has %v vectors in user:dbc0a3, want 2", n)
+	}
+}
+
+func (s *suite) scheduledArchival() {
+	t := s.t
+	acme := s.store("acme")
+	table := pgx.Identifier{acme.Status.Postgres.Schema, "memories"}.Sanitize()
+	// An old, unimportant memory: episodic memories halve every 30 days, so 0.3 after
+	// 400 days scores about 0.00003.
+	if _, err := s.pg.Exec(s.ctx, `INSERT INTO `+table+` (memory_id, memory_type, scope, content, content_hash, source, base_score, created_at, updated_at)
+		VALUES ('e2e-old', 'episodic', 'user:1024', '{"event": "asked about opening hours"}', '\x05', 'e2e', 0.3, now() - interval '400 days', now() - interval '400 days')`); err != nil {
+		t.Fatal(err)
+	}
+	s.run(`{"spec":{"archival":{"schedule":"* * * * *","threshold":"0.05"}}}`, s.kubectl, "patch", "memorystore", "acme", "-n", tenantNS, "--type", "merge", "--patch-file", "/dev/stdin")
+	s.eventually("an archival run", 150*time.Second, func() (bool, string) {
+		st := s.store("acme")
+		if st.Status.Archival == nil || st.Status.Archival.LastRun == nil || st.Status.Archival.LastRun.CompletionTime == nil {
+			return false, "no completed run yet"
+		}
+		return true, ""
+	})
+	run := s.store("acme").Status.Archival.LastRun
+	if run.Result != "Succeeded" || run.Archived != 1 || run.Scanned != 5 {
+		t.Fatalf("archival run %+v", run)
+	}
+	s.checkJobPod(run.JobName, true)
+	if n := s.scalar(`SELECT count(*) FROM ` + table + ` WHERE memory_id = 'e2e-old' AND archived_at IS NOT NULL`); n != int64(1) {
+		t.Fatal("e2e-old was not archived")
+	}
+	s.run(`{"spec":{"archival":{"suspend":true}}}`, s.kubectl, "patch", "memorystore", "acme", "-n", tenantNS, "--type", "merge", "--patch-file", "/dev/stdin")
+	// It left recall: a search for it does not find it.
+	base, key := s.gatewayBase()
+	var found searchResponse
+	s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:1024", "query": "opening hours", "top_k": 5}, &found)
+	if slices.Contains(found.ids(), "e2e-old") {
+		t.Fatalf("an archived memory is still recalled: %v", found.ids())
+	}
+}
+
+func (s *suite) managerMetrics() {
+	t := s.t
+	var svc corev1.Service
+	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: operatorNS, Name: release + "-metrics"}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.http.Get(fmt.Sprintf("http://%s:8080/metrics", svc.Spec.ClusterIP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	text := string(body)
+	for _, want := range []string{
+		`memory_operator_archival_runs_total{`,
+		`controller_runtime_reconcile_total{controller="memorystore",result="success"}`,
+		`controller_runtime_reconcile_total{controller="memorysnapshot",result="success"}`,
+		`controller_runtime_reconcile_total{controller="memoryrestore",result="success"}`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func (s *suite) deleteWithBothReclaimPolicies() {
+	t := s.t
+	acme, v2 := s.store("acme"), s.store("acme-v2")
+	for _, name := range []string{"acme", "acme-v2"} {
+		s.run("", s.kubectl, "delete", "memorystore", name, "-n", tenantNS, "--timeout=90s")
+	}
+	for _, name := range []string{"acme", "acme-v2"} {
+		err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: name}, &memoryv1.MemoryStore{})
+		if !apierrors.IsNotFound(err) {
+			t.Fatalf("store %s still there: %v", name, err)
+		}
+	}
+	// Delete: schema, role, collection and prefix gone.
+	if n := s.scalar(`SELECT count(*) FROM pg_namespace WHERE nspname = $1`, acme.Status.Postgres.Schema); n != int64(0) {
+		t.Errorf("acme's schema is still there")
+	}
+	if n := s.scalar(`SELECT count(*) FROM pg_roles WHERE rolname = $1`, acme.Status.Postgres.Role); n != int64(0) {
+		t.Errorf("acme's role is still there")
+	}
+	mc, err := client.NewClient(s.ctx, client.Config{Address: s.milvusAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	if ok, err := mc.HasCollection(s.ctx, acme.Status.Vector.Collection); err != nil || ok {
+		t.Errorf("acme's collection: exists %v (%v)", ok, err)
+	}
+	// Under its prefix only the snapshot packages stay: snapshots outlive their store
+	// (docs/memorystore.md), which is what a migration restores from.
+	if obs := acme.Status.ObjectStorage; obs != nil {
+		kept := 0
+		for obj := range s.s3.ListObjects(s.ctx, obs.Bucket, minio.ListObjectsOptions{Prefix: obs.Prefix, Recursive: true}) {
+			if !strings.HasPrefix(obj.Key, obs.Prefix+"snapshots/") {
+				t.Errorf("acme's prefix still holds %s", obj.Key)
+			}
+			kept++
+		}
+		if kept == 0 {
+			t.Error("acme's snapshot package went with the store")
+		}
+	} else {
+		t.Error("acme has no object storage status")
+	}
+	// Retain: the data stays for an operator to take over or drop by hand.
+	schema := pgx.Identifier{v2.Status.Postgres.Schema, "memories"}.Sanitize()
+	if n := s.scalar(`SELECT count(*) FROM ` + schema); n != int64(4) {
+		t.Errorf("acme-v2 (Retain) holds %v memories after deletion, want 4", n)
+	}
+}
