@@ -72,35 +72,9 @@ func run(out, tag, entrypoint, cmd, user, caCerts string, files, labels []string
 	if err != nil {
 		return err
 	}
-	entries := []entry{
-		{path: "etc/passwd", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", uid, gid))},
-		{path: "etc/group", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", gid))},
-		{path: "home/nonroot", mode: 0o700, uid: uid, dir: true},
-		{path: "tmp", mode: 0o1777, dir: true},
-	}
-	if caCerts != "" {
-		b, err := os.ReadFile(caCerts)
-		if err != nil {
-			return fmt.Errorf("--ca-certs: %w", err)
-		}
-		entries = append(entries, entry{path: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: b})
-	}
-	for _, f := range files {
-		parts := strings.Split(f, ":")
-		if len(parts) < 2 || len(parts) > 3 || !strings.HasPrefix(parts[1], "/") {
-			return fmt.Errorf("--file %q: want src:/dst[:mode]", f)
-		}
-		mode := int64(0o755)
-		if len(parts) == 3 {
-			if mode, err = strconv.ParseInt(parts[2], 8, 32); err != nil {
-				return fmt.Errorf("--file %q: mode: %w", f, err)
-			}
-		}
-		b, err := os.ReadFile(parts[0])
-		if err != nil {
-			return fmt.Errorf("--file: %w", err)
-		}
-		entries = append(entries, entry{path: strings.TrimPrefix(path.Clean(parts[1]), "/"), mode: mode, data: b})
+	entries, err := layerEntries(uid, gid, caCerts, files)
+	if err != nil {
+		return err
 	}
 	layer, err := layerTar(entries, sourceDate())
 	if err != nil {
@@ -146,6 +120,43 @@ func run(out, tag, entrypoint, cmd, user, caCerts string, files, labels []string
 	}
 	fmt.Printf("%s %s\n", ref.Name(), digest)
 	return nil
+}
+
+// layerEntries are the image's files: the nonroot user's passwd and group entries,
+// its home, /tmp, the CA bundle and the files asked for.
+func layerEntries(uid, gid int, caCerts string, files []string) ([]entry, error) {
+	entries := []entry{
+		{path: "etc/passwd", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", uid, gid))},
+		{path: "etc/group", mode: 0o644, data: []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", gid))},
+		{path: "home/nonroot", mode: 0o700, uid: uid, dir: true},
+		{path: "tmp", mode: 0o1777, dir: true},
+	}
+	if caCerts != "" {
+		b, err := os.ReadFile(caCerts)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-certs: %w", err)
+		}
+		entries = append(entries, entry{path: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: b})
+	}
+	for _, f := range files {
+		parts := strings.Split(f, ":")
+		if len(parts) < 2 || len(parts) > 3 || !strings.HasPrefix(parts[1], "/") {
+			return nil, fmt.Errorf("--file %q: want src:/dst[:mode]", f)
+		}
+		mode := int64(0o755)
+		if len(parts) == 3 {
+			var err error
+			if mode, err = strconv.ParseInt(parts[2], 8, 32); err != nil {
+				return nil, fmt.Errorf("--file %q: mode: %w", f, err)
+			}
+		}
+		b, err := os.ReadFile(parts[0])
+		if err != nil {
+			return nil, fmt.Errorf("--file: %w", err)
+		}
+		entries = append(entries, entry{path: strings.TrimPrefix(path.Clean(parts[1]), "/"), mode: mode, data: b})
+	}
+	return entries, nil
 }
 
 func parseUser(u string) (uid, gid int, err error) {

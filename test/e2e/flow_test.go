@@ -207,7 +207,9 @@ spec:
 	}
 }
 
-func objectMeta(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
+func objectMeta(ns, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: ns, Name: name}
+}
 
 func (s *suite) store(name string) *memoryv1.MemoryStore {
 	s.t.Helper()
@@ -408,7 +410,7 @@ spec:
 		t.Fatalf("acme-v2 holds %v, want %v", got, want)
 	}
 	// Its vectors, in its PostgreSQL index, under the new scope.
-	if n := s.scalar(`SELECT count(*) FROM `+pgx.Identifier{schema, "vectors"}.Sanitize()+` WHERE scope = 'user:dbc0a3'`); n != int64(2) {
+	if n := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "vectors"}.Sanitize() + ` WHERE scope = 'user:dbc0a3'`); n != int64(2) {
 		t.Fatalf("acme-v2 has %v vectors in user:dbc0a3, want 2", n)
 	}
 }
