@@ -46,6 +46,7 @@ fmt: ## Run go fmt.
 .PHONY: vet
 vet: ## Run go vet.
 	go vet ./...
+	go vet -tags e2e ./test/e2e
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint.

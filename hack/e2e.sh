@@ -28,6 +28,23 @@ cleanup() {
 	exit "$code"
 }
 
+# The previous chart version, from git: the chart of the most recent commit that has
+# another chart version than this checkout (E2E_PREVIOUS_CHART_REF overrides it). The
+# suite installs it first and upgrades to this checkout's chart.
+chart_version() { awk '$1=="version:" {print $2}'; }
+current=$(chart_version <charts/memory-operator/Chart.yaml)
+ref=${E2E_PREVIOUS_CHART_REF:-}
+if [[ -z $ref ]]; then
+	for c in $(git log --format=%H -- charts/memory-operator); do
+		if [[ $(git show "$c:charts/memory-operator/Chart.yaml" | chart_version) != "$current" ]]; then ref=$c; break; fi
+	done
+fi
+[[ -n $ref ]] || { log "no previous chart version in git history to upgrade from"; exit 1; }
+rm -rf "$RUN_DIR/previous-chart" && mkdir -p "$RUN_DIR/previous-chart"
+git archive "$ref" charts/memory-operator | tar -x -C "$RUN_DIR/previous-chart"
+export E2E_PREVIOUS_CHART="$RUN_DIR/previous-chart/charts/memory-operator"
+log "upgrading from chart $(chart_version <"$E2E_PREVIOUS_CHART/Chart.yaml") (commit ${ref:0:12}) to $current"
+
 hack/install-tools.sh all
 hack/install-tools.sh cluster
 make --no-print-directory image E2E_IMG="$E2E_IMAGE"

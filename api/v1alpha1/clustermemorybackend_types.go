@@ -37,6 +37,7 @@ type ClusterMemoryBackendStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:metadata:annotations="helm.sh/resource-policy=keep"
 // +kubebuilder:resource:scope=Cluster,shortName=cmb,categories=memory
 // +kubebuilder:printcolumn:name="Postgres",type=string,JSONPath=`.spec.postgres.host`
 // +kubebuilder:printcolumn:name="Milvus",type=string,JSONPath=`.spec.milvus.address`

@@ -179,6 +179,7 @@ type MemorySnapshotStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:metadata:annotations="helm.sh/resource-policy=keep"
 // +kubebuilder:resource:shortName=msnap,categories=memory
 // +kubebuilder:printcolumn:name="Store",type=string,JSONPath=`.spec.storeRef.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

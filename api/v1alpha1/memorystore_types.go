@@ -271,6 +271,7 @@ type ReceivedRestore struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:metadata:annotations="helm.sh/resource-policy=keep"
 // +kubebuilder:resource:shortName=ms;mstore,categories=memory
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenant`
 // +kubebuilder:printcolumn:name="Vectors",type=string,JSONPath=`.status.vector.engine`

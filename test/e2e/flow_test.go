@@ -17,6 +17,7 @@ import (
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 	"github.com/minio/minio-go/v7"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,14 +38,19 @@ func TestEndToEnd(t *testing.T) {
 			s.dumpDebugBundle()
 		}
 	})
-	s.installChart()
+	// The previous chart version first: the stores it provisions must keep working
+	// through the upgrade.
+	s.installChart(s.previousChart, nil)
 	s.sharedBackendAndStores()
 	s.gatewayThroughService()
+	s.upgradeChart()
+	s.leaderFailover()
 	s.snapshotJobPod()
 	s.restoreWithMapping()
 	s.scheduledArchival()
 	s.managerMetrics()
 	s.deleteWithBothReclaimPolicies()
+	s.uninstallKeepsCRDs()
 }
 
 // restricted is the namespace label that makes the API server refuse any Pod that
@@ -55,15 +61,17 @@ func (s *suite) namespace(name string) {
 	s.apply(fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels:\n    %s\n", name, restricted))
 }
 
-func (s *suite) installChart() {
+// installChart installs (or upgrades to) the chart in dir with the local image.
+func (s *suite) installChart(dir string, extra []string) {
 	t := s.t
 	s.namespace(operatorNS)
 	repo, tag, _ := strings.Cut(s.image, ":")
 	start := time.Now()
-	s.run("", s.helm, "upgrade", "--install", release, s.root+"/charts/memory-operator", "-n", operatorNS,
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-		"--wait", "--timeout", "3m")
-	t.Logf("helm install: %s", time.Since(start).Round(time.Millisecond))
+	args := append([]string{"upgrade", "--install", release, dir, "-n", operatorNS,
+		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
+		"--wait", "--timeout", "3m"}, extra...)
+	s.run("", s.helm, args...)
+	t.Logf("helm upgrade --install %s: %s", dir, time.Since(start).Round(time.Millisecond))
 	var dep appsv1.Deployment
 	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: operatorNS, Name: release}, &dep); err != nil {
 		t.Fatal(err)
@@ -75,13 +83,98 @@ func (s *suite) installChart() {
 	if len(pods) == 0 {
 		t.Fatal("no manager Pod")
 	}
-	p := pods[0]
-	// The chart's ServiceAccount, bound to the generated RBAC: what every request of
-	// the rest of this test is authorised as.
-	if p.Spec.ServiceAccountName != release {
-		t.Fatalf("manager runs as ServiceAccount %q", p.Spec.ServiceAccountName)
+	for _, p := range pods {
+		// The chart's ServiceAccount, bound to the generated RBAC: what every request
+		// of the rest of this test is authorised as.
+		if p.Spec.ServiceAccountName != release {
+			t.Fatalf("manager runs as ServiceAccount %q", p.Spec.ServiceAccountName)
+		}
+		checkRestricted(t, p)
 	}
-	checkRestricted(t, p)
+}
+
+// upgradeChart upgrades to this checkout's chart the documented way (CRDs first,
+// server-side, then helm upgrade), with two replicas and the NetworkPolicy on, and
+// checks that what the previous version provisioned still works.
+func (s *suite) upgradeChart() {
+	t := s.t
+	crds := s.root + "/charts/memory-operator/crds/"
+	s.run("", s.kubectl, "apply", "--server-side", "--force-conflicts", "-f", crds)
+	s.installChart(s.root+"/charts/memory-operator", []string{"--set", "replicaCount=2", "--set", "networkPolicy.enabled=true"})
+	s.eventually("two manager replicas of the new version", 120*time.Second, func() (bool, string) {
+		var dep appsv1.Deployment
+		if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: operatorNS, Name: release}, &dep); err != nil {
+			return false, err.Error()
+		}
+		st := dep.Status
+		return st.UpdatedReplicas == 2 && st.AvailableReplicas == 2 && st.Replicas == 2 && st.ObservedGeneration == dep.Generation,
+			fmt.Sprintf("%+v", st)
+	})
+	for _, kind := range []string{"poddisruptionbudget", "networkpolicy"} {
+		s.run("", s.kubectl, "get", kind, release, "-n", operatorNS)
+	}
+	for _, name := range []string{"acme", "acme-v2"} {
+		s.condition(&memoryv1.MemoryStore{ObjectMeta: objectMeta(tenantNS, name)}, "Ready", 60*time.Second)
+	}
+	// The gateway the previous version deployed still serves what was written.
+	base, key := s.gatewayBase()
+	var found searchResponse
+	if code := s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:1024", "query": "refund order", "top_k": 2}, &found); code != http.StatusOK || len(found.Results) == 0 {
+		t.Fatalf("search after the upgrade: %d %+v", code, found)
+	}
+}
+
+// leaderFailover deletes the leading manager: the standby takes the lease and the
+// rest of the test runs against it.
+func (s *suite) leaderFailover() {
+	t := s.t
+	// The old version's leader released or lost the lease when it stopped; one of the
+	// new replicas holds it once it has started.
+	var holder, pod string
+	s.eventually("a leader among the new replicas", 90*time.Second, func() (bool, string) {
+		holder = s.leaseHolder()
+		pod, _, _ = strings.Cut(holder, "_")
+		for _, p := range s.pods(operatorNS, map[string]string{"app.kubernetes.io/instance": release}) {
+			if p.Name == pod && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				return true, ""
+			}
+		}
+		return false, "lease held by " + holder
+	})
+	s.run("", s.kubectl, "delete", "pod", pod, "-n", operatorNS, "--wait=false")
+	start := time.Now()
+	s.eventually("a new leader", 90*time.Second, func() (bool, string) {
+		h := s.leaseHolder()
+		return h != "" && h != holder, h
+	})
+	t.Logf("leader %s took over %s after %s", s.leaseHolder(), holder, time.Since(start).Round(time.Second))
+}
+
+func (s *suite) leaseHolder() string {
+	var leases coordinationv1.LeaseList
+	if err := s.kube.List(s.ctx, &leases, crclient.InNamespace(operatorNS)); err != nil {
+		s.t.Fatal(err)
+	}
+	for _, l := range leases.Items {
+		if l.Spec.HolderIdentity != nil && strings.Contains(l.Name, "memory") {
+			return *l.Spec.HolderIdentity
+		}
+	}
+	return ""
+}
+
+// uninstallKeepsCRDs: helm uninstall removes the operator, never the CRDs (nor the
+// users' objects with them).
+func (s *suite) uninstallKeepsCRDs() {
+	t := s.t
+	s.run("", s.helm, "uninstall", release, "-n", operatorNS, "--wait", "--timeout", "2m")
+	for _, crd := range []string{"memorystores", "memorysnapshots", "memoryrestores", "clustermemorybackends"} {
+		s.run("", s.kubectl, "get", "crd", crd+".memory.amemory.io")
+	}
+	var snaps memoryv1.MemorySnapshotList
+	if err := s.kube.List(s.ctx, &snaps, crclient.InNamespace(tenantNS)); err != nil || len(snaps.Items) == 0 {
+		t.Fatalf("snapshots after uninstall: %d (%v)", len(snaps.Items), err)
+	}
 }
 
 // checkRestricted asserts what the restricted level demands of a Pod (the namespace

@@ -61,8 +61,13 @@ Name of the ServiceAccount the manager runs as.
 {{- end }}
 
 {{/*
-Container image reference; the tag defaults to the chart's appVersion.
+Container image reference: repository@digest when image.digest is set (the tag is
+then ignored), else repository:tag, the tag defaulting to the chart's appVersion.
 */}}
 {{- define "memory-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) }}
+{{- end }}
 {{- end }}
