@@ -127,6 +127,10 @@ e2e: ## End-to-end suite on a real local cluster (as root): the chart with the l
 cluster-down: ## Stop the local cluster and restore the host.
 	hack/cluster.sh down
 
+.PHONY: demo-cluster
+demo-cluster: ## The demo on the real local cluster (as root): chart, gateway Service, Jobs as Pods (hack/demo-cluster.sh).
+	hack/demo-cluster.sh
+
 ##@ Deployment
 
 .PHONY: install
