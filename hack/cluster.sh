@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/cluster.sh up|down|status|load IMAGE.tar — a real single-node Kubernetes cluster on
+# hack/cluster.sh up|down|status|load IMAGE.tar|digest IMAGE — a real single-node Kubernetes cluster on
 # this machine for the end-to-end tests: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, a kubelet running Pods through containerd v2 and runc on a CNI bridge,
 # and kube-proxy, all built by `hack/install-tools.sh cluster` into bin/ (Debian's runc,
@@ -9,6 +9,7 @@
 #   down    stops everything it started and puts the host back as it found it
 #   status  says whether it is up
 #   load    imports a docker-archive image tarball (make image) into the node's containerd
+#   digest  prints the digest an image is known by (Pods may use repo@digest)
 #
 # It needs root. It uses only loopback and its own bridge (memop0, 10.213.0.1/24); Pods
 # reach the host at 10.213.0.1 and nothing off this machine (an egress guard drops it).
@@ -368,7 +369,17 @@ load_images() {
 	fi
 	local t
 	for t in "$BIN"/images/*.tar; do
-		"${CTR[@]}" images import --local "$t" >/dev/null
+		"${CTR[@]}" images import --local "$t" >/dev/null 2> >(grep -v DEPRECATION >&2)
+	done
+	digest_aliases
+}
+
+# digest_aliases names every imported image also by its digest (repo@sha256:...), as
+# a pull from a registry would: Pods may then pin images by digest.
+digest_aliases() {
+	local ref digest
+	"${CTR[@]}" images ls 2>/dev/null | awk 'NR > 1 && $1 !~ /@/ {print $1, $3}' | while read -r ref digest; do
+		"${CTR[@]}" images tag --force "$ref" "${ref%:*}@$digest" >/dev/null 2>&1 || true
 	done
 }
 
@@ -517,7 +528,15 @@ cmd_status() {
 cmd_load() {
 	[[ -f ${1:-} ]] || die "usage: hack/cluster.sh load IMAGE.tar"
 	running containerd || die "the cluster is not up"
-	"${CTR[@]}" images import --local "$1"
+	"${CTR[@]}" images import --local "$1" 2> >(grep -v DEPRECATION >&2)
+	digest_aliases
+}
+
+# cmd_digest prints the digest the node knows an image by.
+cmd_digest() {
+	running containerd || die "the cluster is not up"
+	"${CTR[@]}" images ls 2>/dev/null | awk -v r="${1:-}" '$1 == r {print $3; found=1} END {exit !found}' ||
+		die "image ${1:-} is not loaded"
 }
 
 case "${1:-}" in
@@ -525,5 +544,6 @@ up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
 load) shift; cmd_load "$@" ;;
-*) echo "usage: $0 up|down|status|load IMAGE.tar" >&2; exit 2 ;;
+digest) shift; cmd_digest "$@" ;;
+*) echo "usage: $0 up|down|status|load IMAGE.tar|digest IMAGE" >&2; exit 2 ;;
 esac

@@ -31,7 +31,7 @@ cleanup() {
 # The previous chart version, from git: the chart of the most recent commit that has
 # another chart version than this checkout (E2E_PREVIOUS_CHART_REF overrides it). The
 # suite installs it first and upgrades to this checkout's chart.
-chart_version() { awk '$1=="version:" {print $2}'; }
+chart_version() { awk '/^version:/ {print $2; exit}'; }
 current=$(chart_version <charts/memory-operator/Chart.yaml)
 ref=${E2E_PREVIOUS_CHART_REF:-}
 if [[ -z $ref ]]; then
@@ -56,7 +56,8 @@ hack/cluster.sh up
 hack/services.sh start
 # shellcheck disable=SC1091
 source "$RUN_DIR/env.sh"
-export KUBECONFIG="$ROOT/bin/cluster-run/kubeconfig" E2E_IMAGE
+E2E_IMAGE_DIGEST=$(hack/cluster.sh digest "$E2E_IMAGE")
+export KUBECONFIG="$ROOT/bin/cluster-run/kubeconfig" E2E_IMAGE E2E_IMAGE_DIGEST
 log "cluster and services up in $((SECONDS - start))s"
 go test -tags e2e ./test/e2e -count=1 -v -timeout 30m ${E2E_ARGS:-}
 log "passed in $((SECONDS - start))s"

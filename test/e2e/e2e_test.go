@@ -42,7 +42,9 @@ type env struct {
 	root, kubeconfig, image, helm, kubectl, debugDir string
 	// previousChart is the chart of the previous chart version (hack/e2e.sh extracts
 	// it from git), installed first and then upgraded.
-	previousChart                              string
+	previousChart string
+	// imageDigest is the image's digest on the node: the upgraded release pins it.
+	imageDigest                                string
 	pgHost, pgPort, pgUser, pgPassword         string
 	s3Endpoint, s3Access, s3Secret, milvusAddr string
 }
@@ -56,13 +58,13 @@ const (
 func loadEnv(t *testing.T) env {
 	t.Helper()
 	root, _ := filepath.Abs("../..")
-	e := env{root: root, kubeconfig: os.Getenv("KUBECONFIG"), image: os.Getenv("E2E_IMAGE"), previousChart: os.Getenv("E2E_PREVIOUS_CHART"),
+	e := env{root: root, kubeconfig: os.Getenv("KUBECONFIG"), image: os.Getenv("E2E_IMAGE"), previousChart: os.Getenv("E2E_PREVIOUS_CHART"), imageDigest: os.Getenv("E2E_IMAGE_DIGEST"),
 		helm: filepath.Join(root, "bin/helm"), kubectl: filepath.Join(root, "bin/cluster/kubectl"), debugDir: filepath.Join(root, "bin/e2e-debug"),
 		pgHost: os.Getenv("MEMORY_TEST_PG_HOST"), pgPort: os.Getenv("MEMORY_TEST_PG_PORT"), pgUser: os.Getenv("MEMORY_TEST_PG_USER"),
 		pgPassword: os.Getenv("MEMORY_TEST_PG_PASSWORD"), s3Endpoint: os.Getenv("MEMORY_TEST_S3_ENDPOINT"),
 		s3Access: os.Getenv("MEMORY_TEST_S3_ACCESS_KEY"), s3Secret: os.Getenv("MEMORY_TEST_S3_SECRET_KEY"), milvusAddr: os.Getenv("MEMORY_TEST_MILVUS_ADDR")}
-	if e.kubeconfig == "" || e.image == "" || e.previousChart == "" || e.pgHost == "" || e.s3Endpoint == "" || e.milvusAddr == "" {
-		t.Fatal("the end-to-end tests run through `make e2e` (hack/e2e.sh): KUBECONFIG, E2E_IMAGE, E2E_PREVIOUS_CHART and MEMORY_TEST_* must be set")
+	if e.kubeconfig == "" || e.image == "" || e.previousChart == "" || e.imageDigest == "" || e.pgHost == "" || e.s3Endpoint == "" || e.milvusAddr == "" {
+		t.Fatal("the end-to-end tests run through `make e2e` (hack/e2e.sh): KUBECONFIG, E2E_IMAGE, E2E_IMAGE_DIGEST, E2E_PREVIOUS_CHART and MEMORY_TEST_* must be set")
 	}
 	return e
 }

@@ -94,13 +94,14 @@ func (s *suite) installChart(dir string, extra []string) {
 }
 
 // upgradeChart upgrades to this checkout's chart the documented way (CRDs first,
-// server-side, then helm upgrade), with two replicas and the NetworkPolicy on, and
-// checks that what the previous version provisioned still works.
+// server-side, then helm upgrade), with two replicas, the NetworkPolicy on and the
+// image pinned by digest, and checks that what the previous version provisioned still
+// works.
 func (s *suite) upgradeChart() {
 	t := s.t
 	crds := s.root + "/charts/memory-operator/crds/"
 	s.run("", s.kubectl, "apply", "--server-side", "--force-conflicts", "-f", crds)
-	s.installChart(s.root+"/charts/memory-operator", []string{"--set", "replicaCount=2", "--set", "networkPolicy.enabled=true"})
+	s.installChart(s.root+"/charts/memory-operator", []string{"--set", "replicaCount=2", "--set", "networkPolicy.enabled=true", "--set", "image.digest=" + s.imageDigest})
 	s.eventually("two manager replicas of the new version", 120*time.Second, func() (bool, string) {
 		var dep appsv1.Deployment
 		if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: operatorNS, Name: release}, &dep); err != nil {
@@ -110,6 +111,11 @@ func (s *suite) upgradeChart() {
 		return st.UpdatedReplicas == 2 && st.AvailableReplicas == 2 && st.Replicas == 2 && st.ObservedGeneration == dep.Generation,
 			fmt.Sprintf("%+v", st)
 	})
+	for _, p := range s.pods(operatorNS, map[string]string{"app.kubernetes.io/instance": release}) {
+		if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image != s.pinnedImage() {
+			t.Errorf("manager pod %s runs %s, want %s", p.Name, p.Spec.Containers[0].Image, s.pinnedImage())
+		}
+	}
 	for _, kind := range []string{"poddisruptionbudget", "networkpolicy"} {
 		s.run("", s.kubectl, "get", kind, release, "-n", operatorNS)
 	}
@@ -148,6 +154,12 @@ func (s *suite) leaderFailover() {
 		return h != "" && h != holder, h
 	})
 	t.Logf("leader %s took over %s after %s", s.leaseHolder(), holder, time.Since(start).Round(time.Second))
+}
+
+// pinnedImage is the image reference by digest the upgraded release runs, its Jobs too.
+func (s *suite) pinnedImage() string {
+	repo, _, _ := strings.Cut(s.image, ":")
+	return repo + "@" + s.imageDigest
 }
 
 func (s *suite) leaseHolder() string {
@@ -453,6 +465,9 @@ func (s *suite) checkJobPod(job string, summary bool) {
 		t.Fatalf("job %s: no Pod succeeded (%d Pods)", job, len(pods))
 	}
 	checkRestricted(t, *succeeded)
+	if img := succeeded.Spec.Containers[0].Image; img != s.pinnedImage() {
+		t.Errorf("job pod %s runs %s, want the release's %s", succeeded.Name, img, s.pinnedImage())
+	}
 	if a := succeeded.Spec.AutomountServiceAccountToken; a == nil || *a {
 		t.Errorf("job pod %s mounts a ServiceAccount token", succeeded.Name)
 	}
@@ -544,19 +559,17 @@ func (s *suite) scheduledArchival() {
 	}
 }
 
+// managerMetrics scrapes the leader's metrics endpoint (only the leader reconciles;
+// the metrics Service spreads scrapes over every replica, which Prometheus does per
+// Pod anyway) and checks that the Service answers too.
 func (s *suite) managerMetrics() {
 	t := s.t
-	var svc corev1.Service
-	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: operatorNS, Name: release + "-metrics"}, &svc); err != nil {
-		t.Fatal(err)
+	leader, _, _ := strings.Cut(s.leaseHolder(), "_")
+	var pod corev1.Pod
+	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: operatorNS, Name: leader}, &pod); err != nil {
+		t.Fatalf("leader pod %q: %v", leader, err)
 	}
-	resp, err := s.http.Get(fmt.Sprintf("http://%s:8080/metrics", svc.Spec.ClusterIP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	text := string(body)
+	text := s.scrape(fmt.Sprintf("http://%s:8080/metrics", pod.Status.PodIP))
 	for _, want := range []string{
 		`memory_operator_archival_runs_total{`,
 		`controller_runtime_reconcile_total{controller="memorystore",result="success"}`,
@@ -564,9 +577,30 @@ func (s *suite) managerMetrics() {
 		`controller_runtime_reconcile_total{controller="memoryrestore",result="success"}`,
 	} {
 		if !strings.Contains(text, want) {
-			t.Errorf("metrics lack %s", want)
+			t.Errorf("the leader's metrics lack %s", want)
 		}
 	}
+	var svc corev1.Service
+	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: operatorNS, Name: release + "-metrics"}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	if text := s.scrape(fmt.Sprintf("http://%s:8080/metrics", svc.Spec.ClusterIP)); !strings.Contains(text, "controller_runtime_") {
+		t.Error("the metrics Service serves no controller metrics")
+	}
+}
+
+func (s *suite) scrape(url string) string {
+	s.t.Helper()
+	resp, err := s.http.Get(url)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		s.t.Fatalf("%s: %s", url, resp.Status)
+	}
+	return string(body)
 }
 
 func (s *suite) deleteWithBothReclaimPolicies() {
