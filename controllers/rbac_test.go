@@ -1,9 +1,19 @@
 package controllers
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
 
 // TestChartRBACMatchesMarkers: the chart's ClusterRole grants exactly what the
@@ -26,5 +36,58 @@ func TestChartRBACMatchesMarkers(t *testing.T) {
 	generated, chart := rules("../config/rbac/role.yaml"), rules("../charts/memory-operator/templates/clusterrole.yaml")
 	if strings.TrimSpace(generated) != strings.TrimSpace(chart) {
 		t.Fatalf("the chart's ClusterRole differs from config/rbac/role.yaml: run `make manifests`\n--- generated\n%s\n--- chart\n%s", generated, chart)
+	}
+}
+
+// TestOperatorPermissionsRefuse: the identity the manager runs as (the generated
+// ClusterRole, as the chart binds it) is refused what an operator of memory stores must
+// never do. Reading Secrets cannot be limited to namespaces with a MemoryStore: RBAC
+// has no such condition, and a store may name its credentials in any namespace at any
+// time; the operator instead never caches Secrets and reads only those a resource
+// names (docs/memorystore.md).
+func TestOperatorPermissionsRefuse(t *testing.T) {
+	ctx := context.Background()
+	op, err := client.New(operatorConfig, client.Options{Scheme: k8sClient.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t)
+	forbidden := map[string]func() error{
+		"create a ClusterRole": func() error {
+			return op.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "escalate"}, Rules: []rbacv1.PolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}}})
+		},
+		"bind a role": func() error {
+			return op.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "escalate"},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: operatorServiceAccount, Namespace: operatorNamespace}}})
+		},
+		"create a Pod": func() error {
+			return op.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}})
+		},
+		"delete a Namespace": func() error { return op.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) },
+		"read Nodes":         func() error { return op.List(ctx, &corev1.NodeList{}) },
+		"edit a CRD": func() error {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := k8sClient.Get(ctx, client.ObjectKey{Name: "memorystores.memory.amemory.io"}, crd); err != nil {
+				return err
+			}
+			return op.Update(ctx, crd)
+		},
+		"write a ConfigMap": func() error {
+			return op.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm"}})
+		},
+		"list ServiceAccounts": func() error {
+			return op.List(ctx, &corev1.ServiceAccountList{}, client.InNamespace(ns))
+		},
+	}
+	for what, call := range forbidden {
+		if err := call(); !apierrors.IsForbidden(err) {
+			t.Errorf("the operator may %s: %v", what, err)
+		}
+	}
+	// What it needs works under the same identity.
+	if err := op.List(ctx, &memoryv1alpha1.MemoryStoreList{}, client.InNamespace(ns)); err != nil {
+		t.Errorf("the operator may not list MemoryStores: %v", err)
 	}
 }

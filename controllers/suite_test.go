@@ -15,7 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,7 +45,44 @@ const operatorNamespace = "memory-operator-system"
 var (
 	k8sClient client.Client
 	testMgr   ctrl.Manager
+	// operatorConfig is the manager's REST config: the operator's ServiceAccount.
+	operatorConfig *rest.Config
 )
+
+// operatorServiceAccount is the identity the manager runs as in the tests, as the
+// chart installs it.
+const operatorServiceAccount = "memory-operator"
+
+// operatorIdentity installs the generated ClusterRole (config/rbac/role.yaml), binds
+// it to the operator's ServiceAccount and returns cfg impersonating that account.
+func operatorIdentity(ctx context.Context, admin client.Client, cfg *rest.Config) (*rest.Config, error) {
+	raw, err := os.ReadFile(filepath.Join("..", "config", "rbac", "role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(raw, &role); err != nil {
+		return nil, fmt.Errorf("config/rbac/role.yaml: %w", err)
+	}
+	role.Name = "memory-operator-manager"
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: operatorServiceAccount, Namespace: operatorNamespace}},
+	}
+	for _, obj := range []client.Object{&role, binding} {
+		if err := admin.Create(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	c := rest.CopyConfig(cfg)
+	// What the API server authenticates a ServiceAccount token as.
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + operatorNamespace + ":" + operatorServiceAccount,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespace, "system:authenticated"},
+	}
+	return c, nil
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
@@ -76,7 +118,17 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	// The manager runs with the operator's real permissions: the ClusterRole that
+	// `make manifests` generates from the +kubebuilder:rbac markers (and the chart
+	// ships, TestChartRBACMatchesMarkers), bound to the operator's ServiceAccount, which
+	// its clients impersonate. The tests' own client stays an administrator.
+	mgrCfg, err := operatorIdentity(context.Background(), k8sClient, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the operator's identity: %v\n", err)
+		return 1
+	}
+	operatorConfig = mgrCfg
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -210,5 +262,6 @@ func newTestScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(memoryv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
 	return scheme
 }
