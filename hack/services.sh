@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts and stops the real backing services on loopback for tests and the demo:
-# PostgreSQL 15 (a throwaway cluster), MinIO and Milvus Lite. State lives in a run
+# PostgreSQL 15 (a throwaway cluster), MinIO, Milvus Lite and Toxiproxy. State lives in a run
 # directory (default bin/run); `start` writes $RUN_DIR/env.sh with the connection
 # settings the tests read (MEMORY_TEST_*), `stop` ends the processes and removes the state.
 #
@@ -94,9 +94,21 @@ start_milvus() {
 	log "Milvus Lite on $HOST:$port"
 }
 
+# Toxiproxy's API server: the fault-injection tests put proxies between the workers or
+# the gateway and each backend through it (MEMORY_TEST_TOXIPROXY_ADDR).
+start_toxiproxy() {
+	[[ -x "$BIN/toxiproxy-server" ]] || die "Toxiproxy missing; run hack/install-tools.sh"
+	local port; port=$(free_port)
+	nohup "$BIN/toxiproxy-server" -host "$HOST" -port "$port" >"$RUN_DIR/toxiproxy.log" 2>&1 &
+	echo $! >"$RUN_DIR/toxiproxy.pid"
+	wait_for toxiproxy 30 port_open "$port"
+	echo "export MEMORY_TEST_TOXIPROXY_ADDR=$HOST:$port" >>"$RUN_DIR/env.sh"
+	log "Toxiproxy on $HOST:$port"
+}
+
 stop() {
 	local f
-	for f in "$RUN_DIR"/minio.pid "$RUN_DIR"/milvus.pid; do
+	for f in "$RUN_DIR"/minio.pid "$RUN_DIR"/milvus.pid "$RUN_DIR"/toxiproxy.pid; do
 		[[ -f $f ]] && { kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; }
 	done
 	if [[ -f "$RUN_DIR/postgres.dir" ]]; then
@@ -115,6 +127,7 @@ start() {
 	start_postgres
 	start_minio
 	start_milvus
+	start_toxiproxy
 	log "environment in $RUN_DIR/env.sh"
 }
 

@@ -24,4 +24,8 @@ var (
 	ErrCorrupt = errors.New("snapshot package is corrupt")
 	// ErrExists: NewWriter was pointed at a prefix that already holds objects.
 	ErrExists = errors.New("snapshot prefix is not empty")
+	// ErrTransfer: reading an object stopped before the size its store announced (a
+	// connection reset mid-download). The package may be intact: retry. It is never
+	// reported as ErrCorrupt, which a retry cannot cure.
+	ErrTransfer = errors.New("object transfer interrupted")
 )

@@ -84,8 +84,9 @@ func (m *MinioObjects) Get(ctx context.Context, name string) (io.ReadCloser, err
 	obj, err := m.Client.GetObject(ctx, m.Bucket, name, minio.GetObjectOptions{})
 	if err == nil {
 		// GetObject is lazy; Stat makes the request and surfaces a missing object now.
-		if _, err = obj.Stat(); err == nil {
-			return obj, nil
+		var info minio.ObjectInfo
+		if info, err = obj.Stat(); err == nil {
+			return &sizedBody{ReadCloser: obj, what: fmt.Sprintf("%s in bucket %s", name, m.Bucket), size: info.Size}, nil
 		}
 		_ = obj.Close()
 	}
@@ -93,6 +94,25 @@ func (m *MinioObjects) Get(ctx context.Context, name string) (io.ReadCloser, err
 		return nil, fmt.Errorf("object %s in bucket %s: %w", name, m.Bucket, fs.ErrNotExist)
 	}
 	return nil, fmt.Errorf("reading %s from bucket %s: %w", name, m.Bucket, err)
+}
+
+// sizedBody is an object's body that knows the size its store announced: a body that
+// ends (or fails) before it was cut in transit, a reset connection, which is
+// ErrTransfer and must never read as a truncated, corrupt package. An object that is
+// shorter than its manifest says ends at its own size, with io.EOF, as before.
+type sizedBody struct {
+	io.ReadCloser
+	what       string
+	size, read int64
+}
+
+func (b *sizedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.read += int64(n)
+	if err != nil && b.read < b.size {
+		return n, fmt.Errorf("%w: %s: after %d of its %d bytes: %v", ErrTransfer, b.what, b.read, b.size, err)
+	}
+	return n, err
 }
 
 func isNotExist(err error) bool {
