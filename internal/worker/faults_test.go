@@ -30,6 +30,7 @@ const faultDeadline = 45 * time.Second
 // proxied is a fixture's backends behind proxies.
 type proxied struct {
 	pg, s3           *toxiproxy.Proxy
+	milvus           *toxiproxy.Proxy // only where a test sets one up
 	pgURI, s3Address string
 }
 
@@ -47,11 +48,13 @@ func (f *fixtureEnv) proxies(t *testing.T) proxied {
 }
 
 // scenario is one fault: inject adds toxics (or disables a proxy) before the run.
-// mustFail says the fault leaves the run no way to complete.
+// mustFail says the fault leaves the run no way to complete; for a reset after N bytes
+// (perConnection) only when the run moves more than that over one connection.
 type scenario struct {
-	name     string
-	inject   func(t *testing.T, p proxied)
-	mustFail bool
+	name          string
+	inject        func(t *testing.T, p proxied)
+	mustFail      bool
+	perConnection bool
 }
 
 func toxic(t *testing.T, p *toxiproxy.Proxy, typ, stream string, attrs toxiproxy.Attributes) {
@@ -63,7 +66,10 @@ func toxic(t *testing.T, p *toxiproxy.Proxy, typ, stream string, attrs toxiproxy
 
 func clearFaults(t *testing.T, p proxied) {
 	t.Helper()
-	for _, px := range []*toxiproxy.Proxy{p.pg, p.s3} {
+	for _, px := range []*toxiproxy.Proxy{p.pg, p.s3, p.milvus} {
+		if px == nil {
+			continue
+		}
 		toxics, err := px.Toxics()
 		if err != nil {
 			t.Fatal(err)
@@ -92,12 +98,12 @@ var networkScenarios = []scenario{
 		toxic(t, p.s3, "bandwidth", "upstream", toxiproxy.Attributes{"rate": 512}) // KB/s
 		toxic(t, p.s3, "bandwidth", "downstream", toxiproxy.Attributes{"rate": 512})
 	}},
-	{name: "object storage reset mid-transfer", mustFail: true, inject: func(t *testing.T, p proxied) {
+	{name: "object storage reset mid-transfer", mustFail: true, perConnection: true, inject: func(t *testing.T, p proxied) {
 		// Every connection is cut after 64 KiB: retries meet the same fate.
 		toxic(t, p.s3, "limit_data", "upstream", toxiproxy.Attributes{"bytes": 64 << 10})
 		toxic(t, p.s3, "limit_data", "downstream", toxiproxy.Attributes{"bytes": 64 << 10})
 	}},
-	{name: "postgres reset mid-stream", mustFail: true, inject: func(t *testing.T, p proxied) {
+	{name: "postgres reset mid-stream", mustFail: true, perConnection: true, inject: func(t *testing.T, p proxied) {
 		toxic(t, p.pg, "limit_data", "downstream", toxiproxy.Attributes{"bytes": 256 << 10})
 		toxic(t, p.pg, "limit_data", "upstream", toxiproxy.Attributes{"bytes": 256 << 10})
 	}},
@@ -278,4 +284,88 @@ func firstDiff(got, want []string) string {
 		}
 	}
 	return ""
+}
+
+// milvusScenarios are the faults between the archive worker and Milvus, and a
+// PostgreSQL connection cut within the run's first kilobytes (a run moves little).
+var milvusScenarios = []scenario{
+	{name: "postgres reset within the run", mustFail: true, inject: func(t *testing.T, p proxied) {
+		toxic(t, p.pg, "limit_data", "downstream", toxiproxy.Attributes{"bytes": 12 << 10})
+	}},
+	{name: "milvus latency", inject: func(t *testing.T, p proxied) {
+		toxic(t, p.milvus, "latency", "downstream", toxiproxy.Attributes{"latency": 20, "jitter": 10})
+	}},
+	{name: "milvus reset mid-delete", mustFail: true, perConnection: true, inject: func(t *testing.T, p proxied) {
+		toxic(t, p.milvus, "limit_data", "upstream", toxiproxy.Attributes{"bytes": 4 << 10})
+	}},
+	{name: "milvus stops answering", mustFail: true, inject: func(t *testing.T, p proxied) {
+		toxic(t, p.milvus, "timeout", "downstream", toxiproxy.Attributes{"timeout": 1000})
+	}},
+	{name: "milvus away", mustFail: true, inject: func(t *testing.T, p proxied) {
+		p.milvus.Enabled = false
+		if err := p.milvus.Save(); err != nil {
+			t.Fatal(err)
+		}
+	}},
+}
+
+// TestFaultsArchive: an archival run (Milvus index, cold package) under each fault
+// completes, or fails within its deadline; a rerun without the fault (the Job's retry:
+// same clock, same place) leaves exactly the archived set an undisturbed run makes, no
+// vector of it in the index, no deletion pending, and the cold package complete. In
+// particular a run cut between PostgreSQL and Milvus is finished by the next.
+func TestFaultsArchive(t *testing.T) {
+	defer func(d time.Duration) { milvusConnectTimeout = d }(milvusConnectTimeout)
+	milvusConnectTimeout = 3 * time.Second
+	for _, sc := range append(slices.Clone(networkScenarios), milvusScenarios...) {
+		t.Run(sc.name, func(t *testing.T) {
+			e := newArchiveEnv(t, "Milvus", 300)
+			ctx := context.Background()
+			want := e.expect(t, testNow)
+			if len(want.archived) == 0 {
+				t.Fatal("nothing to archive")
+			}
+			p := e.proxies(t)
+			milvus, milvusAddr := testutil.NewFaults(t).Proxy("milvus", e.milvus)
+			p.milvus = milvus
+			cfg := e.config("run-1")
+			cfg.MilvusAddress, cfg.Cold.Endpoint = milvusAddr, p.s3Address
+			sec := e.job
+			u, _ := url.Parse(sec.PostgresURI)
+			pu, _ := url.Parse(p.pgURI)
+			u.Host = pu.Host // the worker role's login, through the proxy
+			sec.PostgresURI = u.String()
+			sc.inject(t, p)
+			took, err := runFaulted(t, func(ctx context.Context) error {
+				_, err := RunArchive(ctx, cfg, sec, RunOptions{})
+				return err
+			})
+			t.Logf("under the fault: %v after %s", err, took.Round(time.Millisecond))
+			// A run archives a few hundred memories: less than a reset's budget per
+			// connection may pass.
+			if err == nil && sc.mustFail && !sc.perConnection {
+				t.Fatal("the run completed although the fault leaves it no way to")
+			}
+			if err != nil {
+				clearFaults(t, p)
+				if _, err := RunArchive(ctx, cfg, sec, RunOptions{}); err != nil {
+					t.Fatalf("the rerun after the fault: %v", err)
+				}
+			}
+			if got := e.archivedAt(t, testNow); !slices.Equal(got, want.archived) {
+				t.Fatalf("%d memories archived, an undisturbed run archives %d", len(got), len(want.archived))
+			}
+			if v := e.vectors(t, want.archived); len(v) != 0 {
+				t.Fatalf("%d vectors of archived memories are still in the index", len(v))
+			}
+			if n, err := e.store.PendingIndexDeletions(ctx); err != nil || n != 0 {
+				t.Fatalf("pending index deletions: %d, %v", n, err)
+			}
+			_, items := e.open(t, cfg.Cold.Prefix, key(t))
+			if got := sorted(ids(items)); !slices.Equal(got, want.archived) {
+				t.Fatalf("the cold package holds %d memories, want %d", len(got), len(want.archived))
+			}
+			e.assertInvisible(t, want.archived)
+		})
+	}
 }
