@@ -1,13 +1,22 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
@@ -165,4 +174,158 @@ func checkLogs(t *testing.T, logs *syncBuffer, key string, contents ...string) {
 			t.Errorf("the gateway's log holds memory content %q", c)
 		}
 	}
+}
+
+// TestFaultsAcknowledgedWritesHold: concurrent writers go on while Toxiproxy, between
+// the gateway and PostgreSQL and Milvus, adds latency, cuts every PostgreSQL
+// connection after some kilobytes, takes Milvus away and then PostgreSQL. The gateway
+// never acknowledges a write it did not store and never loses one it acknowledged:
+// afterwards every acknowledged memory is stored exactly once, readable and, once
+// the pending index drains, searchable. Every refusal is a 503 or 429 with
+// Retry-After.
+func TestFaultsAcknowledgedWritesHold(t *testing.T) {
+	faults := testutil.NewFaults(t)
+	milvusProxy, milvusAddr := faults.Proxy("milvus", testutil.MilvusAddr(t))
+	k := newTestKey(t, "k", false, "*")
+	e := newEnv(t, envOptions{engine: "Milvus", milvus: milvusAddr, keys: []testKey{k}, noService: true})
+	pg := testutil.PostgresParts(t)
+	pgProxy, pgAddr := faults.Proxy("pg", fmt.Sprintf("%s:%d", pg.Host, pg.PortNumber))
+	agent := e.agent
+	host, port, _ := strings.Cut(pgAddr, ":")
+	agent.Host = host
+	agent.Port, _ = strconv.Atoi(port)
+	e.start(agent.URL(nil))
+
+	type ack struct{ id, text string }
+	var (
+		mu       sync.Mutex
+		acked    []ack
+		refusals = map[int]int{}
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				text := fmt.Sprintf("writer %d note %d about parcel %d", w, n, w*100000+n)
+				body, _ := json.Marshal(NewMemory{Scope: fmt.Sprintf("user:%d", w), MemoryType: memory.Episodic,
+					Content: json.RawMessage(fmt.Sprintf(`{"note":%q}`, text))})
+				req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/memories", bytes.NewReader(body))
+				req.Header.Set("x-api-key", k.plain)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := e.client.Do(req)
+				if err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				switch {
+				case resp.StatusCode == http.StatusCreated:
+					var wr WriteResponse
+					if err := json.Unmarshal(raw, &wr); err != nil || wr.MemoryID == "" {
+						t.Errorf("an acknowledgement without a memory id: %s", raw)
+					}
+					acked = append(acked, ack{wr.MemoryID, text})
+				case (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && resp.Header.Get("Retry-After") != "":
+					refusals[resp.StatusCode]++
+				default:
+					t.Errorf("writer %d: %d %s (only 503 or 429 with Retry-After may refuse a write)", w, resp.StatusCode, raw)
+				}
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	phase := func(what string, d time.Duration, on func(), off func()) {
+		on()
+		time.Sleep(d)
+		off()
+		mu.Lock()
+		t.Logf("%s: %d acknowledged so far, refusals %v", what, len(acked), refusals)
+		mu.Unlock()
+	}
+	addToxic := func(p *toxiproxy.Proxy, typ, stream string, attrs toxiproxy.Attributes) func() {
+		return func() {
+			if _, err := p.AddToxic(typ+stream, typ, stream, 1, attrs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	removeToxic := func(p *toxiproxy.Proxy, name string) func() {
+		return func() {
+			if err := p.RemoveToxic(name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	enable := func(p *toxiproxy.Proxy, on bool) func() {
+		return func() {
+			p.Enabled = on
+			if err := p.Save(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	phase("postgres latency", 1500*time.Millisecond, addToxic(pgProxy, "latency", "downstream", toxiproxy.Attributes{"latency": 30, "jitter": 20}), removeToxic(pgProxy, "latencydownstream"))
+	phase("postgres connections cut after 24 KiB", 1500*time.Millisecond, addToxic(pgProxy, "limit_data", "downstream", toxiproxy.Attributes{"bytes": 24 << 10}), removeToxic(pgProxy, "limit_datadownstream"))
+	phase("postgres away", 3*time.Second, enable(pgProxy, false), enable(pgProxy, true))
+	phase("postgres back", time.Second, func() {}, func() {})
+	phase("milvus latency", 1500*time.Millisecond, addToxic(milvusProxy, "latency", "downstream", toxiproxy.Attributes{"latency": 50}), removeToxic(milvusProxy, "latencydownstream"))
+	// Writes in flight when Milvus goes wait for their index call's bound (5 s), then
+	// are acknowledged as pending; later ones skip the index until it answers again.
+	phase("milvus away", 3*time.Second, enable(milvusProxy, false), enable(milvusProxy, true))
+	phase("recovered", 4*time.Second, func() {}, func() {})
+	close(stop)
+	wg.Wait()
+	if len(acked) < 100 {
+		t.Fatalf("only %d writes acknowledged", len(acked))
+	}
+
+	// Every acknowledged write is stored exactly once.
+	pool, err := pgxpool.New(context.Background(), e.admin.URL(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ids := make([]string, len(acked))
+	for i, a := range acked {
+		ids[i] = a.id
+	}
+	var stored, distinct int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT memory_id) FROM `+pgx.Identifier{e.names.Schema, "memories"}.Sanitize()+
+		` WHERE memory_id = ANY($1)`, ids).Scan(&stored, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if stored != len(acked) || distinct != len(acked) {
+		t.Fatalf("%d writes acknowledged; %d of them stored (%d distinct)", len(acked), stored, distinct)
+	}
+	// And indexed, once the pending work drains.
+	waitFor(t, 90*time.Second, func() bool {
+		st, err := e.gw.Memory.Pending(context.Background())
+		return err == nil && st.Count == 0
+	})
+	missing := 0
+	for i, a := range acked {
+		if i%7 != 0 { // a sample: one search per seven writes keeps the test short
+			continue
+		}
+		var sr SearchResponse
+		scope := "user:" + a.text[len("writer "):len("writer ")+1]
+		e.must(200, k.plain, "POST", "/v1/search", SearchRequest{Scope: scope, Query: a.text, TopK: 3}, &sr)
+		if len(sr.Results) == 0 || sr.Results[0].Memory.MemoryID != a.id {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d acknowledged memories of the sample are not found first by their own text", missing)
+	}
+	t.Logf("%d writes acknowledged, all stored once and indexed; refusals %v", len(acked), refusals)
 }
