@@ -30,7 +30,12 @@ func objectMeta(namespace, name string) metav1.ObjectMeta {
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	name := testutil.UniqueName("test-")
-	if err := k8sClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: objectMeta("", name)}); err != nil {
+	// Every test namespace enforces the restricted Pod Security level: the Pods the
+	// tests create from the operator's Job templates (playing the kubelet's part) are
+	// admitted only if the operator builds them restricted.
+	ns := &corev1.Namespace{ObjectMeta: objectMeta("", name)}
+	ns.Labels = map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
 		t.Fatalf("creating namespace: %v", err)
 	}
 	return name

@@ -5,7 +5,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -89,5 +91,42 @@ func TestOperatorPermissionsRefuse(t *testing.T) {
 	// What it needs works under the same identity.
 	if err := op.List(ctx, &memoryv1alpha1.MemoryStoreList{}, client.InNamespace(ns)); err != nil {
 		t.Errorf("the operator may not list MemoryStores: %v", err)
+	}
+}
+
+// TestRestrictedNamespacesRefuseLaxPods: the API server enforces the test namespaces'
+// restricted level (so the Pods the tests make from the operator's templates prove
+// something), and the gateway's Pod template is admitted there too.
+func TestRestrictedNamespacesRefuseLaxPods(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	lax := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lax"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	if err := k8sClient.Create(ctx, lax); !apierrors.IsForbidden(err) {
+		t.Fatalf("a Pod without a restricted security context was admitted: %v", err)
+	}
+
+	f := services(t)
+	f.adminSecrets(t, ns)
+	store := f.inlineStore(ns, "gw", newTenant(), 8, false)
+	store.Spec.Gateway = &memoryv1alpha1.GatewaySpec{Enabled: true}
+	create(t, store)
+	waitReady(t, client.ObjectKeyFromObject(store))
+	dep := &appsv1.Deployment{}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gw-gateway"}, dep)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no gateway Deployment: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gateway-pod", Labels: dep.Spec.Template.Labels},
+		Spec: *dep.Spec.Template.Spec.DeepCopy()}
+	if err := k8sClient.Create(ctx, pod); err != nil {
+		t.Fatalf("the gateway's Pod template is not admitted at the restricted level: %v", err)
 	}
 }
