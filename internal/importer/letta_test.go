@@ -83,3 +83,20 @@ func unwrapAll(err error) error {
 		err = u.Unwrap()
 	}
 }
+
+// FuzzParseLettaAgentFile: any bytes given as a .af either parse or fail with an
+// error; a parsed file converts without a panic.
+func FuzzParseLettaAgentFile(f *testing.F) {
+	for _, seed := range []string{`{}`, `[]`, `{"agents":[{"id":"a","memory_blocks":[{"label":"human","value":"x"}],"messages":[]}]}`,
+		`"{\"agents\":[]}"`, `{"agents":[{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}]}`, "\xff", `null`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		af, err := ParseLettaAgentFile(b)
+		if err != nil {
+			return
+		}
+		rules := Rules{ScopeTemplate: "agent:{thread}", Now: time.Now()}
+		_, _ = ImportLangGraph(context.Background(), af, LangGraphOptions{Rules: rules}, func(memory.Item) error { return nil })
+	})
+}
