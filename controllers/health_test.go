@@ -724,7 +724,7 @@ func restoreHealthCases(f backendFixture) []healthCase {
 		{kind, "wrong-key-failed", health.Degraded, func(t *testing.T) captured {
 			// A well-formed key, but not the package's: the worker fails to open it.
 			s := newRestoreScene(t, f)
-			createKeySecret(t, s.ns, "other-key", []byte(strings.Repeat("ab", 32)))
+			createKeySecret(t, s.ns, "other-key", []byte(strings.Repeat("c4", 32)))
 			r := s.restore(t, "migrate", func(r *memoryv1alpha1.MemoryRestore) { mapped(r); r.Spec.Source.KeySecret.Name = "other-key" })
 			playRestore(t, waitForJob(t, r))
 			return captured{awaitSummary(t, kind, client.ObjectKeyFromObject(r), stalled, memoryv1alpha1.ReasonFailed), s.names}

@@ -98,7 +98,14 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "SKIP: "+msg)
 		return 0
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logSink()), zap.UseDevMode(true), zap.Level(zapcore.DebugLevel)))
+	// The controllers' log is kept (at debug level) for the leak check after the run.
+	logFile, err := os.CreateTemp("", "controllers-log-*.txt")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	defer func() { _ = os.Remove(logFile.Name()) }()
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(logSink(), logFile)), zap.UseDevMode(true), zap.Level(zapcore.DebugLevel)))
 
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
@@ -181,6 +188,14 @@ func runSuite(m *testing.M) int {
 	}
 
 	code := m.Run()
+	if code == 0 {
+		// After every test: no secret value in the logs, Events, status, termination
+		// messages or the specs of the objects the operator made.
+		if err := checkNoSecretLeaks(ctx, k8sClient, logFile.Name()); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+			code = 1
+		}
+	}
 	importers.Cleanup() // the LangGraph template databases of the import tests
 	cancel()
 	select {
