@@ -91,7 +91,7 @@ func FuzzParseLettaAgentFile(f *testing.F) {
 		`"{\"agents\":[]}"`, `{"agents":[{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}]}`, "\xff", `null`} {
 		f.Add([]byte(seed))
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Fuzz(func(_ *testing.T, b []byte) {
 		af, err := ParseLettaAgentFile(b)
 		if err != nil {
 			return
