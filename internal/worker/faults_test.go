@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"testing"
@@ -12,9 +13,11 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
 	"github.com/minio/minio-go/v7"
 
+	"github.com/amemory/memory-operator/internal/langgraphns"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/test/importers"
 )
 
 // The fault tables: each worker runs with Toxiproxy between it and PostgreSQL and
@@ -366,6 +369,63 @@ func TestFaultsArchive(t *testing.T) {
 				t.Fatalf("the cold package holds %d memories, want %d", len(got), len(want.archived))
 			}
 			e.assertInvisible(t, want.archived)
+		})
+	}
+}
+
+// TestFaultsImport: an import from LangGraph's PostgreSQL checkpointer, with the
+// source database, the target and object storage behind the proxies, under each
+// fault completes with the undisturbed result or fails within its deadline; a rerun
+// without the fault leaves the target exactly as an undisturbed import leaves it.
+func TestFaultsImport(t *testing.T) {
+	exp := importers.Generate(t, importers.Options{})
+	f := newFixture(t)
+	importCfg := func(schema, detail string) RestoreConfig {
+		cfg := f.restoreConfig(schema, "")
+		cfg.DetailKey = "imports/" + detail + "/detail.jsonl.zst"
+		cfg.AllowRepeat = true
+		cfg.Import = &ImportConfig{Kind: ImportLangGraphPostgres, UserMetadataKey: "user_id", UserPattern: `^u-(?P<user>[^:]+):`,
+			InactiveAfter: 7 * 24 * time.Hour, SkipZombies: true, Dir: t.TempDir(),
+			Namespaces: []langgraphns.Rule{{Namespace: []string{"memories", "{user}", "*"}, Scope: "user:{user}"},
+				{Namespace: []string{"procedures", "{agent}"}, Scope: "agent:{agent}"}}}
+		return cfg
+	}
+	baseline := f.targetSchema(t)
+	sec := f.restoreSecrets()
+	sec.SourceKey, sec.ImportPostgresURI = "", exp.DSN
+	if _, err := RunRestore(context.Background(), importCfg(baseline, "baseline"), sec, RunOptions{Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	want := f.targetData(t, baseline)
+	for i, sc := range networkScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			p := f.proxies(t)
+			schema := f.targetSchema(t)
+			cfg := importCfg(schema, fmt.Sprintf("run-%d", i))
+			cfg.Source.Endpoint = p.s3Address
+			src, _ := url.Parse(exp.DSN)
+			pu, _ := url.Parse(p.pgURI)
+			src.Host = pu.Host
+			psec := sec
+			psec.PostgresURI, psec.ImportPostgresURI = p.pgURI, src.String()
+			sc.inject(t, p)
+			took, err := runFaulted(t, func(ctx context.Context) error {
+				_, err := RunRestore(ctx, cfg, psec, RunOptions{Now: time.Now()})
+				return err
+			})
+			t.Logf("under the fault: %v after %s", err, took.Round(time.Millisecond))
+			if err == nil && sc.mustFail && !sc.perConnection {
+				t.Fatal("the import completed although the fault leaves it no way to")
+			}
+			if err != nil {
+				clearFaults(t, p)
+				if _, err := RunRestore(context.Background(), cfg, psec, RunOptions{Now: time.Now()}); err != nil {
+					t.Fatalf("the rerun after the fault: %v", err)
+				}
+			}
+			if got := f.targetData(t, schema); !slices.Equal(got, want) {
+				t.Fatalf("the target differs from an undisturbed import's: %d rows vs %d%s", len(got), len(want), firstDiff(got, want))
+			}
 		})
 	}
 }
