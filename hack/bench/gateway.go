@@ -337,6 +337,7 @@ func gwSeed(ctx context.Context, mem *service.Memory, n int) error {
 type gwProcess struct {
 	cmd      *exec.Cmd
 	url, key string
+	started  time.Time
 }
 
 // startGateway runs `memory-operator gateway` over the store, as its Deployment does.

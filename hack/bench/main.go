@@ -63,21 +63,22 @@ func main() {
 	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
 	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
-	sections := flag.String("sections", "snapshot,archive,gateway,import", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway")
+	sections := flag.String("sections", "snapshot,archive,gateway,import", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, soak (not by default)")
 	gatewayItems := flag.Int("gateway-items", 100_000, "memories in the store the gateway benchmark searches")
 	importDSN := flag.String("import-dsn", "", "import: an existing LangGraph database to import (default: generate one at the seed's size)")
 	importUsers := flag.Int("import-users", 500, "import: users to generate")
 	importThreads := flag.Int("import-threads", 40, "import: threads per user to generate")
+	soakDuration := flag.Duration("soak-duration", 4*time.Minute, "soak: how long the clients run (make soak)")
 	importDims := flag.String("import-dims", "8,256", "import: target vector dimensions to run it at (the hashing embedder's cost and the vectors written grow with it)")
 	flag.Parse()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "snapshot", "archive", "gateway", "import":
+		case "snapshot", "archive", "gateway", "import", "soak":
 			want[s] = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import)\n", s)
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, soak)\n", s)
 			os.Exit(2)
 		}
 	}
@@ -90,6 +91,7 @@ func main() {
 		}
 		imp.dims = append(imp.dims, n)
 	}
+	imp.soak = *soakDuration
 	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, imp, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -110,6 +112,8 @@ type importOptions struct {
 	dsn            string
 	users, threads int
 	dims           []int
+	// soak is the soak's duration (it rides along with the import options).
+	soak time.Duration
 }
 
 func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, imp importOptions, bin string) error {
@@ -138,24 +142,21 @@ func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems i
 	}
 	defer func() { _ = os.RemoveAll(e.work) }()
 
-	if sections["snapshot"] {
-		if err := e.benchSnapshot(ctx, items, rssItems); err != nil {
-			return err
-		}
-	}
-	if sections["archive"] && archiveItems > 0 {
-		if err := e.benchArchive(ctx, archiveItems); err != nil {
-			return err
-		}
-	}
-	if sections["gateway"] && gatewayItems > 0 {
-		if err := e.benchGateway(ctx, gatewayItems); err != nil {
-			return err
-		}
-	}
-	if sections["import"] {
-		if err := e.benchImport(ctx, imp.dsn, imp.users, imp.threads, imp.dims); err != nil {
-			return err
+	for _, sec := range []struct {
+		name string
+		on   bool
+		run  func() error
+	}{
+		{"snapshot", true, func() error { return e.benchSnapshot(ctx, items, rssItems) }},
+		{"archive", archiveItems > 0, func() error { return e.benchArchive(ctx, archiveItems) }},
+		{"gateway", gatewayItems > 0, func() error { return e.benchGateway(ctx, gatewayItems) }},
+		{"import", true, func() error { return e.benchImport(ctx, imp.dsn, imp.users, imp.threads, imp.dims) }},
+		{"soak", true, func() error { return e.soak(ctx, imp.soak) }},
+	} {
+		if sections[sec.name] && sec.on {
+			if err := sec.run(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -1,0 +1,517 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/gateway"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/provision"
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// The soak (make soak): concurrent clients write, update, search and forget across
+// many scopes through a `memory-operator gateway` process for a fixed time, while
+// Toxiproxy cuts PostgreSQL once and takes Milvus away for a while. Each scope belongs
+// to one client, so what it should hold is known exactly. At the end: every
+// acknowledged write is stored exactly once (with its last acknowledged content),
+// nothing of a forgotten scope's past comes back (also after the pending index
+// drains), searches find the surviving memories, refusals were only 429/503 with
+// Retry-After, and the gateway's RSS stayed flat.
+
+const (
+	soakClients         = 8
+	soakScopesPerClient = 12
+	soakDim             = 64
+)
+
+// soakScope is what one scope must hold: the memories acknowledged since its last
+// acknowledged forget, with their last acknowledged text (several when an update's
+// outcome is unknown), and the ids forgotten before.
+type soakScope struct {
+	name      string
+	live      map[string][]string // id -> acceptable texts
+	forgotten map[string]bool
+	// unknown: a forget was still unacknowledged when the run ended, so what the
+	// scope holds is not known; it is left out of the checks.
+	unknown bool
+}
+
+type soakCounts struct {
+	writes, updates, searches, forgets, refused, bad int
+	codes                                            map[int]int
+}
+
+func (c *soakCounts) add(o soakCounts) {
+	c.writes += o.writes
+	c.updates += o.updates
+	c.searches += o.searches
+	c.forgets += o.forgets
+	c.refused += o.refused
+	c.bad += o.bad
+	for k, v := range o.codes {
+		c.codes[k] += v
+	}
+}
+
+func (e *env) soak(ctx context.Context, d time.Duration) error {
+	toxAddr, milvusAddr := os.Getenv("MEMORY_TEST_TOXIPROXY_ADDR"), os.Getenv("MEMORY_TEST_MILVUS_ADDR")
+	if toxAddr == "" || milvusAddr == "" {
+		return fmt.Errorf("MEMORY_TEST_TOXIPROXY_ADDR / MEMORY_TEST_MILVUS_ADDR unset: run through `make soak`")
+	}
+	fmt.Printf("\nSoak: %d clients x %d scopes for %s through the gateway (Milvus index); PostgreSQL cut once, Milvus away for %s\n\n",
+		soakClients, soakScopesPerClient, d, min(time.Minute, d/4))
+	admin, names, pw, drop, err := e.soakStore(ctx, milvusAddr)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	tox := toxiproxy.NewClient("http://" + toxAddr)
+	pgProxy, err := tox.CreateProxy("soak-pg", "127.0.0.1:0", fmt.Sprintf("%s:%d", admin.Host, admin.Port))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pgProxy.Delete() }()
+	milvusProxy, err := tox.CreateProxy("soak-milvus", "127.0.0.1:0", milvusAddr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = milvusProxy.Delete() }()
+	agent := admin
+	agent.User, agent.Password = names.Role, pw.Agent
+	host, port, _ := net.SplitHostPort(pgProxy.Listen)
+	agent.Host = host
+	if agent.Port, err = strconv.Atoi(port); err != nil {
+		return err
+	}
+
+	g, err := e.startSoakGateway(ctx, names, agent.URL(nil), milvusProxy.Listen)
+	if err != nil {
+		return err
+	}
+	defer g.stop()
+	rssStart := g.rssKB()
+
+	runCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	faultLog := soakFaults(runCtx, d, g.started, pgProxy, milvusProxy)
+	var rssPeak atomic.Int64
+	go func() {
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-time.After(time.Second):
+				if v := g.rssKB(); v > rssPeak.Load() {
+					rssPeak.Store(v)
+				}
+			}
+		}
+	}()
+
+	hc := &http.Client{Timeout: 30 * time.Second}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		scopes []*soakScope
+		total  = soakCounts{codes: map[int]int{}}
+	)
+	for c := range soakClients {
+		wg.Go(func() {
+			mine := make([]*soakScope, soakScopesPerClient)
+			for i := range mine {
+				mine[i] = &soakScope{name: fmt.Sprintf("user:soak-%d-%d", c, i), live: map[string][]string{}, forgotten: map[string]bool{}}
+			}
+			counts := soakClient(runCtx, hc, g, mine, mrand.New(mrand.NewPCG(uint64(c), 7)))
+			mu.Lock()
+			defer mu.Unlock()
+			scopes = append(scopes, mine...)
+			total.add(counts)
+		})
+	}
+	wg.Wait()
+	rssEnd := g.rssKB()
+	for _, l := range faultLog() {
+		fmt.Println(l)
+	}
+
+	// Drain: the pending index work of the Milvus outage is done in the background.
+	pool, err := pgxpool.New(ctx, admin.URL(nil))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	drainStart := time.Now()
+	for {
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{names.Schema, "index_pending"}.Sanitize()).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+		if time.Since(drainStart) > 3*time.Minute {
+			return fmt.Errorf("%d pending index entries left 3 minutes after the run", n)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	drained := time.Since(drainStart)
+	return soakVerify(ctx, pool, hc, g, names.Schema, scopes, total, drained, rssStart, max(rssPeak.Load(), rssEnd), rssEnd)
+}
+
+// soakStore provisions the soak's store (schema, roles, Milvus collection) as the
+// operator does; drop removes it.
+func (e *env) soakStore(ctx context.Context, milvusAddr string) (admin provision.PostgresConn, names provision.Names, pw provision.Passwords, drop func(), err error) {
+	cfg, err := pgxpool.ParseConfig(e.dsn)
+	if err != nil {
+		return admin, names, pw, nil, err
+	}
+	admin = provision.PostgresConn{Host: cfg.ConnConfig.Host, Port: int(cfg.ConnConfig.Port), Database: cfg.ConnConfig.Database,
+		SSLMode: "disable", User: cfg.ConnConfig.User, Password: cfg.ConnConfig.Password}
+	if names, err = provision.NamesFor("soak", ""); err != nil {
+		return admin, names, pw, nil, err
+	}
+	pw = provision.Passwords{Agent: "soak-agent-pw", Worker: "soak-worker-pw"}
+	mc := &provision.MilvusConn{Address: milvusAddr}
+	_ = provision.DeleteVectors(ctx, mc, names)
+	_ = provision.DeletePostgres(ctx, admin, names, "soak/gateway")
+	drop = func() {
+		_ = provision.DeleteVectors(context.Background(), mc, names)
+		_ = provision.DeletePostgres(context.Background(), admin, names, "soak/gateway")
+	}
+	if _, err := provision.EnsurePostgres(ctx, admin, names, "soak/gateway", pw); err != nil {
+		return admin, names, pw, drop, err
+	}
+	if _, err := provision.EnsureVectors(ctx, admin, mc, names, vector.Spec{Dimension: soakDim, Metric: vector.Cosine}); err != nil {
+		return admin, names, pw, drop, err
+	}
+	return admin, names, pw, drop, nil
+}
+
+// soakFaults cuts PostgreSQL for 5 s after a fifth of the run, then takes Milvus away
+// for a quarter of it (at most a minute); the log it returns says when.
+func soakFaults(ctx context.Context, d time.Duration, started time.Time, pg, milvus *toxiproxy.Proxy) (log func() []string) {
+	var mu sync.Mutex
+	var lines []string
+	note := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, fmt.Sprintf("%6.1fs  ", time.Since(started).Seconds())+fmt.Sprintf(format, args...))
+	}
+	setEnabled := func(p *toxiproxy.Proxy, on bool) {
+		p.Enabled = on
+		if err := p.Save(); err != nil {
+			note("toxiproxy: %v", err)
+		}
+	}
+	sleep := func(t time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(t):
+			return true
+		}
+	}
+	go func() {
+		if !sleep(d / 5) {
+			return
+		}
+		note("PostgreSQL cut (5 s)")
+		setEnabled(pg, false)
+		sleep(5 * time.Second)
+		setEnabled(pg, true)
+		note("PostgreSQL back")
+		if !sleep(d / 10) {
+			return
+		}
+		away := min(time.Minute, d/4)
+		note("Milvus away (%s)", away)
+		setEnabled(milvus, false)
+		sleep(away)
+		setEnabled(milvus, true)
+		note("Milvus back")
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
+	}
+}
+
+// soakClient runs one client's mix on its own scopes until ctx ends.
+func soakClient(ctx context.Context, hc *http.Client, g *gwProcess, mine []*soakScope, r *mrand.Rand) soakCounts {
+	counts := soakCounts{codes: map[int]int{}}
+	call := func(method, path string, body, out any) (int, bool) {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), method, g.url+path, bytes.NewReader(b))
+		req.Header.Set("X-Api-Key", g.key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			counts.bad++
+			return 0, false
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, _ := io.ReadAll(resp.Body)
+		counts.codes[resp.StatusCode]++
+		if resp.StatusCode < 300 {
+			if out != nil {
+				_ = json.Unmarshal(raw, out)
+			}
+			return resp.StatusCode, true
+		}
+		if (resp.StatusCode == 503 || resp.StatusCode == 429) && resp.Header.Get("Retry-After") != "" {
+			counts.refused++
+		} else {
+			counts.bad++
+		}
+		return resp.StatusCode, false
+	}
+	n := 0
+	for ctx.Err() == nil {
+		s := mine[r.IntN(len(mine))]
+		n++
+		switch p := r.IntN(100); {
+		case p < 55:
+			text := fmt.Sprintf("%s note %d: %s", s.name, n, gwText(r, 8))
+			var w gateway.WriteResponse
+			if _, ok := call("POST", "/v1/memories", gateway.NewMemory{Scope: s.name, MemoryType: memory.Episodic,
+				Content: json.RawMessage(fmt.Sprintf(`{"text":%q}`, text))}, &w); ok {
+				counts.writes++
+				s.live[w.MemoryID] = []string{text}
+			}
+		case p < 65 && len(s.live) > 0:
+			id := anyKey(s.live, r)
+			text := fmt.Sprintf("%s updated %d: %s", s.name, n, gwText(r, 8))
+			if code, ok := call("PATCH", "/v1/memories/"+id, gateway.UpdateRequest{Content: json.RawMessage(fmt.Sprintf(`{"text":%q}`, text))}, nil); ok {
+				counts.updates++
+				s.live[id] = []string{text}
+			} else if code == 0 || code >= 500 {
+				s.live[id] = append(s.live[id], text) // it may or may not have happened
+			}
+		case p < 95:
+			counts.searches++
+			call("POST", "/v1/search", gateway.SearchRequest{Scope: s.name, Query: gwText(r, 3), TopK: 5}, nil)
+		default:
+			// A forget is retried until acknowledged: only then is the scope's past known.
+			s.unknown = true
+			for ctx.Err() == nil {
+				if _, ok := call("POST", "/v1/forget", gateway.ForgetRequest{Scope: s.name}, nil); ok {
+					counts.forgets++
+					for id := range s.live {
+						s.forgotten[id] = true
+					}
+					s.live = map[string][]string{}
+					s.unknown = false
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}
+	return counts
+}
+
+func anyKey(m map[string][]string, r *mrand.Rand) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys[r.IntN(len(keys))]
+}
+
+func soakVerify(ctx context.Context, pool *pgxpool.Pool, hc *http.Client, g *gwProcess, schema string, scopes []*soakScope,
+	total soakCounts, drained time.Duration, rssStart, rssPeak, rssEnd int64) error {
+	rows, err := pool.Query(ctx, `SELECT memory_id, scope, content->>'text' FROM `+pgx.Identifier{schema, "memories"}.Sanitize())
+	if err != nil {
+		return err
+	}
+	stored := map[string][]soakRow{}
+	for rows.Next() {
+		var id string
+		var r soakRow
+		if err := rows.Scan(&id, &r.scope, &r.text); err != nil {
+			return err
+		}
+		stored[id] = append(stored[id], r)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	v := checkStored(scopes, stored)
+	v.searched, v.notFound, err = checkSearches(ctx, hc, g, scopes, stored)
+	if err != nil {
+		return err
+	}
+	fmt.Printf(`
+| | |
+|---|---|
+| writes / updates / searches / forgets acknowledged | %d / %d / %d / %d |
+| refusals (503 or 429 with Retry-After) | %d |
+| other errors (must be 0) | %d |
+| status codes | %v |
+| memories that must survive (scopes left out: a forget unacknowledged at the end) | %d (%d) |
+| lost / stored twice / wrong content (must be 0) | %d / %d / %d |
+| forgotten memories back (must be 0) | %d |
+| stored without an acknowledgement (the client saw an error) | %d |
+| survivors not found by their own text (sample of %d; must be 0) | %d |
+| pending index drained after the run in | %s |
+| gateway RSS start / peak / end | %d / %d / %d MiB |
+`, total.writes, total.updates, total.searches, total.forgets, total.refused, total.bad, total.codes, v.live, v.unknownScopes,
+		v.lost, v.duplicated, v.wrongText, v.resurrected, v.unacknowledged, v.searched, v.notFound, drained.Round(100*time.Millisecond),
+		rssStart>>10, rssPeak>>10, rssEnd>>10)
+	if total.bad > 0 || v.lost > 0 || v.duplicated > 0 || v.wrongText > 0 || v.resurrected > 0 || v.notFound > 0 {
+		return fmt.Errorf("the soak broke a guarantee (see the table)")
+	}
+	return nil
+}
+
+// soakVerdict counts what the end state says about the guarantees.
+type soakVerdict struct {
+	live, unknownScopes                                      int
+	lost, duplicated, wrongText, resurrected, unacknowledged int
+	searched, notFound                                       int
+}
+
+type soakRow struct{ scope, text string }
+
+// checkStored compares what PostgreSQL holds with what the clients were told.
+func checkStored(scopes []*soakScope, stored map[string][]soakRow) soakVerdict {
+	var v soakVerdict
+	acked := map[string]bool{}
+	for _, s := range scopes {
+		if s.unknown {
+			v.unknownScopes++
+			for id := range s.live {
+				acked[id] = true
+			}
+			continue
+		}
+		for id, texts := range s.live {
+			acked[id] = true
+			v.live++
+			got := stored[id]
+			switch {
+			case len(got) == 0:
+				v.lost++
+			case len(got) > 1:
+				v.duplicated++
+			case !slices.Contains(texts, got[0].text):
+				v.wrongText++
+			}
+		}
+		for id := range s.forgotten {
+			acked[id] = true
+			if len(stored[id]) > 0 {
+				v.resurrected++
+			}
+		}
+	}
+	for id := range stored {
+		if !acked[id] {
+			v.unacknowledged++
+		}
+	}
+	return v
+}
+
+// checkSearches searches one survivor of every scope by its stored text: it must come
+// back, and nothing forgotten with it.
+func checkSearches(ctx context.Context, hc *http.Client, g *gwProcess, scopes []*soakScope, stored map[string][]soakRow) (searched, notFound int, err error) {
+	for _, s := range scopes {
+		for id := range s.live {
+			if s.unknown || len(stored[id]) != 1 {
+				continue
+			}
+			searched++
+			var sr gateway.SearchResponse
+			b, _ := json.Marshal(gateway.SearchRequest{Scope: s.name, Query: stored[id][0].text, TopK: 5})
+			req, _ := http.NewRequestWithContext(ctx, "POST", g.url+"/v1/search", bytes.NewReader(b))
+			req.Header.Set("X-Api-Key", g.key)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				return searched, notFound, err
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&sr)
+			_ = resp.Body.Close()
+			found := false
+			for _, r := range sr.Results {
+				found = found || r.Memory.MemoryID == id
+				if s.forgotten[r.Memory.MemoryID] {
+					notFound++ // a forgotten memory came back: as bad as a lost one
+				}
+			}
+			if !found {
+				notFound++
+			}
+			break
+		}
+	}
+	return searched, notFound, nil
+}
+
+// startSoakGateway runs the gateway process on the Milvus engine.
+func (e *env) startSoakGateway(ctx context.Context, names provision.Names, uri, milvusAddr string) (*gwProcess, error) {
+	key, err := gateway.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	keysFile := filepath.Join(e.work, "soak-keys.json")
+	b, _ := json.Marshal(gateway.KeyFile{Keys: []gateway.KeyEntry{{Name: "soak", SHA256: gateway.HashKey(key), Scopes: []string{"*"}}}})
+	if err := os.WriteFile(keysFile, b, 0o600); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := gateway.Config{StoreNamespace: "soak", StoreName: names.Tenant, Listen: addr, Schema: names.Schema,
+		VectorEngine: "Milvus", MilvusAddress: milvusAddr, Collection: names.Collection, Dimension: soakDim, Metric: "COSINE",
+		Embedder: "Hashing", KeysFile: keysFile, DedupThreshold: 0, RateLimit: 1e9, RateBurst: 1 << 30,
+		MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second}
+	cmd := exec.CommandContext(ctx, e.bin, append([]string{"gateway"}, cfg.Args()...)...)
+	cmd.Env = append(os.Environ(), gateway.EnvPostgresURI+"="+uri)
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	g := &gwProcess{cmd: cmd, url: "http://" + addr, key: key, started: time.Now()}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(g.url + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return g, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			g.stop()
+			return nil, fmt.Errorf("the gateway did not become ready within 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
