@@ -8,10 +8,12 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -128,5 +130,42 @@ func TestRestrictedNamespacesRefuseLaxPods(t *testing.T) {
 		Spec: *dep.Spec.Template.Spec.DeepCopy()}
 	if err := k8sClient.Create(ctx, pod); err != nil {
 		t.Fatalf("the gateway's Pod template is not admitted at the restricted level: %v", err)
+	}
+}
+
+// TestTenancyNeverCrossesNamespaces: objects in one namespace that name Secrets,
+// stores or snapshots existing only in another never reach them: each waits with a
+// condition naming what is missing in its own namespace. (A ClusterMemoryBackend is
+// the only way across, and only for the namespaces it allows: see
+// TestMemoryStoreWithClusterBackend.)
+func TestTenancyNeverCrossesNamespaces(t *testing.T) {
+	f := services(t)
+	nsA, nsB := newNamespace(t), newNamespace(t)
+	f.adminSecrets(t, nsA)
+	createKeySecret(t, nsA, snapshotKeySecret, randomBytes(t, 32))
+	storeA := f.inlineStore(nsA, "shared-name", newTenant(), 8, false)
+	create(t, storeA)
+	waitReady(t, client.ObjectKeyFromObject(storeA))
+	create(t, newSnapshot(nsA, "snap-a", "shared-name", nil))
+
+	// A store in B naming A's admin Secrets.
+	thief := f.inlineStore(nsB, "thief", newTenant(), 8, false)
+	create(t, thief)
+	got := waitForCondition(t, client.ObjectKeyFromObject(thief), memoryv1alpha1.ConditionReady, metav1.ConditionFalse, memoryv1alpha1.ReasonSecretNotFound)
+	if c := meta.FindStatusCondition(got.Status.Conditions, memoryv1alpha1.ConditionReady); !strings.Contains(c.Message, nsB) || strings.Contains(c.Message, nsA) {
+		t.Errorf("store in %s: %s", nsB, c.Message)
+	}
+	// A snapshot in B naming A's store.
+	snap := newSnapshot(nsB, "steal", "shared-name", nil)
+	create(t, snap)
+	waitSnapshotCondition(t, client.ObjectKeyFromObject(snap), memoryv1alpha1.ConditionProgressing, metav1.ConditionFalse, memoryv1alpha1.ReasonStoreNotFound)
+	// A restore in B from A's snapshot.
+	r := newRestore(nsB, "steal", "snap-a", "thief", nil)
+	create(t, r)
+	waitRestoreWaiting(t, client.ObjectKeyFromObject(r), memoryv1alpha1.ReasonSnapshotNotFound, "MemorySnapshot snap-a not found in namespace "+nsB+"; waiting for it")
+	// Nothing was made in B.
+	var jobs batchv1.JobList
+	if err := k8sClient.List(context.Background(), &jobs, client.InNamespace(nsB)); err != nil || len(jobs.Items) != 0 {
+		t.Fatalf("jobs in %s: %d (%v)", nsB, len(jobs.Items), err)
 	}
 }
