@@ -182,7 +182,7 @@ pki() {
 
 record_host() {
 	mkdir -p "$RUN/host"
-	local s d
+	local s d t fam
 	for s in "${SYSCTLS[@]}"; do sysctl -n "$s" >"$RUN/host/sysctl.$s"; done
 	: >"$RUN/host/created-dirs"
 	for d in "${HOST_DIRS[@]}"; do [[ -e $d ]] || echo "$d" >>"$RUN/host/created-dirs"; done
