@@ -342,31 +342,37 @@ type gwProcess struct {
 
 // startGateway runs `memory-operator gateway` over the store, as its Deployment does.
 func (e *env) startGateway(ctx context.Context, names provision.Names, uri string) (*gwProcess, error) {
+	return e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "bench", StoreName: names.Tenant, Schema: names.Schema,
+		VectorEngine: "Postgres", Dimension: gwDim, Metric: "COSINE", Embedder: "Hashing",
+		DedupThreshold: gateway.DefaultDedup, RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second})
+}
+
+// startGatewayProcess runs the gateway with cfg on a free loopback port, with one API
+// key for every scope (cfg.Listen and cfg.KeysFile are filled in), connecting with
+// uri, and waits until it is ready.
+func (e *env) startGatewayProcess(ctx context.Context, uri string, cfg gateway.Config) (*gwProcess, error) {
 	key, err := gateway.GenerateKey()
 	if err != nil {
 		return nil, err
 	}
-	keysFile := filepath.Join(e.work, "gateway-keys.json")
-	b, _ := json.Marshal(gateway.KeyFile{Keys: []gateway.KeyEntry{{Name: "bench", SHA256: gateway.HashKey(key), Scopes: []string{"*"}}}})
-	if err := os.WriteFile(keysFile, b, 0o600); err != nil {
+	cfg.KeysFile = filepath.Join(e.work, cfg.StoreNamespace+"-gateway-keys.json")
+	b, _ := json.Marshal(gateway.KeyFile{Keys: []gateway.KeyEntry{{Name: cfg.StoreNamespace, SHA256: gateway.HashKey(key), Scopes: []string{"*"}}}})
+	if err := os.WriteFile(cfg.KeysFile, b, 0o600); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
+	cfg.Listen = ln.Addr().String()
 	_ = ln.Close()
-	cfg := gateway.Config{StoreNamespace: "bench", StoreName: names.Tenant, Listen: addr, Schema: names.Schema,
-		VectorEngine: "Postgres", Dimension: gwDim, Metric: "COSINE", Embedder: "Hashing", KeysFile: keysFile,
-		DedupThreshold: gateway.DefaultDedup, RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second}
 	cmd := exec.CommandContext(ctx, e.bin, append([]string{"gateway"}, cfg.Args()...)...)
 	cmd.Env = append(os.Environ(), gateway.EnvPostgresURI+"="+uri)
 	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	g := &gwProcess{cmd: cmd, url: "http://" + addr, key: key}
+	g := &gwProcess{cmd: cmd, url: "http://" + cfg.Listen, key: key, started: time.Now()}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(g.url + "/readyz")

@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -471,47 +469,11 @@ func checkSearches(ctx context.Context, hc *http.Client, g *gwProcess, scopes []
 	return searched, notFound, nil
 }
 
-// startSoakGateway runs the gateway process on the Milvus engine.
+// startSoakGateway runs the gateway process on the Milvus engine, near-duplicate
+// detection off (every write is a memory of its own).
 func (e *env) startSoakGateway(ctx context.Context, names provision.Names, uri, milvusAddr string) (*gwProcess, error) {
-	key, err := gateway.GenerateKey()
-	if err != nil {
-		return nil, err
-	}
-	keysFile := filepath.Join(e.work, "soak-keys.json")
-	b, _ := json.Marshal(gateway.KeyFile{Keys: []gateway.KeyEntry{{Name: "soak", SHA256: gateway.HashKey(key), Scopes: []string{"*"}}}})
-	if err := os.WriteFile(keysFile, b, 0o600); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	cfg := gateway.Config{StoreNamespace: "soak", StoreName: names.Tenant, Listen: addr, Schema: names.Schema,
+	return e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "soak", StoreName: names.Tenant, Schema: names.Schema,
 		VectorEngine: "Milvus", MilvusAddress: milvusAddr, Collection: names.Collection, Dimension: soakDim, Metric: "COSINE",
-		Embedder: "Hashing", KeysFile: keysFile, DedupThreshold: 0, RateLimit: 1e9, RateBurst: 1 << 30,
-		MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second}
-	cmd := exec.CommandContext(ctx, e.bin, append([]string{"gateway"}, cfg.Args()...)...)
-	cmd.Env = append(os.Environ(), gateway.EnvPostgresURI+"="+uri)
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	g := &gwProcess{cmd: cmd, url: "http://" + addr, key: key, started: time.Now()}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(g.url + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return g, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			g.stop()
-			return nil, fmt.Errorf("the gateway did not become ready within 30s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		Embedder: "Hashing", DedupThreshold: 0, RateLimit: 1e9, RateBurst: 1 << 30,
+		MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second})
 }

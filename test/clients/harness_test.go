@@ -177,10 +177,15 @@ func startGateway(t *testing.T, o gatewayOptions) *gatewayProc {
 	case o.dedup < 0:
 		o.dedup = 0
 	}
-	st := newStore(t, o.dim)
+	return gatewayOver(t, newStore(t, o.dim), o)
+}
+
+// gatewayOver runs a gateway process over an existing store, connecting as the
+// store's agent role, with o as given (startGateway fills in its defaults).
+func gatewayOver(t *testing.T, st store, o gatewayOptions) *gatewayProc {
+	t.Helper()
 	bin := operatorBinary(t)
-	dir := t.TempDir()
-	keysFile := filepath.Join(dir, gateway.KeysFileName)
+	keysFile := filepath.Join(t.TempDir(), gateway.KeysFileName)
 	var kf gateway.KeyFile
 	for _, k := range o.keys {
 		kf.Keys = append(kf.Keys, k.entry)
@@ -195,9 +200,8 @@ func startGateway(t *testing.T, o gatewayOptions) *gatewayProc {
 	g := &gatewayProc{t: t, store: st, client: &http.Client{Timeout: 60 * time.Second}}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port := freePort(t)
 		g.cfg = gateway.Config{StoreNamespace: "clients-test", StoreName: st.names.Tenant,
-			Listen: "127.0.0.1:" + strconv.Itoa(port), MetricsListen: "",
+			Listen: "127.0.0.1:" + strconv.Itoa(freePort(t)), MetricsListen: "",
 			Schema: st.names.Schema, VectorEngine: "Postgres", Dimension: o.dim, Metric: "COSINE",
 			Embedder: o.embedder, EmbedderEndpoint: o.endpoint, EmbeddingModel: o.model,
 			KeysFile: keysFile, DedupThreshold: o.dedup, RateLimit: 1000, RateBurst: 1000,

