@@ -3,8 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -572,15 +569,7 @@ func TestMemoryRestoreCompletedWithoutSummary(t *testing.T) {
 
 // The sample is accepted as it is, and waits for its snapshot.
 func TestMemoryRestoreSampleIsValid(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "config", "samples", "memory_v1alpha1_memoryrestore.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	sample := &memoryv1alpha1.MemoryRestore{}
-	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(sample); err != nil {
-		t.Fatal(err)
-	}
+	sample := restoreSample(t, "memory_v1alpha1_memoryrestore.yaml")
 	ns := newNamespace(t)
 	sample.Namespace = ns
 	create(t, sample)

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -9,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -121,4 +124,19 @@ func updateRestore(r *memoryv1alpha1.MemoryRestore, mutate func(*memoryv1alpha1.
 		mutate(r)
 		return k8sClient.Update(context.Background(), r)
 	})
+}
+
+// restoreSample decodes a MemoryRestore from config/samples.
+func restoreSample(t *testing.T, file string) *memoryv1alpha1.MemoryRestore {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "config", "samples", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	sample := &memoryv1alpha1.MemoryRestore{}
+	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(sample); err != nil {
+		t.Fatal(err)
+	}
+	return sample
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -322,15 +319,7 @@ func TestMemoryRestoreImportRecordsTheJobSummary(t *testing.T) {
 
 // The import sample is accepted as it is, and waits for its target store.
 func TestMemoryRestoreImportSampleIsValid(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "config", "samples", "memory_v1alpha1_memoryrestore_import.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	sample := &memoryv1alpha1.MemoryRestore{}
-	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(sample); err != nil {
-		t.Fatal(err)
-	}
+	sample := restoreSample(t, "memory_v1alpha1_memoryrestore_import.yaml")
 	ns := newNamespace(t)
 	sample.Namespace = ns
 	create(t, sample)

@@ -5,8 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
+	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -115,17 +115,9 @@ func TestRestrictedNamespacesRefuseLaxPods(t *testing.T) {
 	create(t, store)
 	waitReady(t, client.ObjectKeyFromObject(store))
 	dep := &appsv1.Deployment{}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gw-gateway"}, dep)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no gateway Deployment: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	NewWithT(t).Eventually(func() error {
+		return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gw-gateway"}, dep)
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed(), "the gateway Deployment")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gateway-pod", Labels: dep.Spec.Template.Labels},
 		Spec: *dep.Spec.Template.Spec.DeepCopy()}
 	if err := k8sClient.Create(ctx, pod); err != nil {
