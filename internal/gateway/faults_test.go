@@ -203,6 +203,9 @@ func TestFaultsAcknowledgedWritesHold(t *testing.T) {
 		refusals = map[int]int{}
 	)
 	stop := make(chan struct{})
+	// events carries every response's outcome (acknowledged or refused): the fault
+	// phases last a number of responses, not a time.
+	events := make(chan bool, 1024)
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
@@ -226,8 +229,9 @@ func TestFaultsAcknowledgedWritesHold(t *testing.T) {
 				raw, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				mu.Lock()
+				ok := resp.StatusCode == http.StatusCreated
 				switch {
-				case resp.StatusCode == http.StatusCreated:
+				case ok:
 					var wr WriteResponse
 					if err := json.Unmarshal(raw, &wr); err != nil || wr.MemoryID == "" {
 						t.Errorf("an acknowledgement without a memory id: %s", raw)
@@ -239,13 +243,31 @@ func TestFaultsAcknowledgedWritesHold(t *testing.T) {
 					t.Errorf("writer %d: %d %s (only 503 or 429 with Retry-After may refuse a write)", w, resp.StatusCode, raw)
 				}
 				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
+				select {
+				case events <- ok:
+				case <-stop:
+					return
+				}
 			}
 		})
 	}
-	phase := func(what string, d time.Duration, on func(), off func()) {
+	// phase injects a fault and lifts it once the writers have seen wantAcked
+	// acknowledgements and wantRefused refusals under it.
+	phase := func(what string, wantAcked, wantRefused int, on func(), off func()) {
 		on()
-		time.Sleep(d)
+		timeout := time.After(90 * time.Second)
+		for a, r := 0, 0; a < wantAcked || r < wantRefused; {
+			select {
+			case ok := <-events:
+				if ok {
+					a++
+				} else {
+					r++
+				}
+			case <-timeout:
+				t.Fatalf("%s: %d acknowledged and %d refused within 90s, want %d and %d", what, a, r, wantAcked, wantRefused)
+			}
+		}
 		off()
 		mu.Lock()
 		t.Logf("%s: %d acknowledged so far, refusals %v", what, len(acked), refusals)
@@ -273,16 +295,17 @@ func TestFaultsAcknowledgedWritesHold(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
-	phase("postgres latency", 1500*time.Millisecond, addToxic(pgProxy, "latency", "downstream", toxiproxy.Attributes{"latency": 30, "jitter": 20}), removeToxic(pgProxy, "latencydownstream"))
-	phase("postgres connections cut after 24 KiB", 1500*time.Millisecond, addToxic(pgProxy, "limit_data", "downstream", toxiproxy.Attributes{"bytes": 24 << 10}), removeToxic(pgProxy, "limit_datadownstream"))
-	phase("postgres away", 3*time.Second, enable(pgProxy, false), enable(pgProxy, true))
-	phase("postgres back", time.Second, func() {}, func() {})
-	phase("milvus latency", 1500*time.Millisecond, addToxic(milvusProxy, "latency", "downstream", toxiproxy.Attributes{"latency": 50}), removeToxic(milvusProxy, "latencydownstream"))
+	none := func() {}
+	phase("warm-up", 50, 0, none, none)
+	phase("postgres latency", 100, 0, addToxic(pgProxy, "latency", "downstream", toxiproxy.Attributes{"latency": 30, "jitter": 20}), removeToxic(pgProxy, "latencydownstream"))
+	phase("postgres connections cut after 24 KiB", 300, 0, addToxic(pgProxy, "limit_data", "downstream", toxiproxy.Attributes{"bytes": 24 << 10}), removeToxic(pgProxy, "limit_datadownstream"))
+	phase("postgres away", 0, 200, enable(pgProxy, false), enable(pgProxy, true))
+	phase("postgres back", 200, 0, none, none)
+	phase("milvus latency", 100, 0, addToxic(milvusProxy, "latency", "downstream", toxiproxy.Attributes{"latency": 50}), removeToxic(milvusProxy, "latencydownstream"))
 	// Writes in flight when Milvus goes wait for their index call's bound (5 s), then
 	// are acknowledged as pending; later ones skip the index until it answers again.
-	phase("milvus away", 3*time.Second, enable(milvusProxy, false), enable(milvusProxy, true))
-	phase("recovered", 4*time.Second, func() {}, func() {})
+	phase("milvus away", 200, 0, enable(milvusProxy, false), enable(milvusProxy, true))
+	phase("recovered", 200, 0, none, none)
 	close(stop)
 	wg.Wait()
 	if len(acked) < 100 {
