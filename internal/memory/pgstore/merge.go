@@ -142,6 +142,9 @@ type PreparedBatch struct {
 	invalid []invalidItem
 	rounds  int32
 	scopes  []string // the distinct scopes of rows
+	// plainHistories is set when no row has two or more revisions: the merge
+	// statement stores such histories as they are (see insertNew).
+	plainHistories bool
 }
 
 type invalidItem struct {
@@ -192,7 +195,7 @@ func PrepareMerge(items []memory.Item) *PreparedBatch {
 // PrepareMergeItems plans the merge rounds of prepared items; items must not change
 // until the batch is merged.
 func PrepareMergeItems(items []PreparedItem) *PreparedBatch {
-	b := &PreparedBatch{n: len(items), rows: make([]mergeRow, 0, len(items))}
+	b := &PreparedBatch{n: len(items), rows: make([]mergeRow, 0, len(items)), plainHistories: true}
 	// Keys are hashes of the ID and of the slot: two that collide only put an item in
 	// a later round than it needs, never two meetings of one memory in one round.
 	lastByID := make(map[uint64]int32, len(items))
@@ -226,6 +229,7 @@ func PrepareMergeItems(items []PreparedItem) *PreparedBatch {
 		round := max(lastByID[id], lastBySlot[sk]) + 1
 		lastByID[id], lastBySlot[sk] = round, round
 		b.rounds = max(b.rounds, round)
+		b.plainHistories = b.plainHistories && len(it.History) < 2
 		b.rows = append(b.rows, mergeRow{pos: i, it: it, hash: p.hash, history: p.history, round: round})
 	}
 	return b
@@ -348,6 +352,15 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy Conflict
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.t.tombstones+` WHERE scope = ANY($1))`, b.scopes).Scan(&forgotten); err != nil {
 		return err
 	}
+	if !forgotten {
+		inserted, err := s.insertNew(ctx, tx, b, res)
+		if err != nil {
+			return err
+		}
+		if inserted {
+			return s.finishMerge(ctx, tx, opts, res)
+		}
+	}
 	sql := s.mergeSQL(policy, forgotten)
 	// The merge statement's estimated cost (thousands of index probes) is above
 	// jit_above_cost, but compiling it costs more than running it.
@@ -391,6 +404,11 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy Conflict
 		}
 	}
 
+	return s.finishMerge(ctx, tx, opts, res)
+}
+
+// finishMerge runs BeforeCommit and commits the batch (a dry run rolls it back).
+func (s *Store) finishMerge(ctx context.Context, tx pgx.Tx, opts MergeOptions, res *MergeResult) error {
 	if opts.BeforeCommit != nil {
 		if err := opts.BeforeCommit(ctx, res); err != nil {
 			return err
@@ -400,6 +418,55 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy Conflict
 		return tx.Rollback(ctx)
 	}
 	return tx.Commit(ctx)
+}
+
+// insertNew is the merge of a batch that meets no stored memory, the common case of
+// a restore or import into a new store or new scopes: every item is then inserted
+// whatever the policy, so the rows are copied straight into the memories table,
+// without the staging table and the merge statement's lookups (about half of a
+// merge's database time). It applies when no scope of the batch has a tombstone (the
+// caller checked), every item is alone in its round (PrepareMergeItems) and no
+// history needs the statement's canonical union (fewer than two revisions). The
+// memories table's unique indexes are exactly the ways an item meets a memory
+// (memory_id, (scope, key), (scope, content_hash) without a key), so the COPY
+// succeeds only when no item meets one, even with concurrent writers: then the
+// outcomes are what the merge statement would report (inserted, under the item's
+// own ID). Otherwise it fails with a unique violation, is rolled back to its
+// savepoint, and insertNew reports false for the merge statement to run. The first
+// such failure stops the Store trying (a target that holds the package's memories,
+// as in a rerun, would fail every batch); there is no cheap reliable check first:
+// an EXISTS over the batch's scopes is planned as a scan of the table that
+// expects an early match, and reads it whole when there is none.
+func (s *Store) insertNew(ctx context.Context, tx pgx.Tx, b *PreparedBatch, res *MergeResult) (bool, error) {
+	if b.rounds > 1 || !b.plainHistories || s.insertsMet.Load() {
+		return false, nil
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	rows := b.rows
+	_, err = sp.CopyFrom(ctx, pgx.Identifier{s.schema, "memories"}, memCopyCols, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
+		it := rows[i].it
+		return []any{it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key), []byte(it.Content), rows[i].hash,
+			it.Source, it.BaseScore, it.CreatedAt, it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, rows[i].history}, nil
+	}))
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation: an item met a memory
+			s.insertsMet.Store(true)
+			return false, sp.Rollback(ctx)
+		}
+		return false, fmt.Errorf("copying into the memories table: %w", err)
+	}
+	if err := sp.Commit(ctx); err != nil { // releases the savepoint
+		return false, err
+	}
+	for _, r := range rows {
+		res.Outcomes[r.pos], res.IDs[r.pos] = MergeInserted, r.it.MemoryID
+	}
+	s.copiedNew.Add(1)
+	return true, nil
 }
 
 // mergeRound runs the merge statement over the staged rows of one round and records

@@ -405,3 +405,108 @@ func TestMergeConcurrentSameSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMergeNewBatchesCopyStraightIn: a batch that meets no stored memory is copied
+// straight into the table (insertNew) and stores exactly what the merge statement
+// stores; a batch whose COPY meets a memory falls back to the statement, with its
+// outcomes, and the Store stops trying.
+func TestMergeNewBatchesCopyStraightIn(t *testing.T) {
+	batch := func() []memory.Item {
+		keyed := item("k1", "user:1", memory.Semantic, "pref", `{"drink":"tea","<&>":"\u2028"}`, 0.9, day)
+		keyed.History = []memory.Revision{rev(`{"drink":"coffee"}`, now.Add(-3*day), now.Add(-2*day))} // one revision: stored as is
+		keyless := item("e1", "user:1", memory.Episodic, "", `{"event":"flew","n":1.50}`, 0.5, 2*day)
+		archived := item("a1", "user:2", memory.Semantic, "", `{"x":1}`, 0.1, 3*day)
+		archived.ArchivedAt = ptr(now.Add(-day))
+		expiring := item("w1", "user:2", memory.Working, "", `{"x":2}`, 0.2, time.Hour)
+		expiring.ExpiresAt = ptr(now.Add(day))
+		return []memory.Item{keyed, keyless, archived, expiring}
+	}
+	copied, _ := newStore(t)
+	res := mustMerge(t, copied, KeepNewer, batch()...)
+	assertOutcomes(t, res, MergeInserted, MergeInserted, MergeInserted, MergeInserted)
+	if !slices.Equal(res.IDs, []string{"k1", "e1", "a1", "w1"}) {
+		t.Fatalf("ids = %v", res.IDs)
+	}
+	if n := copied.copiedNew.Load(); n != 1 {
+		t.Fatalf("batches copied straight in = %d, want 1", n)
+	}
+	stated, _ := newStore(t)
+	stated.insertsMet.Store(true) // the merge statement only
+	assertOutcomes(t, mustMerge(t, stated, KeepNewer, batch()...), res.Outcomes...)
+	if a, b := dumpMemories(t, copied), dumpMemories(t, stated); !slices.Equal(a, b) {
+		t.Fatalf("copied straight in:\n%v\nthrough the merge statement:\n%v", a, b)
+	}
+
+	// New scopes, but an ID the store holds in another scope: the COPY fails on it
+	// and the statement reports it in use; nothing of the failed COPY remains.
+	before := dumpMemories(t, copied)
+	res = mustMerge(t, copied, KeepNewer,
+		item("n1", "user:3", memory.Semantic, "", `{"v":1}`, 0.5, 0),
+		item("k1", "user:3", memory.Semantic, "pref", `{"v":2}`, 0.5, 0))
+	assertOutcomes(t, res, MergeInserted, MergeIDInUse)
+	after := slices.DeleteFunc(dumpMemories(t, copied), func(row string) bool { return strings.HasPrefix(row, "(n1,") })
+	if !slices.Equal(after, before) {
+		t.Fatalf("after the fallback, besides n1:\n%v\nwant\n%v", after, before)
+	}
+	if !copied.insertsMet.Load() || copied.copiedNew.Load() != 1 {
+		t.Fatalf("insertsMet = %v, copied = %d after a COPY met a memory", copied.insertsMet.Load(), copied.copiedNew.Load())
+	}
+	assertOutcomes(t, mustMerge(t, copied, KeepNewer, item("n2", "user:4", memory.Semantic, "", `{"v":1}`, 0.5, 0)), MergeInserted)
+	if n := copied.copiedNew.Load(); n != 1 {
+		t.Fatalf("the Store kept copying after a COPY met a memory: %d", n)
+	}
+}
+
+// TestMergeNewBatchesRaceWithWriters: batches copied straight into one new scope at
+// once, with overlapping slots and IDs, end as the merge statement alone would end
+// them: one memory per slot, the newest value winning, the others in its history.
+func TestMergeNewBatchesRaceWithWriters(t *testing.T) {
+	s, _ := newStore(t)
+	const writers, slots = 6, 200
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			var items []memory.Item
+			for k := range slots {
+				// Keyed slots shared by every writer, and keyless memories whose IDs
+				// collide across writers.
+				items = append(items, item(fmt.Sprintf("w%d-%d", w, k), "user:race", memory.Semantic, fmt.Sprintf("k%d", k),
+					fmt.Sprintf(`{"w":%d}`, w), 0.5, time.Duration(w+1)*time.Hour),
+					item(fmt.Sprintf("e%d", k), "user:race", memory.Episodic, "", fmt.Sprintf(`{"e":%d,"w":%d}`, k, w), 0.5, time.Duration(w+1)*time.Hour))
+			}
+			if _, err := s.Merge(context.Background(), items, MergeOptions{}); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var keyed, keyless int
+	err := s.Export(t.Context(), ExportFilter{}, func(it memory.Item) error {
+		if it.Key == "" {
+			keyless++
+			return nil
+		}
+		keyed++
+		if !sameJSON(t, it.Content, []byte(`{"w":0}`)) || len(it.History) != writers-1 {
+			return fmt.Errorf("%s: %s with %d revisions", it.Key, it.Content, len(it.History))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keyless memories e<k> of different writers differ in content and share an ID:
+	// the first stored keeps it, the rest are in use.
+	if keyed != slots || keyless != slots {
+		t.Fatalf("keyed = %d, keyless = %d, want %d each", keyed, keyless, slots)
+	}
+	// One writer's batch was copied straight in; the others' COPY met it.
+	if s.copiedNew.Load() != 1 || !s.insertsMet.Load() {
+		t.Fatalf("copied straight in = %d, a COPY met a memory = %v; want 1, true", s.copiedNew.Load(), s.insertsMet.Load())
+	}
+}

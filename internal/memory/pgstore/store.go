@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,11 @@ type Store struct {
 
 	// importBatch is the number of items Import stages per COPY; tests lower it.
 	importBatch int
+	// insertsMet is set once a merge batch copied as new met a stored memory (see
+	// insertNew): later batches go straight to the merge statement.
+	insertsMet atomic.Bool
+	// copiedNew counts the merge batches insertNew copied straight in.
+	copiedNew atomic.Int64
 }
 
 type tableNames struct {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -34,7 +35,10 @@ const (
 )
 
 // insufficientPrivilege is SQLSTATE 42501.
-const insufficientPrivilege = "42501"
+const (
+	insufficientPrivilege = "42501"
+	uniqueViolation       = "23505"
+)
 
 const (
 	// rowsPerInsert is the number of rows of one multi-row INSERT (4 parameters each).
@@ -100,6 +104,8 @@ type Index struct {
 	schema string
 	table  string // sanitized, schema-qualified
 	spec   vector.Spec
+	// insertsMet is set once a COPY of new entries met existing rows (insertNew).
+	insertsMet atomic.Bool
 }
 
 var _ vector.Index = (*Index)(nil)
@@ -128,7 +134,11 @@ func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
 	}
 	err := pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error {
 		if len(entries) >= copyThreshold {
-			done, err := ix.upsertCopy(ctx, tx, entries)
+			done, err := ix.insertNew(ctx, tx, entries)
+			if done || err != nil {
+				return err
+			}
+			done, err = ix.upsertCopy(ctx, tx, entries)
 			if done || err != nil {
 				return err
 			}
@@ -167,6 +177,42 @@ func (ix *Index) upsertInsert(ctx context.Context, tx pgx.Tx, entries []vector.E
 	return nil
 }
 
+// insertNew writes entries that have no row yet (the vectors of a restore or import
+// into a new store) with a plain COPY into the table: the upsert of such entries
+// inserts them all, and skipping the temporary table and its INSERT ... ON CONFLICT
+// halves the database's work. When some entry has a row the COPY fails on the
+// primary key and is rolled back to its savepoint: it reports done=false, having
+// changed nothing, and the Index stops trying (a rerun would fail every batch).
+func (ix *Index) insertNew(ctx context.Context, tx pgx.Tx, entries []vector.Entry) (done bool, err error) {
+	if ix.insertsMet.Load() {
+		return false, nil
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	_, err = sp.CopyFrom(ctx, pgx.Identifier{ix.schema, "vectors"}, vectorCols, ix.copyRows(entries))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == uniqueViolation {
+		ix.insertsMet.Store(true)
+		return false, sp.Rollback(ctx)
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, sp.Commit(ctx) // releases the savepoint
+}
+
+var vectorCols = []string{"memory_id", "scope", "memory_type", "embedding"}
+
+// copyRows are entries as COPY rows of vectorCols.
+func (ix *Index) copyRows(entries []vector.Entry) pgx.CopyFromSource {
+	return pgx.CopyFromSlice(len(entries), func(i int) ([]any, error) {
+		e := entries[i]
+		return []any{e.ID, e.Scope, e.Type, vector.Prepare(ix.spec.Metric, e.Vector)}, nil
+	})
+}
+
 // upsertCopy writes entries through COPY into a temporary table. It reports
 // done=false, having changed nothing, when the role may not create temporary tables
 // (a database hardened with REVOKE TEMPORARY), so the caller falls back to INSERTs.
@@ -187,11 +233,7 @@ func (ix *Index) upsertCopy(ctx context.Context, tx pgx.Tx, entries []vector.Ent
 	if err := sp.Commit(ctx); err != nil { // releases the savepoint
 		return false, err
 	}
-	rows := pgx.CopyFromSlice(len(entries), func(i int) ([]any, error) {
-		e := entries[i]
-		return []any{e.ID, e.Scope, e.Type, vector.Prepare(ix.spec.Metric, e.Vector)}, nil
-	})
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{tmp}, []string{"memory_id", "scope", "memory_type", "embedding"}, rows); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{tmp}, vectorCols, ix.copyRows(entries)); err != nil {
 		return false, err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO `+ix.table+` AS v (memory_id, scope, memory_type, embedding)

@@ -170,6 +170,29 @@ func TestUpsertPathsStoreTheSameRows(t *testing.T) {
 	if total != 1200 || inB != 1200 {
 		t.Fatalf("rows = %d, in user:b = %d; want 1200, 1200", total, inB)
 	}
+	// The COPY of new entries met the 999 and fell back to the upsert.
+	if !pgindex.InsertsMet(idx) {
+		t.Fatal("a COPY straight into the table over existing rows was not refused")
+	}
+	// Into an empty table the same entries are copied straight in, with the same rows.
+	fresh := newIndex(t, pool, spec)
+	if err := fresh.Upsert(ctx, batch(1200, "user:b", -4)); err != nil {
+		t.Fatal(err)
+	}
+	if pgindex.InsertsMet(fresh) {
+		t.Fatal("new entries were not copied straight in")
+	}
+	dump := func(ix *pgindex.Index) string {
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT string_agg(row(v.*)::text, ';' ORDER BY memory_id) FROM `+
+			pgx.Identifier{ix.Schema(), "vectors"}.Sanitize()+` v`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if a, b := dump(fresh), dump(idx); a != b {
+		t.Fatalf("copied straight in:\n%.300s\nupserted:\n%.300s", a, b)
+	}
 	// Stored normalised for COSINE: (3,-4,0)/5.
 	if fmt.Sprint(e0) != fmt.Sprint([]float32{0.6, -0.8, 0}) {
 		t.Fatalf("stored embedding = %v, want [0.6 -0.8 0]", e0)
