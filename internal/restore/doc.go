@@ -15,14 +15,18 @@
 //     wrong key (already at snapshot.Open), an unknown future format version
 //     (likewise), an invalid mapping target, an unmapped scope under UnmappedFail,
 //     or a mapping that sends two package scopes to one target scope (unless
-//     Options.AllowMerge) fails here, with the target exactly as it was.
+//     Options.AllowMerge) fails here, with the target exactly as it was. A package
+//     the caller has just written itself (Options.Written: an import's, from a
+//     source it read and converted whole) is not read a first time: its scopes are
+//     mapped from its scope list, and step 4 checks every line as it reads.
 //  3. The package's tombstones, mapped, are applied to the target
 //     (pgstore.ApplyTombstones, in batches streamed from the package): each forgets
 //     there what it covers, as Forget would, and the vector deletions owed to an
 //     external index are then done.
 //  4. Shards are read again in parallel (Options.Parallelism; shards hold disjoint
 //     scopes) and their items merged in batches (pgstore.Store.Merge: COPY into a
-//     staging table, one INSERT ... ON CONFLICT per batch), each batch one
+//     staging table, one INSERT ... ON CONFLICT per batch; a batch that meets no
+//     stored memory is copied straight into the table), each batch one
 //     transaction whose vectors are written before it commits. Batches end at scope
 //     boundaries and hold at most BatchSize items and BatchBytes of them; up to
 //     Parallelism of them are merged at once while the next ones are read,

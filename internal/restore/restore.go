@@ -59,6 +59,14 @@ const (
 type Options struct {
 	// Reader is the package, opened (with its key) by snapshot.Open.
 	Reader *snapshot.Reader
+	// Written says the caller wrote the package itself, from data it has already
+	// read and converted whole (an import's package in its scratch space): the pass
+	// before writing then maps the scopes from the package's scope list and reads its
+	// tombstones, without reading every shard a first time. The one pass that merges
+	// still checks every line, count and checksum as it reads; what it guards
+	// against there is local disk corruption within the run, which fails the
+	// restore midway (a rerun converges) instead of before the first write.
+	Written bool
 	// Target is the store restored into (migrated).
 	Target *pgstore.Store
 	// Index is the target's vector index; nil when vectors are left for later (the

@@ -1225,3 +1225,83 @@ func TestRestoreRehydrate(t *testing.T) {
 		assertSameDump(t, dst.dump(t), after)
 	})
 }
+
+// TestRestoreWrittenPackage: a package the caller wrote itself (Options.Written, an
+// import's) restores exactly as when it is read a first time, and what must fail
+// before the first write still does: an unmapped scope, two package scopes mapped to
+// one (decided from the package's scope list and tombstones). Its one pass still
+// checks every checksum.
+func TestRestoreWrittenPackage(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	items := dataset(20, 7)
+	tomb := []memory.Tombstone{{Scope: "user:1003", ForgottenAt: testNow.Add(-24 * time.Hour)}, {Scope: "user:gone", ForgottenAt: testNow}}
+	pkg := e.writePackage(t, "written/", items, pkgOptions{key: testKey, tombstones: tomb, shardBytes: 4 << 10})
+	if len(pkg.Manifest().Shards) < 2 {
+		t.Fatalf("want several shards, got %d", len(pkg.Manifest().Shards))
+	}
+	m, err := restore.NewMapper(restore.UnmappedKeep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AddPrefix("user:", "user:new-"); err != nil {
+		t.Fatal(err)
+	}
+	opts := func(dst *store, written bool) restore.Options {
+		return restore.Options{Reader: pkg, Written: written, Target: dst.Store, Index: dst.index, Embedder: embed.NewHashing(dim),
+			Mapping: m, Types: memory.AllTypes(), BatchSize: 40, Parallelism: 2}
+	}
+	read, written := e.newStore(t), e.newStore(t)
+	want := run(t, opts(read, false))
+	got := run(t, opts(written, true))
+	assertResult(t, got, *want)
+	assertSameDump(t, written.dump(t), read.dump(t))
+	if want.Tombstones != 2 || want.Inserted == 0 {
+		t.Fatalf("the package restored %d tombstones and %d memories", want.Tombstones, want.Inserted)
+	}
+
+	t.Run("refused before writing", func(t *testing.T) {
+		dst := e.newStore(t)
+		before := dst.dump(t)
+		fail, _ := restore.NewMapper(restore.UnmappedFail)
+		if err := fail.AddExact("user:1000", "user:one"); err != nil {
+			t.Fatal(err)
+		}
+		o := opts(dst, true)
+		o.Mapping = fail
+		if _, err := restore.Run(ctx, o); !errors.Is(err, restore.ErrUnmapped) {
+			t.Fatalf("unmapped scope: err = %v, want ErrUnmapped", err)
+		}
+		merge, _ := restore.NewMapper(restore.UnmappedKeep)
+		for _, from := range []string{"user:1000", "user:1001"} {
+			if err := merge.AddExact(from, "user:both"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o.Mapping = merge
+		if _, err := restore.Run(ctx, o); err == nil || !strings.Contains(err.Error(), "user:1000 and user:1001 to user:both") {
+			t.Fatalf("two scopes onto one: err = %v", err)
+		}
+		assertSameDump(t, dst.dump(t), before)
+	})
+	t.Run("tampered shard", func(t *testing.T) {
+		bad := e.writePackage(t, "written-bad/", items, pkgOptions{key: testKey, shardBytes: 4 << 10})
+		name := bad.Prefix() + bad.Manifest().Shards[0].Name
+		rc, err := e.obj.Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(rc)
+		_ = rc.Close()
+		data[len(data)-20] ^= 1
+		if _, err := e.obj.Put(ctx, name, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		dst := e.newStore(t)
+		o := opts(dst, true)
+		o.Reader = e.open(t, "written-bad/", testKey)
+		if _, err := restore.Run(ctx, o); !errors.Is(err, snapshot.ErrCorrupt) {
+			t.Fatalf("err = %v, want ErrCorrupt", err)
+		}
+	})
+}

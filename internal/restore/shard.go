@@ -106,9 +106,13 @@ type mergeBatch struct {
 }
 
 func (sh *shardRun) run(ctx context.Context, info snapshot.ShardInfo) error {
-	err := sh.r.o.Reader.ShardItemsPinned(ctx, info, sh.r.pins, func(it memory.Item) error {
-		return sh.add(ctx, pgstore.PrepareItem(it))
-	})
+	add := func(it memory.Item) error { return sh.add(ctx, pgstore.PrepareItem(it)) }
+	var err error
+	if sh.r.pins != nil {
+		err = sh.r.o.Reader.ShardItemsPinned(ctx, info, sh.r.pins, add)
+	} else { // Options.Written: the package was not read before
+		err = sh.r.o.Reader.ShardItems(ctx, info, add)
+	}
 	if err == nil {
 		err = sh.flush(ctx, true)
 	}

@@ -29,11 +29,22 @@ func (r *runner) verify(ctx context.Context) error {
 	if r.o.DryRun {
 		r.dryTombs = &tombstoneIndex{}
 	}
-	// The second pass must read what this one verified: the chunks are pinned.
-	r.pins = snapshot.NewPins()
-	// Lines are decoded and checked on every CPU; scopes are mapped in order here.
-	err := r.o.Reader.Scan(ctx, snapshot.ScanFuncs{Tombstone: v.tombstone, Item: v.item, Check: r.check,
-		Workers: max(2, runtime.GOMAXPROCS(0)), Pins: r.pins})
+	var err error
+	if r.o.Written {
+		err = r.o.Reader.Tombstones(ctx, v.tombstone)
+		if err == nil {
+			err = r.o.Reader.ReadScopeCounts(ctx, func(scope string, _ int64) error {
+				v.mapScope(scope)
+				return nil
+			})
+		}
+	} else {
+		// The second pass must read what this one verified: the chunks are pinned.
+		r.pins = snapshot.NewPins()
+		// Lines are decoded and checked on every CPU; scopes are mapped in order here.
+		err = r.o.Reader.Scan(ctx, snapshot.ScanFuncs{Tombstone: v.tombstone, Item: v.item, Check: r.check,
+			Workers: max(2, runtime.GOMAXPROCS(0)), Pins: r.pins})
+	}
 	if err != nil {
 		return fmt.Errorf("restore: verifying the package at %s: %w; nothing was written", r.o.Reader.Prefix(), err)
 	}
@@ -93,15 +104,20 @@ func (v *verifier) tombstone(t memory.Tombstone) error {
 func (v *verifier) item(it memory.Item) error {
 	if it.Scope != v.scope {
 		v.scope = it.Scope
-		d, err := v.r.decide(it.Scope)
-		switch {
-		case err != nil:
-			v.fail(err)
-		case d.skip == noSkip:
-			v.claims = append(v.claims, claim{target: v.hash(d.target), source: v.hash(it.Scope)})
-		}
+		v.mapScope(it.Scope)
 	}
 	return nil
+}
+
+// mapScope maps one package scope and records where it lands.
+func (v *verifier) mapScope(scope string) {
+	d, err := v.r.decide(scope)
+	switch {
+	case err != nil:
+		v.fail(err)
+	case d.skip == noSkip:
+		v.claims = append(v.claims, claim{target: v.hash(d.target), source: v.hash(scope)})
+	}
 }
 
 // check is the first pass's work on each item, on several goroutines at once: it is

@@ -83,7 +83,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 
 	detail := newDetailUpload(ctx, objects, cfg.DetailKey)
 	res, err := restore.Run(ctx, restore.Options{
-		Reader: reader, Target: target, Index: index, Embedder: embedder,
+		Reader: reader, Written: pkg.imported != nil, Target: target, Index: index, Embedder: embedder,
 		Mapping: mapper, Denylist: cfg.Denylist, Types: types, Now: ro.Now,
 		Conflict: restore.ConflictPolicy(cfg.ConflictPolicy), Embeddings: restore.EmbeddingsPolicy(cfg.Embeddings),
 		DryRun: cfg.DryRun, Rehydrate: cfg.Rehydrate, AllowMerge: cfg.AllowMerge, Parallelism: restoreParallelism, Detail: detail,
