@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/jsonscan"
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -232,7 +233,7 @@ func (r Rules) turns(t Thread, scope string) ([]memory.Item, error) {
 		for _, m := range cur {
 			msgs = append(msgs, messageContent(m))
 		}
-		content, err := json.Marshal(map[string]any{"thread_id": t.ID, "turn": n, "messages": msgs})
+		content, err := marshalJSON(map[string]any{"thread_id": t.ID, "turn": n, "messages": msgs})
 		if err != nil {
 			return err
 		}
@@ -269,13 +270,22 @@ func (r Rules) working(t Thread) ([]memory.Item, error) {
 		if m["type"] == "system" || m["type"] == "remove" {
 			continue
 		}
-		content, err := json.Marshal(map[string]any{"thread_id": t.ID, "index": i, "message": messageContent(m)})
+		content, err := marshalJSON(map[string]any{"thread_id": t.ID, "index": i, "message": messageContent(m)})
 		if err != nil {
 			return nil, err
 		}
 		items = append(items, r.item(deterministicID("lgw", t.ID, fmt.Sprint(i)), memory.Working, scope, content, t))
 	}
 	return items, nil
+}
+
+// marshalJSON is json.Marshal of a decoded tree, without reflection when it can
+// (jsonscan.AppendMarshal writes the same bytes).
+func marshalJSON(v any) ([]byte, error) {
+	if b, ok := jsonscan.AppendMarshal(nil, v); ok {
+		return b, nil
+	}
+	return json.Marshal(v)
 }
 
 func (r Rules) item(id string, typ memory.Type, scope string, content []byte, t Thread) memory.Item {

@@ -351,19 +351,27 @@ func (s *Scanner) skipString() bool {
 // AppendString appends s as encoding/json writes a string with HTML escaping off:
 // quotes, backslashes and control characters escaped (\b \f \n \r \t by name, others
 // as \u00xx), U+2028 and U+2029 escaped, invalid UTF-8 as \ufffd, the rest as is.
-func AppendString(dst []byte, s string) []byte { return appendString(dst, s, utf8.DecodeRuneInString) }
+func AppendString(dst []byte, s string) []byte {
+	return appendString(dst, s, utf8.DecodeRuneInString, false)
+}
 
 // AppendBytes is AppendString of a string held in a byte slice.
-func AppendBytes(dst, s []byte) []byte { return appendString(dst, s, utf8.DecodeRune) }
+func AppendBytes(dst, s []byte) []byte { return appendString(dst, s, utf8.DecodeRune, false) }
 
-func appendString[S string | []byte](dst []byte, s S, decode func(S) (rune, int)) []byte {
+// AppendStringHTML appends s as encoding/json.Marshal writes a string: as
+// AppendString, and '<', '>' and '&' escaped as \u003c, \u003e and \u0026.
+func AppendStringHTML(dst []byte, s string) []byte {
+	return appendString(dst, s, utf8.DecodeRuneInString, true)
+}
+
+func appendString[S string | []byte](dst []byte, s S, decode func(S) (rune, int), html bool) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		b := s[i]
 		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
+			if b >= 0x20 && b != '"' && b != '\\' && (!html || b != '<' && b != '>' && b != '&') {
 				i++
 				continue
 			}
