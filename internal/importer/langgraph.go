@@ -135,7 +135,7 @@ func convertInOrder(ctx context.Context, each func(context.Context, func(Thread)
 	}
 	inFlight := 4 * max(1, workers)
 	slots := make(chan struct{}, inFlight) // taken by the reader, given back once emitted
-	jobs := make(chan job)
+	jobs := make(chan job, inFlight)
 	results := make(chan done, inFlight)
 	readErr := make(chan error, 1)
 	go func() {

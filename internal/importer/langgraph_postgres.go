@@ -91,7 +91,9 @@ const tsLayout = "2006-01-02T15:04:05.000000+00:00"
 // import with an inactivity window reads. The database only elides what it can judge
 // for certain (a ts in langgraph's own layout, compared as a string in the C
 // collation against the cutoff truncated to microseconds); Convert decides every
-// thread again, and a thread it keeps whose messages were elided fetches them.
+// thread again, and a thread it keeps whose messages were elided fetches them. The
+// messages blob is looked up per kept thread (LATERAL, through the blobs' primary
+// key), not joined by hashing every blob row before the first thread can stream.
 func (l *LangGraphPostgres) threadsEncoded(ctx context.Context, rules Rules, fn func(Thread) error) error {
 	var cutoff *string
 	if rules.InactiveAfter > 0 {
@@ -112,8 +114,8 @@ func (l *LangGraphPostgres) threadsEncoded(ctx context.Context, rules Rules, fn 
 			l.checkpoint->'channel_values'->'messages', l.checkpoint->'channel_versions'->>'messages',
 			b.type, b.blob, l.errored, l.elided
 		FROM judged l
-		LEFT JOIN `+l.table("checkpoint_blobs")+` b ON NOT l.elided AND b.thread_id = l.thread_id AND b.checkpoint_ns = ''
-			AND b.channel = 'messages' AND b.version = l.checkpoint->'channel_versions'->>'messages'
+		LEFT JOIN LATERAL (SELECT b.type, b.blob FROM `+l.table("checkpoint_blobs")+` b WHERE NOT l.elided AND b.thread_id = l.thread_id
+			AND b.checkpoint_ns = '' AND b.channel = 'messages' AND b.version = l.checkpoint->'channel_versions'->>'messages' OFFSET 0) b ON true
 		ORDER BY l.thread_id`, rules.SkipZombies, cutoff)
 	if err != nil {
 		return fmt.Errorf("langgraph postgres: reading threads: %w", err)
@@ -163,13 +165,16 @@ func (l *LangGraphPostgres) threadsEncoded(ctx context.Context, rules Rules, fn 
 	return nil
 }
 
-// latestCheckpoints selects each thread's latest root checkpoint. It finds it through
-// the primary key (thread_id, checkpoint_ns, checkpoint_id) thread by thread: a
-// DISTINCT ON over the table sorts every checkpoint with its JSON, which spills to
-// disk and took three times as long at the seed's size.
+// latestCheckpoints selects each thread's latest root checkpoint, in thread_id order.
+// It finds it through the primary key (thread_id, checkpoint_ns, checkpoint_id)
+// thread by thread: a DISTINCT ON over the table sorts every checkpoint with its
+// JSON, which spills to disk and took three times as long at the seed's size. The
+// thread ids are sorted first and the rows keep their order through the nested
+// loops (thread_id is the driving list's), so a query ordered by it streams its
+// first thread at once instead of sorting every row at the end.
 func latestCheckpoints(table string) string {
-	return `SELECT c.thread_id, c.checkpoint_id, c.checkpoint, c.metadata
-		FROM (SELECT DISTINCT thread_id FROM ` + table + ` WHERE checkpoint_ns = '') t,
+	return `SELECT t.thread_id, c.checkpoint_id, c.checkpoint, c.metadata
+		FROM (SELECT DISTINCT thread_id FROM ` + table + ` WHERE checkpoint_ns = '' ORDER BY thread_id) t,
 		LATERAL (SELECT thread_id, checkpoint_id, checkpoint, metadata FROM ` + table + ` c
 			WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1) c`
 }
