@@ -48,8 +48,10 @@ type encodedMessages struct {
 
 // decode decodes the messages a reader left encoded, reading them first when the
 // reader left them in the source. Only reading them can fail the import; what they
-// hold is judged per thread (Unsupported).
-func (t *Thread) decode(ctx context.Context) error {
+// hold is judged per thread (Unsupported). forImport leaves out of each message what
+// the conversion never keeps (its provider's metadata, see decodeJSONPlus); Threads
+// gives the messages whole.
+func (t *Thread) decode(ctx context.Context, forImport bool) error {
 	if t.fetch != nil {
 		e, err := t.fetch(ctx)
 		if err != nil {
@@ -58,7 +60,7 @@ func (t *Thread) decode(ctx context.Context) error {
 		t.encoded, t.fetch = e, nil
 	}
 	if t.encoded != nil {
-		t.Messages, t.Unsupported = decodeMessages(t.encoded.typ, t.encoded.blob)
+		t.Messages, t.Unsupported = decodeMessages(t.encoded.typ, t.encoded.blob, forImport)
 		t.encoded = nil
 	}
 	return nil

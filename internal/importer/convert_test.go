@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ func realMessages(t *testing.T) []map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := decodeMessages("msgpack", b)
+	msgs, err := decodeMessages("msgpack", b, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +40,24 @@ func TestConvertTurns(t *testing.T) {
 	res := r.Convert(th)
 	if res.Outcome != Imported || len(res.Items) != 2 {
 		t.Fatalf("convert: %+v", res)
+	}
+	// Messages decoded for an import (their provider metadata left out, unread)
+	// convert to the very same memories.
+	b, err := os.ReadFile(filepath.Join("testdata", "jsonplus", "messages.msgpack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean, err := decodeMessages("msgpack", b, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(lean) == fmt.Sprint(msgs) {
+		t.Fatal("the fixture's messages carry no metadata to leave out")
+	}
+	leanTh := th
+	leanTh.Messages = append(lean, second...)
+	if got := r.Convert(leanTh); !reflect.DeepEqual(got, res) {
+		t.Fatalf("converted from messages decoded for an import:\n%+v\nwant\n%+v", got, res)
 	}
 	first := res.Items[0]
 	if first.Scope != "user:42" || first.MemoryType != memory.Episodic || first.Source != r.Source || first.Validate() != nil {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -58,28 +59,60 @@ const (
 // ISO string, a UUID its dashed form). It refuses what it cannot represent
 // faithfully with an error wrapping ErrUnsupported.
 func DecodeJSONPlus(b []byte) (any, error) {
+	return decodeJSONPlus(b, false)
+}
+
+// decodeJSONPlus is DecodeJSONPlus; messages leaves out, of every LangChain message,
+// what messageContent never keeps (its provider's response_metadata and
+// usage_metadata, a quarter of a message's bytes): skipped unread, so that what they
+// hold, even what the importer cannot represent, never fails or costs the import.
+func decodeJSONPlus(b []byte, messages bool) (any, error) {
 	if len(b) > maxBlob {
 		return nil, fmt.Errorf("msgpack value of %d bytes is over the %d-byte limit", len(b), maxBlob)
 	}
-	d := msgpack.NewDecoder(bytes.NewReader(b))
-	w := walker{d: d, remaining: len(b)}
+	r := bytes.NewReader(b)
+	w := walker{d: msgpack.NewDecoder(r), r: r, remaining: len(b), messages: messages}
 	v, err := w.value(0)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := d.PeekCode(); err != io.EOF {
+	if _, err := w.d.PeekCode(); err != io.EOF {
 		return nil, errors.New("msgpack value has trailing bytes")
 	}
 	return v, nil
 }
 
+// walker decodes one value. The decoder reads r directly (a bytes.Reader is a
+// ByteScanner, so msgpack does not buffer it): r.Len() is where the decoder is, which
+// lets an extension's payload be decoded in place and measured.
 type walker struct {
 	d *msgpack.Decoder
+	r *bytes.Reader
 	// remaining bounds preallocation by what the input can still hold.
 	remaining int
+	messages  bool
+	// scratch receives strings before they become Go strings; small holds the short
+	// ones already seen (keys, types, names), boxed once.
+	scratch []byte
+	small   map[string]any
 }
 
+// droppedMessageKeys are the keys of a LangChain message decodeJSONPlus leaves out
+// when decoding messages.
+var droppedMessageKeys = map[string]bool{"response_metadata": true, "usage_metadata": true}
+
+// maxSmall is the longest string small keeps, and maxSmallEntries how many.
+const (
+	maxSmall        = 32
+	maxSmallEntries = 4096
+)
+
 func (w *walker) value(depth int) (any, error) {
+	return w.valueOf(depth, false)
+}
+
+// valueOf decodes the next value; message says it is a LangChain message's dict.
+func (w *walker) valueOf(depth int, message bool) (any, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("msgpack value nested deeper than %d", maxDepth)
 	}
@@ -92,21 +125,72 @@ func (w *walker) value(depth int) (any, error) {
 	}
 	switch {
 	case msgpcode.IsString(c):
-		return w.d.DecodeString()
+		return w.str()
 	case msgpcode.IsBin(c):
-		b, err := w.d.DecodeBytes()
+		b, err := w.bytes()
 		if err != nil {
 			return nil, err
 		}
 		return base64.StdEncoding.EncodeToString(b), nil
-	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+	case isArray(c):
 		return w.array(depth)
-	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
-		return w.object(depth)
+	case isMap(c):
+		return w.object(depth, message)
 	case msgpcode.IsExt(c):
 		return w.ext(depth)
 	}
 	return nil, fmt.Errorf("msgpack: unexpected code 0x%02x", c)
+}
+
+func isArray(c byte) bool {
+	return msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32
+}
+
+func isMap(c byte) bool { return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32 }
+
+// bytes reads the next string or bin into scratch (valid until the next call), its
+// length bounded by what the input still holds before anything is allocated.
+func (w *walker) bytes() ([]byte, error) {
+	n, err := w.d.DecodeBytesLen()
+	if err != nil {
+		return nil, err
+	}
+	if limit := min(w.remaining, w.r.Len()); n > limit {
+		return nil, fmt.Errorf("msgpack string of %d bytes in %d", n, limit)
+	}
+	n = max(n, 0)
+	if cap(w.scratch) < n {
+		w.scratch = make([]byte, n)
+	}
+	b := w.scratch[:n]
+	return b, w.d.ReadFull(b)
+}
+
+// str decodes a string through scratch, so that a short one seen before costs no
+// allocation, and another costs one.
+func (w *walker) str() (any, error) {
+	b, err := w.bytes()
+	if err != nil {
+		return nil, err
+	}
+	n := len(b)
+	if n == 0 {
+		return "", nil
+	}
+	if n > maxSmall {
+		return string(b), nil
+	}
+	if v, ok := w.small[string(b)]; ok {
+		return v, nil
+	}
+	var v any = string(b)
+	if w.small == nil {
+		w.small = make(map[string]any, 64)
+	}
+	if len(w.small) < maxSmallEntries {
+		w.small[v.(string)] = v
+	}
+	return v, nil
 }
 
 // scalar decodes nil, booleans and numbers (ok false for any other code).
@@ -158,7 +242,7 @@ func (w *walker) array(depth int) (any, error) {
 	return out, nil
 }
 
-func (w *walker) object(depth int) (any, error) {
+func (w *walker) object(depth int, message bool) (any, error) {
 	n, err := w.d.DecodeMapLen()
 	if err != nil {
 		return nil, err
@@ -188,6 +272,12 @@ func (w *walker) object(depth int) (any, error) {
 		default:
 			return nil, unsupported("a map key of type %T", k)
 		}
+		if message && droppedMessageKeys[key] {
+			if err := w.skip(depth + 1); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		v, err := w.value(depth + 1)
 		if err != nil {
 			return nil, err
@@ -197,20 +287,63 @@ func (w *walker) object(depth int) (any, error) {
 	return out, nil
 }
 
+// skip reads past the next value without decoding it, as deep as value would go.
+func (w *walker) skip(depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("msgpack value nested deeper than %d", maxDepth)
+	}
+	c, err := w.d.PeekCode()
+	if err != nil {
+		return fmt.Errorf("msgpack: %w", err)
+	}
+	n := 0
+	switch {
+	case isArray(c):
+		n, err = w.d.DecodeArrayLen()
+	case isMap(c):
+		n, err = w.d.DecodeMapLen()
+		n *= 2
+	case msgpcode.IsExt(c):
+		var size int
+		if _, size, err = w.d.DecodeExtHeader(); err != nil {
+			return err
+		}
+		if size > w.r.Len() {
+			return fmt.Errorf("msgpack extension of %d bytes in %d", size, w.r.Len())
+		}
+		_, err = w.r.Seek(int64(size), io.SeekCurrent)
+		return err
+	default:
+		return w.d.Skip() // a scalar, string or bin: nothing nested
+	}
+	if err != nil {
+		return err
+	}
+	if n > w.remaining {
+		return fmt.Errorf("msgpack container of %d values in %d bytes", n, w.remaining)
+	}
+	for range n {
+		if err := w.skip(depth + 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (w *walker) ext(depth int) (any, error) {
 	id, n, err := w.d.DecodeExtHeader()
 	if err != nil {
 		return nil, err
 	}
-	if n > w.remaining {
-		return nil, fmt.Errorf("msgpack extension of %d bytes in %d", n, w.remaining)
-	}
-	payload := make([]byte, n)
-	if err := w.d.ReadFull(payload); err != nil {
-		return nil, err
+	if n > w.remaining || n > w.r.Len() {
+		return nil, fmt.Errorf("msgpack extension of %d bytes in %d", n, min(w.remaining, w.r.Len()))
 	}
 	switch id {
 	case extMsgpackTimestamp:
+		payload := make([]byte, n)
+		if err := w.d.ReadFull(payload); err != nil {
+			return nil, err
+		}
 		var t time.Time
 		if err := msgpack.Unmarshal(append(extHeader(id, n), payload...), &t); err != nil {
 			return nil, fmt.Errorf("msgpack timestamp: %w", err)
@@ -224,14 +357,24 @@ func (w *walker) ext(depth int) (any, error) {
 	default:
 		return nil, unsupported("msgpack extension type %d", id)
 	}
-	inner := walker{d: msgpack.NewDecoder(bytes.NewReader(payload)), remaining: n}
-	v, err := inner.value(depth + 1)
+	// The payload is itself one msgpack value, decoded in place within its n bytes
+	// (which bound what it may preallocate); bytes after it in the payload are
+	// ignored, as a decoder of the payload alone would.
+	end := w.r.Len() - n
+	outer := w.remaining
+	w.remaining = n
+	tup, err := w.extTuple(id, depth+1)
+	w.remaining = outer
 	if err != nil {
 		return nil, err
 	}
-	tup, ok := v.([]any)
-	if !ok || len(tup) < 3 {
-		return nil, fmt.Errorf("msgpack extension %d: want [module, class, data, ...], got %T", id, v)
+	switch left := w.r.Len() - end; {
+	case left < 0:
+		return nil, fmt.Errorf("msgpack extension %d: its value runs past its %d-byte payload", id, n)
+	case left > 0:
+		if _, err := w.r.Seek(int64(left), io.SeekCurrent); err != nil {
+			return nil, err
+		}
 	}
 	mod, _ := tup[0].(string)
 	cls, _ := tup[1].(string)
@@ -241,6 +384,50 @@ func (w *walker) ext(depth int) (any, error) {
 		}
 	}
 	return tup[2], nil
+}
+
+// extTuple decodes an extension's payload, [module, class, data, ...]; the data of
+// a LangChain message (a pydantic model of langchain_core.messages) is decoded as
+// one when decoding messages.
+func (w *walker) extTuple(id int8, depth int) ([]any, error) {
+	c, err := w.d.PeekCode()
+	if err != nil {
+		return nil, fmt.Errorf("msgpack: %w", err)
+	}
+	if !isArray(c) {
+		v, err := w.value(depth)
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("msgpack extension %d: want [module, class, data, ...], got %T", id, v)
+	}
+	if depth > maxDepth {
+		return nil, fmt.Errorf("msgpack value nested deeper than %d", maxDepth)
+	}
+	n, err := w.d.DecodeArrayLen()
+	if err != nil {
+		return nil, err
+	}
+	if n > w.remaining {
+		return nil, fmt.Errorf("msgpack array of %d elements in %d bytes", n, w.remaining)
+	}
+	tup := make([]any, 0, min(n, 8))
+	for i := range n {
+		message := false
+		if i == 2 && w.messages && (id == extPydanticV2 || id == extPydanticV1) {
+			mod, _ := tup[0].(string)
+			message = strings.HasPrefix(mod, "langchain_core.messages")
+		}
+		v, err := w.valueOf(depth+1, message)
+		if err != nil {
+			return nil, err
+		}
+		tup = append(tup, v)
+	}
+	if len(tup) < 3 {
+		return nil, fmt.Errorf("msgpack extension %d: want [module, class, data, ...], got %T", id, []any(tup))
+	}
+	return tup, nil
 }
 
 // extHeader re-creates the header of an extension value, for msgpack's own

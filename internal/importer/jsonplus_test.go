@@ -113,11 +113,21 @@ func FuzzDecodeJSONPlus(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		v, err := DecodeJSONPlus(b)
-		if err != nil {
-			return
+		want, werr := refDecodeJSONPlus(b, false)
+		if (err == nil) != (werr == nil) || !reflect.DeepEqual(v, want) {
+			t.Fatalf("DecodeJSONPlus = %v, %v; the reference decoder gives %v, %v", v, err, want, werr)
 		}
-		if _, err := json.Marshal(v); err != nil {
-			t.Fatalf("decoded a value encoding/json cannot write: %v", err)
+		if err == nil {
+			if _, err := json.Marshal(v); err != nil {
+				t.Fatalf("decoded a value encoding/json cannot write: %v", err)
+			}
+		}
+		// Decoding messages leaves their metadata out, unread: wherever decoding it
+		// all succeeds, it gives the same without those keys.
+		m, merr := decodeJSONPlus(b, true)
+		want, werr = refDecodeJSONPlus(b, true)
+		if werr == nil && (merr != nil || !reflect.DeepEqual(m, want)) {
+			t.Fatalf("decoding messages = %v, %v; want %v", m, merr, want)
 		}
 	})
 }

@@ -161,7 +161,7 @@ func convertInOrder(ctx context.Context, each func(context.Context, func(Thread)
 		wg.Go(func() {
 			for j := range jobs {
 				if rules.NeedsMessages(j.t) {
-					if err := j.t.decode(ctx); err != nil {
+					if err := j.t.decode(ctx, true); err != nil {
 						fetchOnce.Do(func() { fetchErr = err })
 						cancel()
 					}

@@ -286,7 +286,7 @@ func TestLangGraphPostgresElision(t *testing.T) {
 		if rules.NeedsMessages(th) {
 			t.Errorf("thread %s: messages elided, but the rules need them", th.ID)
 		}
-		if err := th.decode(ctx); err != nil {
+		if err := th.decode(ctx, false); err != nil {
 			return err
 		}
 		if !reflect.DeepEqual(th.Messages, full[th.ID].Messages) || len(th.Messages) == 0 {

@@ -74,7 +74,7 @@ func (l *LangGraphPostgres) table(name string) string {
 // errors end the walk.
 func (l *LangGraphPostgres) Threads(ctx context.Context, fn func(Thread) error) error {
 	return l.threadsEncoded(ctx, Rules{}, func(t Thread) error {
-		if err := t.decode(ctx); err != nil {
+		if err := t.decode(ctx, false); err != nil {
 			return err
 		}
 		return fn(t)
@@ -196,9 +196,20 @@ func (l *LangGraphPostgres) messagesFetcher(threadID, version string) func(conte
 	}
 }
 
-// decodeMessages decodes a messages channel value into message dicts.
-func decodeMessages(typ string, b []byte) ([]map[string]any, error) {
-	v, ok, err := DecodeTyped(typ, b)
+// decodeMessages decodes a messages channel value into message dicts; forImport
+// leaves out what the conversion never keeps (decodeJSONPlus).
+func decodeMessages(typ string, b []byte, forImport bool) ([]map[string]any, error) {
+	var (
+		v   any
+		ok  bool
+		err error
+	)
+	if typ == "msgpack" {
+		v, err = decodeJSONPlus(b, forImport)
+		ok = err == nil
+	} else {
+		v, ok, err = DecodeTyped(typ, b)
+	}
 	if err != nil || !ok {
 		return nil, err
 	}
