@@ -244,4 +244,3 @@ func refExtHeader(id int8, n int) []byte {
 	}
 	return []byte{msgpcode.Ext8, byte(n), byte(id)}
 }
-
