@@ -318,3 +318,35 @@ func TestLangGraphPostgresElision(t *testing.T) {
 		t.Fatalf("with elision: %d items, %+v; reading everything: %d items, %+v", len(gotItems), gotStats, len(wantItems), wantStats)
 	}
 }
+
+// TestLangGraphPostgresPages: threads read in pages of any size, one of them ending
+// exactly at the last thread, are the threads of one pass, in the same order.
+func TestLangGraphPostgresPages(t *testing.T) {
+	exp := importers.Generate(t, importers.Options{})
+	pg := readers(t, exp)["postgres"].(*LangGraphPostgres)
+	ctx := context.Background()
+	read := func(page int) []Thread {
+		pg.page = page
+		defer func() { pg.page = 0 }()
+		var out []Thread
+		if err := pg.Threads(ctx, func(th Thread) error { out = append(out, th); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	all := read(0)
+	if len(all) < 10 || len(all) >= threadPageSize {
+		t.Fatalf("%d threads: want more than a few pages of 3, within one default page", len(all))
+	}
+	for _, page := range []int{1, 3, len(all), len(all) - 1, len(all) + 1} {
+		got := read(page)
+		if len(got) != len(all) {
+			t.Fatalf("pages of %d: %d threads, want %d", page, len(got), len(all))
+		}
+		for i := range all {
+			if got[i].ID != all[i].ID || !reflect.DeepEqual(got[i].Messages, all[i].Messages) || got[i].Errored != all[i].Errored {
+				t.Fatalf("pages of %d: thread %d is %s, want %s", page, i, got[i].ID, all[i].ID)
+			}
+		}
+	}
+}

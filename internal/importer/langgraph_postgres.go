@@ -24,6 +24,8 @@ type LangGraphPostgres struct {
 	MigrationVersion int
 	// HasStore: the database has PostgresStore's store table.
 	HasStore bool
+	// page overrides threadPageSize (tests).
+	page int
 }
 
 // Checkpointer schema versions this reader knows: 4 made blobs nullable, and nothing
@@ -100,8 +102,51 @@ func (l *LangGraphPostgres) threadsEncoded(ctx context.Context, rules Rules, fn 
 		c := rules.Now.Add(-rules.InactiveAfter).UTC().Truncate(time.Microsecond).Format(tsLayout)
 		cutoff = &c
 	}
-	rows, err := l.pool.Query(ctx, `
-		WITH latest AS (`+latestCheckpoints(l.table("checkpoints"))+`),
+	// Pages of threads, in one read-only snapshot: each page's first thread streams
+	// at once (its ids come off the primary key in order), where one query over
+	// every thread first gathered and sorted all their ids.
+	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("langgraph postgres: reading threads: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var after *string
+	for {
+		n, last, err := l.threadPage(ctx, tx, after, rules.SkipZombies, cutoff, fn)
+		if err != nil {
+			return err
+		}
+		if n < l.pageSize() {
+			return nil
+		}
+		after = &last
+	}
+}
+
+// threadPageSize is how many threads one query of threadsEncoded reads
+// (LangGraphPostgres.page, when set, in tests).
+const threadPageSize = 1000
+
+func (l *LangGraphPostgres) pageSize() int {
+	if l.page > 0 {
+		return l.page
+	}
+	return threadPageSize
+}
+
+// threadPage reads the threads after the thread id after (from the first when nil),
+// up to threadPageSize of them, and reports how many and the last one's id.
+func (l *LangGraphPostgres) threadPage(ctx context.Context, tx pgx.Tx, after *string, skipZombies bool, cutoff *string,
+	fn func(Thread) error) (int, string, error) {
+	// The first page's query has no lower bound: "$4 IS NULL OR thread_id > $4" would
+	// keep a generic plan from starting the index scan at the bound.
+	args := []any{skipZombies, cutoff, l.pageSize()}
+	bound := ""
+	if after != nil {
+		args, bound = append(args, *after), "$4"
+	}
+	rows, err := tx.Query(ctx, `
+		WITH latest AS (`+latestCheckpoints(l.table("checkpoints"), bound, "$3")+`),
 		judged AS (
 			SELECT l.*, e.errored,
 				($1 AND e.errored) OR ($2::text IS NOT NULL
@@ -116,11 +161,12 @@ func (l *LangGraphPostgres) threadsEncoded(ctx context.Context, rules Rules, fn 
 		FROM judged l
 		LEFT JOIN LATERAL (SELECT b.type, b.blob FROM `+l.table("checkpoint_blobs")+` b WHERE NOT l.elided AND b.thread_id = l.thread_id
 			AND b.checkpoint_ns = '' AND b.channel = 'messages' AND b.version = l.checkpoint->'channel_versions'->>'messages' OFFSET 0) b ON true
-		ORDER BY l.thread_id`, rules.SkipZombies, cutoff)
+		ORDER BY l.thread_id`, args...)
 	if err != nil {
-		return fmt.Errorf("langgraph postgres: reading threads: %w", err)
+		return 0, "", fmt.Errorf("langgraph postgres: reading threads: %w", err)
 	}
 	defer rows.Close()
+	n, last := 0, ""
 	for rows.Next() {
 		var (
 			t                    Thread
@@ -131,8 +177,9 @@ func (l *LangGraphPostgres) threadsEncoded(ctx context.Context, rules Rules, fn 
 			elided               bool
 		)
 		if err := rows.Scan(&t.ID, &ts, &meta, &firstID, &inline, &version, &blobType, &blob, &t.Errored, &elided); err != nil {
-			return fmt.Errorf("langgraph postgres: reading threads: %w", err)
+			return n, last, fmt.Errorf("langgraph postgres: reading threads: %w", err)
 		}
+		n, last = n+1, t.ID
 		var metaErr error
 		if len(meta) > 0 {
 			metaErr = json.Unmarshal(meta, &t.Metadata)
@@ -156,25 +203,29 @@ func (l *LangGraphPostgres) threadsEncoded(ctx context.Context, rules Rules, fn 
 			t.encoded = &encodedMessages{typ: *blobType, blob: blob}
 		}
 		if err := fn(t); err != nil {
-			return err
+			return n, last, err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("langgraph postgres: reading threads: %w", err)
+		return n, last, fmt.Errorf("langgraph postgres: reading threads: %w", err)
 	}
-	return nil
+	return n, last, nil
 }
 
-// latestCheckpoints selects each thread's latest root checkpoint, in thread_id order.
-// It finds it through the primary key (thread_id, checkpoint_ns, checkpoint_id)
-// thread by thread: a DISTINCT ON over the table sorts every checkpoint with its
-// JSON, which spills to disk and took three times as long at the seed's size. The
-// thread ids are sorted first and the rows keep their order through the nested
-// loops (thread_id is the driving list's), so a query ordered by it streams its
-// first thread at once instead of sorting every row at the end.
-func latestCheckpoints(table string) string {
+// latestCheckpoints selects the latest root checkpoint of the threads after the
+// thread id parameter after (from the first when it is ""), up to limit of them, in
+// thread_id order. It finds each through the primary key (thread_id, checkpoint_ns,
+// checkpoint_id): a DISTINCT ON over the table sorts every checkpoint with its JSON,
+// which spills to disk and took three times as long at the seed's size. The rows keep
+// the order of the driving ids through the nested loops (thread_id is theirs), so a
+// query ordered by it streams its first thread at once.
+func latestCheckpoints(table, after, limit string) string {
+	cond := ""
+	if after != "" {
+		cond = ` AND thread_id > ` + after
+	}
 	return `SELECT t.thread_id, c.checkpoint_id, c.checkpoint, c.metadata
-		FROM (SELECT DISTINCT thread_id FROM ` + table + ` WHERE checkpoint_ns = '' ORDER BY thread_id) t,
+		FROM (SELECT DISTINCT thread_id FROM ` + table + ` WHERE checkpoint_ns = ''` + cond + ` ORDER BY thread_id LIMIT ` + limit + `) t,
 		LATERAL (SELECT thread_id, checkpoint_id, checkpoint, metadata FROM ` + table + ` c
 			WHERE c.thread_id = t.thread_id AND c.checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1) c`
 }
