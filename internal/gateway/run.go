@@ -87,6 +87,7 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		return nil, errors.New("PostgreSQL: the connection URI does not parse") // never echo it: it holds the password
 	}
 	pcfg.MaxConns = max(pcfg.MaxConns, 32)
+	pcfg.AfterConnect = pgindex.RegisterVectorCodec
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL: %w", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
@@ -186,7 +187,12 @@ func openStore(ctx context.Context, uri, schema string) (*pgxpool.Pool, *pgstore
 	if uri == "" {
 		return nil, nil, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
 	}
-	pool, err := pgxpool.New(ctx, uri)
+	cfg, err := pgxpool.ParseConfig(uri) // its errors leave the password out
+	if err != nil {
+		return nil, nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	cfg.AfterConnect = pgindex.RegisterVectorCodec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("PostgreSQL: %w", err)
 	}

@@ -18,9 +18,20 @@ import (
 	"github.com/amemory/memory-operator/internal/vector/vectortest"
 )
 
+// connect opens a pool as the workers and the gateway do (RegisterVectorCodec).
 func connect(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), testutil.PostgresDSN(t))
+	return connectWith(t, pgindex.RegisterVectorCodec)
+}
+
+func connectWith(t *testing.T, afterConnect func(context.Context, *pgx.Conn) error) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testutil.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = afterConnect
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,6 +203,26 @@ func TestUpsertPathsStoreTheSameRows(t *testing.T) {
 	}
 	if a, b := dump(fresh), dump(idx); a != b {
 		t.Fatalf("copied straight in:\n%.300s\nupserted:\n%.300s", a, b)
+	}
+	// Through pgx's own real[] encoding (no RegisterVectorCodec), the same rows, and
+	// both read back.
+	plainPool := connectWith(t, nil)
+	plainSchema := newSchema(t, plainPool, testutil.UniqueName("t_"))
+	if err := pgindex.Ensure(ctx, plainPool, plainSchema, spec); err != nil {
+		t.Fatal(err)
+	}
+	plain := pgindex.New(plainPool, plainSchema, spec)
+	for _, n := range []int{10, 1200} { // INSERT parameters, then COPY
+		if err := plain.Upsert(ctx, batch(n, "user:b", -4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := dump(plain), dump(idx); a != b {
+		t.Fatalf("without the vector codec:\n%.300s\nwith it:\n%.300s", a, b)
+	}
+	if err := pool.QueryRow(ctx, `SELECT embedding FROM `+table+` WHERE memory_id = 'm0001'`).Scan(&e0); err != nil ||
+		fmt.Sprint(e0) != fmt.Sprint([]float32{0.6, -0.8, 0}) {
+		t.Fatalf("read back through the codec: %v, %v", e0, err)
 	}
 	// Stored normalised for COSINE: (3,-4,0)/5.
 	if fmt.Sprint(e0) != fmt.Sprint([]float32{0.6, -0.8, 0}) {
