@@ -15,10 +15,10 @@ import (
 
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
-	"github.com/amemory/memory-operator/internal/vector/pgindex"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 // Secrets holds what a worker reads from its environment (filled from Secrets).
