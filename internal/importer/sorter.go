@@ -132,10 +132,12 @@ func readRecord(r *bufio.Reader, buf []byte) (seqItem, []byte, error) {
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return seqItem{}, buf, fmt.Errorf("import: a spilled run is truncated: %w", err)
 	}
-	d := recordDecoder{b: buf}
+	// One string holds the record; the item's fields are slices of it (one
+	// allocation per item instead of one per field).
+	d := recordDecoder{b: buf, s: string(buf)}
 	var si seqItem
 	si.Seq = d.varint()
-	strs := make([]string, 6)
+	var strs [6]string
 	for i := range strs {
 		strs[i] = d.str()
 	}
@@ -156,7 +158,9 @@ func readRecord(r *bufio.Reader, buf []byte) (seqItem, []byte, error) {
 }
 
 type recordDecoder struct {
-	b   []byte
+	b []byte
+	// s is the whole record as a string; b is its unread end.
+	s   string
 	err error
 }
 
@@ -176,9 +180,9 @@ func (d *recordDecoder) str() string {
 		d.err = errors.New("bad string")
 		return ""
 	}
-	s := string(d.b[n : n+int(v)])
+	at := len(d.s) - len(d.b) + n
 	d.b = d.b[n+int(v):]
-	return s
+	return d.s[at : at+int(v)]
 }
 
 func (d *recordDecoder) uint64() uint64 {

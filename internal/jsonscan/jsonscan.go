@@ -396,6 +396,22 @@ func appendString[S string | []byte](dst []byte, s S, decode func(S) (rune, int)
 			start = i
 			continue
 		}
+		// A valid three-byte sequence (most of CJK text) other than U+2028 and
+		// U+2029 is written as it is, without decoding the rune.
+		if b >= 0xE0 && b <= 0xEF && i+2 < len(s) {
+			c1, c2 := s[i+1], s[i+2]
+			lo, hi := byte(0x80), byte(0xBF)
+			switch b {
+			case 0xE0:
+				lo = 0xA0 // no overlong forms
+			case 0xED:
+				hi = 0x9F // no surrogates
+			}
+			if c1 >= lo && c1 <= hi && c2&0xC0 == 0x80 && !(b == 0xE2 && c1 == 0x80 && (c2 == 0xA8 || c2 == 0xA9)) {
+				i += 3
+				continue
+			}
+		}
 		r, size := decode(s[i:])
 		switch {
 		case r == utf8.RuneError && size == 1:

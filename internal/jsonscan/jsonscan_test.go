@@ -21,6 +21,9 @@ func FuzzAppendString(f *testing.F) {
 			t.Fatal(err)
 		}
 		w := bytes.TrimSuffix(want.Bytes(), []byte("\n"))
+		if html, _ := json.Marshal(s); !bytes.Equal(AppendStringHTML(nil, s), html) {
+			t.Errorf("AppendStringHTML(%q) = %s, want %s", s, AppendStringHTML(nil, s), html)
+		}
 		if got := AppendString([]byte("x"), s); !bytes.Equal(got[1:], w) {
 			t.Errorf("AppendString(%q) = %s, want %s", s, got[1:], w)
 		}
