@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math"
 	"os"
@@ -29,6 +30,10 @@ type scopeSorter struct {
 	bytes  int
 	runs   []string
 	seq    int64
+	// counts, when not nil, counts the items of each scope; digest, when not nil,
+	// hashes every run as it is written (see Convert).
+	counts map[string]int64
+	digest hash.Hash
 }
 
 type seqItem struct {
@@ -47,6 +52,9 @@ func newScopeSorter(dir string, budget int) *scopeSorter {
 }
 
 func (s *scopeSorter) add(it memory.Item) error {
+	if s.counts != nil {
+		s.counts[it.Scope]++
+	}
 	s.buf = append(s.buf, seqItem{Seq: s.seq, Item: it})
 	s.seq++
 	s.bytes += len(it.Content) + len(it.Scope) + len(it.MemoryID) + len(it.Key) + 256
@@ -66,7 +74,11 @@ func (s *scopeSorter) spill() error {
 	if err != nil {
 		return fmt.Errorf("import: spilling sorted items: %w", err)
 	}
-	w := bufio.NewWriterSize(f, 1<<20)
+	var out io.Writer = f
+	if s.digest != nil {
+		out = io.MultiWriter(f, s.digest)
+	}
+	w := bufio.NewWriterSize(out, 1<<20)
 	var rec []byte
 	for i := range s.buf {
 		if rec, err = appendRecord(rec[:0], &s.buf[i]); err != nil {

@@ -1,7 +1,9 @@
 // Package restore writes the memories of a snapshot package into a memory store: the
 // engine behind MemoryRestore and `memory-operator restore`. It knows nothing of
-// Kubernetes; the caller opens the package (snapshot.Open, with the key), connects
-// the target (pgstore.Store, its vector.Index and embed.Embedder) and calls Run.
+// Kubernetes; the caller opens the package (snapshot.Open, with the key) or hands
+// over memories it converted itself (a Package: an import's, importer.Converted),
+// connects the target (pgstore.Store, its vector.Index and embed.Embedder) and calls
+// Run.
 //
 // # Order of work
 //
@@ -16,9 +18,9 @@
 //     (likewise), an invalid mapping target, an unmapped scope under UnmappedFail,
 //     or a mapping that sends two package scopes to one target scope (unless
 //     Options.AllowMerge) fails here, with the target exactly as it was. A package
-//     the caller has just written itself (Options.Written: an import's, from a
-//     source it read and converted whole) is not read a first time: its scopes are
-//     mapped from its scope list, and step 4 checks every line as it reads.
+//     the caller made itself (Options.Written: an import's, from a source it read
+//     and converted whole) is not read a first time: its scopes are mapped from its
+//     scope list, and a package file's lines are checked as step 4 reads them.
 //  3. The package's tombstones, mapped, are applied to the target
 //     (pgstore.ApplyTombstones, in batches streamed from the package): each forgets
 //     there what it covers, as Forget would, and the vector deletions owed to an

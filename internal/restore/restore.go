@@ -55,17 +55,42 @@ const (
 	maxEmbedTexts = 1024
 )
 
+// Package is what Run restores: a snapshot package opened by snapshot.Open (a
+// *snapshot.Reader), or memories the caller has converted itself and never wrote as
+// one (an import's, importer.Converted; only with Options.Written).
+type Package interface {
+	Manifest() *snapshot.Manifest
+	StoredFormatVersion() int
+	// Prefix names the package in errors and audit records.
+	Prefix() string
+	TombstoneCount() int64
+	Tombstones(ctx context.Context, fn func(memory.Tombstone) error) error
+	ReadScopeCounts(ctx context.Context, fn func(scope string, items int64) error) error
+	ShardItems(ctx context.Context, shard snapshot.ShardInfo, fn func(memory.Item) error) error
+}
+
+// verifiablePackage is a package Run reads twice: whole first, to verify it before
+// writing, then again exactly as verified.
+type verifiablePackage interface {
+	Package
+	Scan(ctx context.Context, f snapshot.ScanFuncs) error
+	ShardItemsPinned(ctx context.Context, shard snapshot.ShardInfo, pins *snapshot.Pins, fn func(memory.Item) error) error
+}
+
+var _ verifiablePackage = (*snapshot.Reader)(nil)
+
 // Options configure Run.
 type Options struct {
-	// Reader is the package, opened (with its key) by snapshot.Open.
-	Reader *snapshot.Reader
-	// Written says the caller wrote the package itself, from data it has already
-	// read and converted whole (an import's package in its scratch space): the pass
-	// before writing then maps the scopes from the package's scope list and reads its
-	// tombstones, without reading every shard a first time. The one pass that merges
-	// still checks every line, count and checksum as it reads; what it guards
-	// against there is local disk corruption within the run, which fails the
-	// restore midway (a rerun converges) instead of before the first write.
+	// Reader is the package: opened (with its key) by snapshot.Open, or converted by
+	// the caller (see Package).
+	Reader Package
+	// Written says the caller made the package itself, from data it has already read
+	// and converted whole (an import): the pass before writing then maps the scopes
+	// from the package's scope list and reads its tombstones, without reading every
+	// shard a first time. A package file's one pass still checks every line, count
+	// and checksum as it reads; what that guards against then is local disk
+	// corruption within the run, which fails the restore midway (a rerun converges)
+	// instead of before the first write.
 	Written bool
 	// Target is the store restored into (migrated).
 	Target *pgstore.Store
@@ -250,6 +275,9 @@ func (o *Options) check() error {
 		return errors.New("restore: no package reader")
 	case o.Target == nil:
 		return errors.New("restore: no target store")
+	}
+	if _, ok := o.Reader.(verifiablePackage); !ok && !o.Written {
+		return fmt.Errorf("restore: %s cannot be verified before writing: only a package the caller made itself (Options.Written) is read once", o.Reader.Prefix())
 	}
 	if o.Conflict == "" {
 		o.Conflict = KeepNewer

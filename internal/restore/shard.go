@@ -109,7 +109,7 @@ func (sh *shardRun) run(ctx context.Context, info snapshot.ShardInfo) error {
 	add := func(it memory.Item) error { return sh.add(ctx, pgstore.PrepareItem(it)) }
 	var err error
 	if sh.r.pins != nil {
-		err = sh.r.o.Reader.ShardItemsPinned(ctx, info, sh.r.pins, add)
+		err = sh.r.o.Reader.(verifiablePackage).ShardItemsPinned(ctx, info, sh.r.pins, add)
 	} else { // Options.Written: the package was not read before
 		err = sh.r.o.Reader.ShardItems(ctx, info, add)
 	}

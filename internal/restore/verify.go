@@ -42,7 +42,7 @@ func (r *runner) verify(ctx context.Context) error {
 		// The second pass must read what this one verified: the chunks are pinned.
 		r.pins = snapshot.NewPins()
 		// Lines are decoded and checked on every CPU; scopes are mapped in order here.
-		err = r.o.Reader.Scan(ctx, snapshot.ScanFuncs{Tombstone: v.tombstone, Item: v.item, Check: r.check,
+		err = r.o.Reader.(verifiablePackage).Scan(ctx, snapshot.ScanFuncs{Tombstone: v.tombstone, Item: v.item, Check: r.check,
 			Workers: max(2, runtime.GOMAXPROCS(0)), Pins: r.pins})
 	}
 	if err != nil {

@@ -17,21 +17,24 @@ import (
 
 	"github.com/amemory/memory-operator/internal/importer"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/restore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 )
 
-// openedPackage is what a restore reads: a package, with the SHA-256 of its manifest,
-// and for an import the counts of the conversion and the cleanup of its scratch files.
+// openedPackage is what a restore reads: a package, with the SHA-256 of its manifest
+// (for an import, the digest of the converted memories), and for an import the
+// counts of the conversion and the cleanup of its scratch files.
 type openedPackage struct {
-	reader      *snapshot.Reader
+	reader      restore.Package
 	manifestSHA string
 	imported    *importer.Stats
 	cleanup     func()
 }
 
 // openPackage opens the package under Source.Prefix, or, for an import, converts the
-// source into a package in scratch space and opens that. Nothing is written to the
-// target before the restore engine has verified the whole package either way.
+// whole source into sorted memories in scratch space (importer.Converted). Nothing
+// is written to the target before the restore engine has verified the whole package,
+// or before the whole source is converted.
 func openPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, objects snapshot.Objects, client *minio.Client) (*openedPackage, error) {
 	if cfg.Import != nil {
 		return importPackage(ctx, cfg, sec, client)
@@ -55,9 +58,6 @@ func openPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, obj
 	return &openedPackage{reader: reader, manifestSHA: sha, cleanup: func() {}}, nil
 }
 
-// importPrefix is where an import's package goes in its scratch directory.
-const importPrefix = "package/"
-
 func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, client *minio.Client) (*openedPackage, error) {
 	ic := cfg.Import
 	base := ic.Dir
@@ -77,24 +77,20 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.Object, err)
 		}
 	}
-	objects := snapshot.DirObjects{Root: work}
-	st, _, err := BuildImportPackage(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath},
-		importer.PackageOptions{Objects: objects, Prefix: importPrefix, Unencrypted: true, SpillDir: work})
+	var converted *importer.Converted
+	st, err := runImport(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath}, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
+		st, c, err := importer.Convert(ctx, importer.PackageOptions{Source: src, SpillDir: work}, produce)
+		converted = c
+		return st, err
+	})
 	if err != nil {
 		cleanup()
 		return nil, err
 	}
 	// The summary must fit in the termination message.
 	st.FirstProblem = truncateUTF8(st.FirstProblem, maxFirstInvalid)
-	sha, err := manifestDigest(ctx, objects, importPrefix)
-	if err == nil {
-		var reader *snapshot.Reader
-		if reader, err = snapshot.Open(ctx, objects, importPrefix, nil); err == nil {
-			return &openedPackage{reader: reader, manifestSHA: sha, imported: &st, cleanup: cleanup}, nil
-		}
-	}
-	cleanup()
-	return nil, fmt.Errorf("import: reading the converted package: %w", err)
+	return &openedPackage{reader: converted, manifestSHA: converted.Digest(), imported: &st,
+		cleanup: func() { converted.Close(); cleanup() }}, nil
 }
 
 // ImportSource is where an import reads from: a database (LangGraphPostgres,
@@ -107,13 +103,31 @@ type ImportSource struct {
 	FilePath       string
 }
 
-// BuildImportPackage converts the source into a package written with po (the
-// restore worker's scratch package; memoryctl import's --out). po.Source is filled in
-// when empty.
+// BuildImportPackage converts the source into a package written with po
+// (memoryctl import's --out). po.Source is filled in when empty.
 func BuildImportPackage(ctx context.Context, ic *ImportConfig, in ImportSource, po importer.PackageOptions) (importer.Stats, *snapshot.Manifest, error) {
+	var m *snapshot.Manifest
+	st, err := runImport(ctx, ic, in, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
+		if po.Source == (snapshot.SourceInfo{}) {
+			po.Source = src
+		}
+		st, man, err := importer.WritePackage(ctx, po, produce)
+		m = man
+		return st, err
+	})
+	return st, m, err
+}
+
+// importProducer runs the conversion, handing every memory to its callback.
+type importProducer = func(fn func(memory.Item) error) (importer.Stats, error)
+
+// runImport opens the source and runs the conversion through sink (which writes a
+// package, or sorts the memories for the restore engine).
+func runImport(ctx context.Context, ic *ImportConfig, in ImportSource,
+	sink func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error)) (importer.Stats, error) {
 	src, sourceName, closeSrc, err := openImportSource(ctx, ic, in)
 	if err != nil {
-		return importer.Stats{}, nil, err
+		return importer.Stats{}, err
 	}
 	defer closeSrc()
 	rules := importer.Rules{UserMetadataKey: ic.UserMetadataKey, ScopeTemplate: ic.ScopeTemplate, InactiveAfter: ic.InactiveAfter,
@@ -121,16 +135,13 @@ func BuildImportPackage(ctx context.Context, ic *ImportConfig, in ImportSource, 
 	if ic.UserPattern != "" {
 		rules.UserPattern = regexp.MustCompile(ic.UserPattern) // checked when parsed
 	}
-	if po.Source == (snapshot.SourceInfo{}) {
-		po.Source = snapshot.SourceInfo{Store: sourceName}
-	}
-	st, m, err := importer.WritePackage(ctx, po, func(fn func(memory.Item) error) (importer.Stats, error) {
+	st, err := sink(snapshot.SourceInfo{Store: sourceName}, func(fn func(memory.Item) error) (importer.Stats, error) {
 		return importer.ImportLangGraph(ctx, src, importer.LangGraphOptions{Rules: rules, Namespaces: ic.Namespaces, SkipStore: ic.SkipStore}, fn)
 	})
 	if err != nil {
-		return st, nil, fmt.Errorf("import from %s: %w", ic.Kind, err)
+		return st, fmt.Errorf("import from %s: %w", ic.Kind, err)
 	}
-	return st, m, nil
+	return st, nil
 }
 
 // openImportSource opens the framework's data and names it for the memories' source.

@@ -136,7 +136,7 @@ func sourceKey(cfg RestoreConfig, sec RestoreSecrets) (*snapshot.Key, error) {
 // (AllowRepeat), since a GitOps tool recreating a MemoryRestore must not re-run it
 // into live data, where it could bring back what agents changed or deleted since.
 // Nor is this restore run twice (its Job retried after it completed).
-func priorRestore(ctx context.Context, cfg RestoreConfig, target *pgstore.Store, reader *snapshot.Reader, manifestSHA string) (*RestoreSummary, error) {
+func priorRestore(ctx context.Context, cfg RestoreConfig, target *pgstore.Store, reader restore.Package, manifestSHA string) (*RestoreSummary, error) {
 	prior, err := target.ReceivedPackage(ctx, manifestSHA)
 	if err != nil {
 		return nil, fmt.Errorf("target: %w", err)
