@@ -30,7 +30,7 @@ func convertedItems() []memory.Item {
 	for i := range 3000 {
 		it := memory.Item{MemoryID: fmt.Sprintf("lg-%05d", i), MemoryType: memory.Episodic, Scope: fmt.Sprintf("user:%03d", (i*37)%97),
 			Content: json.RawMessage(fmt.Sprintf(`{"thread_id":"t%d","turn":%d,"messages":[{"role":"user","content":"订单 %d 到了吗？"}]}`, i/7, i%7, i)),
-			Source: "langgraph-checkpoint-postgres@schema-v9", BaseScore: 0.5, CreatedAt: at.Add(-time.Duration(i) * time.Second), UpdatedAt: at}
+			Source:  "langgraph-checkpoint-postgres@schema-v9", BaseScore: 0.5, CreatedAt: at.Add(-time.Duration(i) * time.Second), UpdatedAt: at}
 		if i%50 == 0 {
 			exp := at.Add(30 * time.Minute) // gone by the restore
 			it.ExpiresAt = &exp
@@ -67,7 +67,9 @@ func TestConvertedRestoresAsItsPackage(t *testing.T) {
 	restoreInto := func(t *testing.T, pkg restore.Package, written bool) (*restore.Result, []string) {
 		t.Helper()
 		schema := testutil.UniqueName("conv_")
-		t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
+		t.Cleanup(func() {
+			_, _ = pool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+		})
 		if _, err := pgstore.Migrate(ctx, pool, schema); err != nil {
 			t.Fatal(err)
 		}
