@@ -231,13 +231,16 @@ func (r Rules) turns(t Thread, scope string) ([]memory.Item, error) {
 		if len(cur) == 0 {
 			return nil
 		}
-		msgs := make([]any, 0, len(cur))
-		for _, m := range cur {
-			msgs = append(msgs, messageContent(m))
-		}
-		content, err := marshalJSON(map[string]any{"thread_id": t.ID, "turn": n, "messages": msgs})
-		if err != nil {
-			return err
+		content, ok := appendTurn(nil, t.ID, n, cur)
+		if !ok {
+			msgs := make([]any, 0, len(cur))
+			for _, m := range cur {
+				msgs = append(msgs, messageContent(m))
+			}
+			var err error
+			if content, err = marshalJSON(map[string]any{"thread_id": t.ID, "turn": n, "messages": msgs}); err != nil {
+				return err
+			}
 		}
 		items = append(items, r.item(deterministicID("lg", t.ID, fmt.Sprint(n)), memory.Episodic, scope, content, t))
 		n++
@@ -272,9 +275,12 @@ func (r Rules) working(t Thread) ([]memory.Item, error) {
 		if m["type"] == "system" || m["type"] == "remove" {
 			continue
 		}
-		content, err := marshalJSON(map[string]any{"thread_id": t.ID, "index": i, "message": messageContent(m)})
-		if err != nil {
-			return nil, err
+		content, ok := appendWorking(nil, t.ID, i, m)
+		if !ok {
+			var err error
+			if content, err = marshalJSON(map[string]any{"thread_id": t.ID, "index": i, "message": messageContent(m)}); err != nil {
+				return nil, err
+			}
 		}
 		items = append(items, r.item(deterministicID("lgw", t.ID, fmt.Sprint(i)), memory.Working, scope, content, t))
 	}
@@ -322,6 +328,20 @@ func messageContent(m map[string]any) map[string]any {
 			out[k] = v
 		}
 	}
+	if calls, has := toolCalls(m); has {
+		out["tool_calls"] = calls
+	}
+	if tc, ok := m["invalid_tool_calls"].([]any); ok && len(tc) > 0 {
+		out["invalid_tool_calls"] = tc
+	}
+	return out
+}
+
+// toolCalls are a message's tool calls as messageContent keeps them: LangChain's
+// (name, arguments as an object, id), or else the provider-raw OpenAI ones
+// (additional_kwargs.tool_calls), whose arguments are a JSON string: parsed, never
+// kept stringified.
+func toolCalls(m map[string]any) ([]any, bool) {
 	if tc, ok := m["tool_calls"].([]any); ok && len(tc) > 0 {
 		calls := make([]any, 0, len(tc))
 		for _, c := range tc {
@@ -335,21 +355,14 @@ func messageContent(m map[string]any) map[string]any {
 			}
 			calls = append(calls, call)
 		}
-		out["tool_calls"] = calls
+		return calls, true
 	}
-	if tc, ok := m["invalid_tool_calls"].([]any); ok && len(tc) > 0 {
-		out["invalid_tool_calls"] = tc
-	}
-	// Provider-raw OpenAI tool calls (additional_kwargs.tool_calls) carry their
-	// arguments as a JSON string: parse them, never keep them stringified.
-	if _, has := out["tool_calls"]; !has {
-		if ak, ok := m["additional_kwargs"].(map[string]any); ok {
-			if raw, ok := ak["tool_calls"].([]any); ok && len(raw) > 0 {
-				out["tool_calls"] = openAIToolCalls(raw)
-			}
+	if ak, ok := m["additional_kwargs"].(map[string]any); ok {
+		if raw, ok := ak["tool_calls"].([]any); ok && len(raw) > 0 {
+			return openAIToolCalls(raw), true
 		}
 	}
-	return out
+	return nil, false
 }
 
 func openAIToolCalls(raw []any) []any {
