@@ -425,7 +425,7 @@ func (w *walker) extTuple(id int8, depth int) ([]any, error) {
 		tup = append(tup, v)
 	}
 	if len(tup) < 3 {
-		return nil, fmt.Errorf("msgpack extension %d: want [module, class, data, ...], got %T", id, []any(tup))
+		return nil, fmt.Errorf("msgpack extension %d: want [module, class, data, ...], got %T", id, tup)
 	}
 	return tup, nil
 }

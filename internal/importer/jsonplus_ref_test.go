@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -94,31 +93,9 @@ func (w *refWalker) value(depth int) (any, error) {
 	return nil, fmt.Errorf("msgpack: unexpected code 0x%02x", c)
 }
 
-// scalar decodes nil, booleans and numbers (ok false for any other code).
+// scalar is the decoder's own (unchanged since).
 func (w *refWalker) scalar(c byte) (any, bool, error) {
-	var (
-		v   any
-		err error
-	)
-	switch {
-	case c == msgpcode.Nil:
-		err = w.d.DecodeNil()
-	case c == msgpcode.True || c == msgpcode.False:
-		v, err = w.d.DecodeBool()
-	case msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64:
-		v, err = w.d.DecodeInt64()
-	case c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64:
-		v, err = w.d.DecodeUint64()
-	case c == msgpcode.Float || c == msgpcode.Double:
-		var f float64
-		if f, err = w.d.DecodeFloat64(); err == nil && (math.IsNaN(f) || math.IsInf(f, 0)) {
-			err = unsupported("a non-finite number (%v) has no JSON form", f)
-		}
-		v = f
-	default:
-		return nil, false, nil
-	}
-	return v, true, err
+	return (&walker{d: w.d}).scalar(c)
 }
 
 func (w *refWalker) array(depth int) (any, error) {

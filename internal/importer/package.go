@@ -84,7 +84,7 @@ const convertedShard = "converted"
 // sorts the memories into the order a package has, spilling to o.SpillDir, for the
 // restore engine to read (o.Objects, o.Prefix and the encryption options are
 // ignored). A failed import leaves nothing behind.
-func Convert(ctx context.Context, o PackageOptions, produce func(fn func(memory.Item) error) (Stats, error)) (Stats, *Converted, error) {
+func Convert(_ context.Context, o PackageOptions, produce func(fn func(memory.Item) error) (Stats, error)) (Stats, *Converted, error) {
 	dir := o.SpillDir
 	if dir == "" {
 		dir = os.TempDir()

@@ -365,7 +365,6 @@ func AppendStringHTML(dst []byte, s string) []byte {
 }
 
 func appendString[S string | []byte](dst []byte, s S, decode func(S) (rune, int), html bool) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -375,42 +374,16 @@ func appendString[S string | []byte](dst []byte, s S, decode func(S) (rune, int)
 				i++
 				continue
 			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
+			dst = appendEscape(append(dst, s[start:i]...), b)
 			i++
 			start = i
 			continue
 		}
 		// A valid three-byte sequence (most of CJK text) other than U+2028 and
 		// U+2029 is written as it is, without decoding the rune.
-		if b >= 0xE0 && b <= 0xEF && i+2 < len(s) {
-			c1, c2 := s[i+1], s[i+2]
-			lo, hi := byte(0x80), byte(0xBF)
-			switch b {
-			case 0xE0:
-				lo = 0xA0 // no overlong forms
-			case 0xED:
-				hi = 0x9F // no surrogates
-			}
-			if c1 >= lo && c1 <= hi && c2&0xC0 == 0x80 && !(b == 0xE2 && c1 == 0x80 && (c2 == 0xA8 || c2 == 0xA9)) {
-				i += 3
-				continue
-			}
+		if i+2 < len(s) && plainThreeBytes(b, s[i+1], s[i+2]) {
+			i += 3
+			continue
 		}
 		r, size := decode(s[i:])
 		switch {
@@ -419,7 +392,7 @@ func appendString[S string | []byte](dst []byte, s S, decode func(S) (rune, int)
 			dst = append(dst, `\ufffd`...)
 		case r == '\u2028' || r == '\u2029':
 			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
 		default:
 			i += size
 			continue
@@ -429,4 +402,45 @@ func appendString[S string | []byte](dst []byte, s S, decode func(S) (rune, int)
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendEscape appends the escape of the ASCII byte b.
+func appendEscape(dst []byte, b byte) []byte {
+	switch b {
+	case '"', '\\':
+		return append(dst, '\\', b)
+	case '\b':
+		return append(dst, '\\', 'b')
+	case '\f':
+		return append(dst, '\\', 'f')
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
+	}
+	return append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
+}
+
+// plainThreeBytes reports whether b, c1, c2 are bytes a JSON string holds as they
+// are: a valid three-byte UTF-8 sequence other than U+2028 and U+2029.
+func plainThreeBytes(b, c1, c2 byte) bool {
+	if b < 0xE0 || b > 0xEF || c2&0xC0 != 0x80 {
+		return false
+	}
+	lo, hi := byte(0x80), byte(0xBF)
+	switch b {
+	case 0xE0:
+		lo = 0xA0 // no overlong forms
+	case 0xED:
+		hi = 0x9F // no surrogates
+	case 0xE2:
+		if c1 == 0x80 && (c2 == 0xA8 || c2 == 0xA9) {
+			return false
+		}
+	}
+	return c1 >= lo && c1 <= hi
 }

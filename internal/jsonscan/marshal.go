@@ -53,44 +53,52 @@ func appendValue(dst []byte, v any, depth int) ([]byte, bool) {
 		}
 		return append(dst, s...), true
 	case []any:
-		if x == nil {
-			return append(dst, "null"...), true
-		}
-		dst = append(dst, '[')
-		for i, e := range x {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			var ok bool
-			if dst, ok = appendValue(dst, e, depth+1); !ok {
-				return dst, false
-			}
-		}
-		return append(dst, ']'), true
+		return appendArray(dst, x, depth)
 	case map[string]any:
-		if x == nil {
-			return append(dst, "null"...), true
-		}
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, strings.Compare)
-		dst = append(dst, '{')
-		for i, k := range keys {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = AppendStringHTML(dst, k)
-			dst = append(dst, ':')
-			var ok bool
-			if dst, ok = appendValue(dst, x[k], depth+1); !ok {
-				return dst, false
-			}
-		}
-		return append(dst, '}'), true
+		return appendObject(dst, x, depth)
 	}
 	return dst, false
+}
+
+func appendArray(dst []byte, x []any, depth int) ([]byte, bool) {
+	if x == nil {
+		return append(dst, "null"...), true
+	}
+	dst = append(dst, '[')
+	for i, e := range x {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		var ok bool
+		if dst, ok = appendValue(dst, e, depth+1); !ok {
+			return dst, false
+		}
+	}
+	return append(dst, ']'), true
+}
+
+func appendObject(dst []byte, x map[string]any, depth int) ([]byte, bool) {
+	if x == nil {
+		return append(dst, "null"...), true
+	}
+	keys := make([]string, 0, len(x))
+	for k := range x {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, strings.Compare)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = AppendStringHTML(dst, k)
+		dst = append(dst, ':')
+		var ok bool
+		if dst, ok = appendValue(dst, x[k], depth+1); !ok {
+			return dst, false
+		}
+	}
+	return append(dst, '}'), true
 }
 
 // appendFloat writes f as encoding/json does: the shortest representation that
