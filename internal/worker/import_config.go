@@ -57,7 +57,7 @@ type ImportConfig struct {
 	WorkingWindow   time.Duration
 	SkipStore       bool
 	Namespaces      []langgraphns.Rule
-	// Dir is local scratch space for the converted package and the sort's runs (the
+	// Dir is local scratch space for the sort's runs of the converted memories (the
 	// Job's emptyDir).
 	Dir string
 }
@@ -118,7 +118,7 @@ func ImportFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
 	fs.DurationVar(&ic.WorkingWindow, "import-working-window", 0, "threads active within this window keep working memory")
 	fs.BoolVar(&ic.SkipStore, "import-skip-store", false, "leave the LangGraph store out")
 	fs.StringVar(&namespaces, "import-namespaces", "", "store namespace rules (JSON list of {namespace, scope})")
-	fs.StringVar(&ic.Dir, "import-dir", "", "scratch directory for the converted package (default: the temp dir)")
+	fs.StringVar(&ic.Dir, "import-dir", "", "scratch directory for the sorted, converted memories (default: the temp dir)")
 	return func() (*ImportConfig, error) {
 		if ic.Kind == "" {
 			return nil, nil

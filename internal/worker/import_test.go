@@ -44,6 +44,7 @@ func TestImportWorkerLangGraph(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			parsed.RestoreUID, parsed.RestoreName, parsed.RestoreNamespace = "uid-"+kind, "import-a", "default"
 			sec := f.restoreSecrets()
 			sec.SourceKey, sec.ImportPostgresURI = "", exp.DSN
 
@@ -72,15 +73,26 @@ func TestImportWorkerLangGraph(t *testing.T) {
 					t.Fatalf("scope %s was not mapped", s)
 				}
 			}
-			// A rerun of the same import changes nothing (deterministic ids, same content).
+			// Its own Job retried after it completed writes nothing and reports what it
+			// wrote; the digest of the converted memories recognizes it.
+			retried, err := RunRestore(ctx, parsed, sec, RunOptions{Now: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if retried.Restored != sum.Restored || retried.ManifestSHA256 != sum.ManifestSHA256 || len(sum.ManifestSHA256) != 64 {
+				t.Fatalf("retried Job: restored %d (digest %s), the first run %d (digest %s)", retried.Restored, retried.ManifestSHA256,
+					sum.Restored, sum.ManifestSHA256)
+			}
+			// Another MemoryRestore of the same import runs again, without allowRepeat,
+			// and changes nothing (deterministic ids, same content).
 			again := parsed
-			again.AllowRepeat = true
+			again.RestoreUID, again.RestoreName = "uid-b-"+kind, "import-b"
 			sum2, err := RunRestore(ctx, again, sec, RunOptions{Now: time.Now()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sum2.Restored != 0 || sum2.Unchanged != st.Items {
-				t.Fatalf("rerun: restored %d, unchanged %d, want 0 and %d", sum2.Restored, sum2.Unchanged, st.Items)
+			if sum2.AlreadyRestored != nil || sum2.Restored != 0 || sum2.Unchanged != st.Items || sum2.ManifestSHA256 != sum.ManifestSHA256 {
+				t.Fatalf("rerun: %+v, want it run again: restored 0, unchanged %d", sum2, st.Items)
 			}
 			if n, _ := pgstore.New(f.pool, schema).Count(ctx); n != st.Items {
 				t.Fatalf("target holds %d memories, the import made %d", n, st.Items)

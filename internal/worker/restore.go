@@ -141,7 +141,10 @@ func priorRestore(ctx context.Context, cfg RestoreConfig, target *pgstore.Store,
 	if err != nil {
 		return nil, fmt.Errorf("target: %w", err)
 	}
-	if prior == nil || (prior.UID != cfg.RestoreUID && cfg.AllowRepeat) {
+	// An import is run again by any other MemoryRestore (the digest of its converted
+	// memories only recognizes its own Job retried): re-reading a framework's data is
+	// idempotent, and what is new in the source since must come in.
+	if prior == nil || (prior.UID != cfg.RestoreUID && (cfg.AllowRepeat || cfg.Import != nil)) {
 		return nil, nil
 	}
 	sum := &RestoreSummary{ManifestSHA256: manifestSHA, FormatVersion: reader.StoredFormatVersion(),
