@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -239,6 +240,16 @@ func (s *suite) secretValue(ns, name, key string) string {
 		s.t.Fatalf("secret %s/%s has no key %q", ns, name, key)
 	}
 	return string(v)
+}
+
+// event waits for an Event of the reason about an object: the operator records
+// Events asynchronously, after the status they announce is already visible.
+func (s *suite) event(ns, kind, name, reason string) {
+	s.t.Helper()
+	s.eventually(fmt.Sprintf("%s %s/%s: a %s event", kind, ns, name, reason), 30*time.Second, func() (bool, string) {
+		got := s.events(ns, kind, name)
+		return slices.Contains(got, reason), fmt.Sprint(got)
+	})
 }
 
 // events returns the reasons of the Events about an object.

@@ -291,9 +291,7 @@ spec:
 		if n := s.scalar(`SELECT count(*) FROM pg_roles WHERE rolname = $1 AND NOT rolsuper AND NOT rolcreaterole`, pg.Role); n != int64(1) {
 			t.Fatalf("store %s: no least-privilege role %s", name, pg.Role)
 		}
-		if !slices.Contains(s.events(tenantNS, "MemoryStore", name), "Ready") {
-			t.Errorf("store %s: no Ready event (%v)", name, s.events(tenantNS, "MemoryStore", name))
-		}
+		s.event(tenantNS, "MemoryStore", name, "Ready")
 	}
 	acme := s.store("acme")
 	if acme.Status.Vector == nil || acme.Status.Vector.Engine != "Milvus" || acme.Status.Vector.Collection == "" {
@@ -406,9 +404,7 @@ func (s *suite) gatewayThroughService() {
 	if n := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "memories"}.Sanitize()); n != int64(4) {
 		t.Fatalf("acme holds %v memories, want 4", n)
 	}
-	if !slices.Contains(s.events(tenantNS, "MemoryStore", "acme"), "GatewayReady") {
-		t.Errorf("no GatewayReady event: %v", s.events(tenantNS, "MemoryStore", "acme"))
-	}
+	s.event(tenantNS, "MemoryStore", "acme", "GatewayReady")
 }
 
 func (s *suite) snapshotJobPod() {
@@ -440,9 +436,7 @@ spec:
 		t.Fatalf("manifest s3://%s/%smanifest.json: %v", st.Location.Bucket, st.Location.Prefix, err)
 	}
 	s.checkJobPod(st.JobName, false)
-	if !slices.Contains(s.events(tenantNS, "MemorySnapshot", "before-migration"), "Succeeded") {
-		t.Errorf("no Succeeded event: %v", s.events(tenantNS, "MemorySnapshot", "before-migration"))
-	}
+	s.event(tenantNS, "MemorySnapshot", "before-migration", "Succeeded")
 }
 
 // checkJobPod asserts that a worker Job ran as a real Pod: succeeded, restricted,
