@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"time"
 
@@ -37,11 +36,7 @@ type PackageOptions struct {
 // before writing anything, maps scopes, applies denylists and tombstones, resolves
 // conflicts and is idempotent. A failed import leaves no manifest.
 func WritePackage(ctx context.Context, o PackageOptions, produce func(fn func(memory.Item) error) (Stats, error)) (Stats, *snapshot.Manifest, error) {
-	dir := o.SpillDir
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	sorter := newScopeSorter(dir, o.SortBudget)
+	sorter := newScopeSorter(o.SpillDir, o.SortBudget)
 	defer sorter.close()
 	st, err := produce(sorter.add)
 	if err != nil {
@@ -85,11 +80,7 @@ const convertedShard = "converted"
 // restore engine to read (o.Objects, o.Prefix and the encryption options are
 // ignored). A failed import leaves nothing behind.
 func Convert(_ context.Context, o PackageOptions, produce func(fn func(memory.Item) error) (Stats, error)) (Stats, *Converted, error) {
-	dir := o.SpillDir
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	sorter := newScopeSorter(dir, o.SortBudget)
+	sorter := newScopeSorter(o.SpillDir, o.SortBudget)
 	sorter.counts, sorter.digest = map[string]int64{}, sha256.New()
 	st, err := produce(sorter.add)
 	if err == nil && len(sorter.buf) > 0 {

@@ -44,6 +44,7 @@ type seqItem struct {
 // defaultSortBudget is the approximate memory the sorter holds before spilling.
 const defaultSortBudget = 32 << 20
 
+// newScopeSorter spills to dir (os.TempDir() when empty, as os.CreateTemp does).
 func newScopeSorter(dir string, budget int) *scopeSorter {
 	if budget <= 0 {
 		budget = defaultSortBudget

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -184,6 +185,26 @@ func (e *env) writePackage(t testing.TB, prefix string, items []memory.Item, o p
 		t.Fatal(err)
 	}
 	return e.open(t, prefix, o.key)
+}
+
+// tamperFirstShard flips one bit near the end of the package's first shard.
+func (e *env) tamperFirstShard(t testing.TB, pkg *snapshot.Reader) {
+	t.Helper()
+	ctx := context.Background()
+	name := pkg.Prefix() + pkg.Manifest().Shards[0].Name
+	rc, err := e.obj.Get(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(rc)
+	_ = rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-20] ^= 1
+	if _, err := e.obj.Put(ctx, name, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *env) open(t testing.TB, prefix string, key *snapshot.Key) *snapshot.Reader {

@@ -710,18 +710,8 @@ func TestRestoreRefusesBadPackages(t *testing.T) {
 
 	t.Run("tampered shard", func(t *testing.T) {
 		pkg := e.writePackage(t, "bad/tampered/", items, pkgOptions{key: testKey, tombstones: tomb})
-		name := pkg.Prefix() + pkg.Manifest().Shards[0].Name
-		rc, err := e.obj.Get(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, _ := io.ReadAll(rc)
-		_ = rc.Close()
-		data[len(data)-20] ^= 1
-		if _, err := e.obj.Put(ctx, name, bytes.NewReader(data)); err != nil {
-			t.Fatal(err)
-		}
-		_, err = restore.Run(ctx, opts(pkg))
+		e.tamperFirstShard(t, pkg)
+		_, err := restore.Run(ctx, opts(pkg))
 		if !errors.Is(err, snapshot.ErrCorrupt) {
 			t.Fatalf("err = %v, want ErrCorrupt", err)
 		}
@@ -1285,18 +1275,7 @@ func TestRestoreWrittenPackage(t *testing.T) {
 		assertSameDump(t, dst.dump(t), before)
 	})
 	t.Run("tampered shard", func(t *testing.T) {
-		bad := e.writePackage(t, "written-bad/", items, pkgOptions{key: testKey, shardBytes: 4 << 10})
-		name := bad.Prefix() + bad.Manifest().Shards[0].Name
-		rc, err := e.obj.Get(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, _ := io.ReadAll(rc)
-		_ = rc.Close()
-		data[len(data)-20] ^= 1
-		if _, err := e.obj.Put(ctx, name, bytes.NewReader(data)); err != nil {
-			t.Fatal(err)
-		}
+		e.tamperFirstShard(t, e.writePackage(t, "written-bad/", items, pkgOptions{key: testKey, shardBytes: 4 << 10}))
 		dst := e.newStore(t)
 		o := opts(dst, true)
 		o.Reader = e.open(t, "written-bad/", testKey)
