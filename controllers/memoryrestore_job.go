@@ -129,6 +129,7 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 		DryRun:               spec.DryRun,
 		Rehydrate:            spec.Rehydrate,
 		AllowMerge:           spec.Mapping != nil && spec.Mapping.AllowMerge,
+		IntoExisting:         spec.Mapping != nil && spec.Mapping.IntoExisting,
 		AllowRepeat:          spec.AllowRepeat,
 		DetailKey:            in.Source.DetailKey,
 	}

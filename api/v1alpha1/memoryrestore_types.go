@@ -172,6 +172,15 @@ type RestoreMapping struct {
 	// mapping is refused before anything is written.
 	// +optional
 	AllowMerge bool `json:"allowMerge,omitempty"`
+	// IntoExisting lets the rules rename package scopes onto scopes that already hold
+	// memories of their own in the target store (restoring a user's old account into
+	// the one they use now): the package's memories meet the target's by conflictPolicy,
+	// and a package tombstone of the renamed scope forgets, in it, what it covers.
+	// Without it (or allowMerge) such a restore is refused before anything is written:
+	// the target scope belongs to someone, and two people's memories would mix.
+	// Memories an earlier run of the same restore put there are not the target's own.
+	// +optional
+	IntoExisting bool `json:"intoExisting,omitempty"`
 }
 
 // ConflictPolicy says what happens when a memory being restored already exists in the
@@ -305,6 +314,10 @@ type RestoreSkipped struct {
 	// target's was newer or the same).
 	// +optional
 	Conflict int64 `json:"conflict,omitempty"`
+	// IDInUseByOtherScope: the memory's ID belongs to another scope's memory in the
+	// target (another user's). IDs never move between scopes, so it was not written.
+	// +optional
+	IDInUseByOtherScope int64 `json:"idInUseByOtherScope,omitempty"`
 	// Invalid: the memory failed validation (status.firstInvalid says why), for
 	// instance content that is not a JSON object or an ID longer than 128 characters.
 	// +optional

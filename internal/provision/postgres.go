@@ -245,6 +245,7 @@ var Privileges = map[string]map[string][]string{
 		"index_deletions":   {"SELECT", "INSERT", "DELETE"},
 		"archive_runs":      {"SELECT", "INSERT", "UPDATE"},
 		"restores":          {"SELECT", "INSERT", "UPDATE"},
+		"scope_renames":     {"SELECT", "INSERT"},
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
 	},

@@ -60,12 +60,12 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 	want := map[string]map[string]string{
 		names.Role: {
 			"memories": crud, "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "INSERT",
-			"index_deletions": "", "archive_runs": "", "restores": "", "index_pending": crud, "store_meta": "SELECT", "schema_migrations": "SELECT",
+			"index_deletions": "", "archive_runs": "", "restores": "", "index_pending": crud, "scope_renames": "", "store_meta": "SELECT", "schema_migrations": "SELECT",
 		},
 		names.WorkerRole: {
 			"memories": crud, "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "SELECT,INSERT",
 			"index_deletions": "SELECT,INSERT,DELETE", "archive_runs": "SELECT,INSERT,UPDATE", "restores": "SELECT,INSERT,UPDATE",
-			"index_pending": "", "store_meta": "SELECT", "schema_migrations": "SELECT",
+			"index_pending": "", "scope_renames": "SELECT,INSERT", "store_meta": "SELECT", "schema_migrations": "SELECT",
 		},
 	}
 	check := func(t *testing.T) {
@@ -79,8 +79,8 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(tables) != 10 {
-			t.Fatalf("schema %s has tables %v; this test knows 10", names.Schema, tables)
+		if len(tables) != 11 {
+			t.Fatalf("schema %s has tables %v; this test knows 11", names.Schema, tables)
 		}
 		for role, perTable := range want {
 			for _, table := range tables {

@@ -58,12 +58,16 @@
 // makes a restore idempotent and lets a vector follow its memory. An item whose
 // (scope, key) slot, or whose content in its scope (items without a key), is already
 // stored is merged into that memory, which keeps its own memory_id. An item whose
-// memory_id is held by a memory of another scope or slot in the target is never
-// moved there: it is skipped as a Conflict (Result.IDConflicts).
+// memory_id is held by a memory of another scope in the target (another user's) is
+// never moved there: it is skipped as Skipped.IDInUseByOtherScope; one held by another
+// slot of its own scope is a Conflict (Result.IDConflicts).
 //
 // Two package scopes never map to one target scope unless Options.AllowMerge is set
 // (merging two accounts of one person): then their items meet in the target slots and
-// are resolved by the conflict policy. With KeepNewer the result does not depend on
+// are resolved by the conflict policy, leaving the rows and vectors that restoring
+// them one after the other would. Nor is a package scope renamed onto a target scope
+// that holds memories of its own (someone's) unless Options.IntoExisting (or
+// AllowMerge) is set. With KeepNewer the result does not depend on
 // the order the shards are processed in; with Overwrite and Skip it does (the last,
 // resp. first, writer wins).
 //

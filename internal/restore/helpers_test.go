@@ -149,6 +149,7 @@ type pkgOptions struct {
 	tombstones []memory.Tombstone
 	embedding  *snapshot.EmbeddingInfo
 	shardBytes int64
+	source     *snapshot.SourceInfo // nil: a store named "source"
 }
 
 // writePackage writes items (sorted here by scope, then memory_id) as a package at
@@ -157,12 +158,16 @@ func (e *env) writePackage(t testing.TB, prefix string, items []memory.Item, o p
 	t.Helper()
 	ctx := context.Background()
 	items = slices.Clone(items)
+	source := snapshot.SourceInfo{Name: "source", Store: "test"}
+	if o.source != nil {
+		source = *o.source
+	}
 	slices.SortStableFunc(items, func(a, b memory.Item) int {
 		return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.MemoryID, b.MemoryID))
 	})
 	w, err := snapshot.NewWriter(ctx, e.obj, snapshot.WriterOptions{
 		Prefix: prefix, Key: o.key, Unencrypted: o.key == nil, CompressionLevel: 1, ShardTargetBytes: o.shardBytes,
-		Source:    snapshot.SourceInfo{Name: "source", Store: "test"},
+		Source:    source,
 		Selection: snapshot.Selection{IncludeEmbeddings: o.embedding != nil}, Embedding: o.embedding,
 		Now: func() time.Time { return testNow },
 	})

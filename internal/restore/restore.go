@@ -143,6 +143,12 @@ type Options struct {
 	// forgets, in it, what it covers. Without it such a mapping is refused before
 	// anything is written: a restore never mixes two people's memories by accident.
 	AllowMerge bool
+	// IntoExisting lets the mapping rename package scopes onto target scopes that
+	// already hold memories of their own in the target (restoring a user's package
+	// into the account they use now). Without it (or AllowMerge) such a restore is
+	// refused before anything is written: the target scope's memories are someone's,
+	// and the package's would mix with them.
+	IntoExisting bool
 	// Actor names the restore in the audit records of the tombstones it applies.
 	Actor string
 	// Detail, when set, receives one JSON line per package scope (ScopeDetail), in
@@ -168,15 +174,19 @@ type Skipped struct {
 	Type int64 `json:"type,omitempty"`
 	// Conflict: the target's memory was kept (KeepNewer with the target newer, whose
 	// history then records the package's value; Skip), or the memory_id belongs to a
-	// memory of another scope or slot in the target.
+	// memory of another slot of the same scope in the target.
 	Conflict int64 `json:"conflict,omitempty"`
+	// IDInUseByOtherScope: the memory_id belongs to a memory of another scope in the
+	// target (another user's): memory IDs are stable and never move, so the item is
+	// not written. Not a conflict between two values of one memory.
+	IDInUseByOtherScope int64 `json:"idInUseByOtherScope,omitempty"`
 	// Invalid: the item failed validation (Result.FirstInvalid says why).
 	Invalid int64 `json:"invalid,omitempty"`
 }
 
 // Total is the number of skipped items.
 func (s Skipped) Total() int64 {
-	return s.Denylisted + s.Tombstoned + s.Unmapped + s.Expired + s.Type + s.Conflict + s.Invalid
+	return s.Denylisted + s.Tombstoned + s.Unmapped + s.Expired + s.Type + s.Conflict + s.IDInUseByOtherScope + s.Invalid
 }
 
 func (s *Skipped) add(o Skipped) {
@@ -186,6 +196,7 @@ func (s *Skipped) add(o Skipped) {
 	s.Expired += o.Expired
 	s.Type += o.Type
 	s.Conflict += o.Conflict
+	s.IDInUseByOtherScope += o.IDInUseByOtherScope
 	s.Invalid += o.Invalid
 }
 
@@ -215,8 +226,9 @@ type Result struct {
 	// HistoryRecorded counts package values added to the history of a newer target
 	// memory (KeepNewer; included in Skipped.Conflict).
 	HistoryRecorded int64 `json:"historyRecorded,omitempty"`
-	// IDConflicts counts items whose memory_id belongs to a memory of another scope
-	// or slot in the target (included in Skipped.Conflict).
+	// IDConflicts counts items whose memory_id belongs to a memory of another slot of
+	// the same scope in the target (included in Skipped.Conflict; another scope's is
+	// Skipped.IDInUseByOtherScope).
 	IDConflicts int64 `json:"idConflicts,omitempty"`
 	// FirstInvalid describes the first invalid item, when there is one.
 	FirstInvalid string `json:"firstInvalid,omitempty"`
@@ -457,6 +469,15 @@ type runner struct {
 	// merging admits at most Parallelism merge transactions at once, whichever
 	// shards they come from: one large shard keeps every connection busy.
 	merging chan struct{}
+	// source names the package's source store in the target's record of renamed
+	// scopes (pgstore.KnownRenames).
+	source string
+}
+
+// sourceIdentity names the store a package comes from: snapshots of one store name
+// it alike, whatever vector engine it had at the time.
+func sourceIdentity(s snapshot.SourceInfo) string {
+	return fmt.Sprintf("%s/%s tenant=%s store=%s", s.Namespace, s.Name, s.Tenant, s.Store)
 }
 
 // decide maps a package scope and applies the scope-level rules.
@@ -487,7 +508,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{o: o, plan: plan, types: map[memory.Type]bool{}, merging: make(chan struct{}, o.Parallelism), seed: maphash.MakeSeed()}
+	r := &runner{o: o, plan: plan, types: map[memory.Type]bool{}, merging: make(chan struct{}, o.Parallelism), seed: maphash.MakeSeed(),
+		source: sourceIdentity(man.Source)}
 	for _, t := range o.Types {
 		r.types[t] = true
 	}

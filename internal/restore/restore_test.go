@@ -393,22 +393,22 @@ func TestRestoreConflictPolicies(t *testing.T) {
 			"t-city":   {`{"city":"Rome"}`, day, []memory.Revision{hist(`{"city":"Lisbon"}`, 3*day, day)}},
 			"t-fact":   {`{"fact":"likes jazz"}`, 4 * day, nil},
 			"p-new":    {`{"diet":"vegan"}`, day, nil},
-		}, restore.Result{Restored: 2, Inserted: 1, Replaced: 1, Unchanged: 1, Skipped: restore.Skipped{Conflict: 2},
-			HistoryRecorded: 1, IDConflicts: 1, Vectors: 2, Embedded: 2}},
+		}, restore.Result{Restored: 2, Inserted: 1, Replaced: 1, Unchanged: 1, Skipped: restore.Skipped{Conflict: 1, IDInUseByOtherScope: 1},
+			HistoryRecorded: 1, Vectors: 2, Embedded: 2}},
 		{restore.Overwrite, map[string]row{
 			"t-coffee": {`{"drink":"espresso"}`, 2 * day, []memory.Revision{hist(`{"drink":"tea"}`, 5*day, 2*day)}},
 			"t-city":   {`{"city":"Lisbon"}`, 3 * day, []memory.Revision{hist(`{"city":"Rome"}`, day, 3*day)}},
 			"t-fact":   {`{"fact":"likes jazz"}`, day, nil}, // same content, the package's metadata
 			"p-new":    {`{"diet":"vegan"}`, day, nil},
-		}, restore.Result{Restored: 4, Inserted: 1, Replaced: 3, Skipped: restore.Skipped{Conflict: 1},
-			IDConflicts: 1, Vectors: 4, Embedded: 4}},
+		}, restore.Result{Restored: 4, Inserted: 1, Replaced: 3, Skipped: restore.Skipped{IDInUseByOtherScope: 1},
+			Vectors: 4, Embedded: 4}},
 		{restore.Skip, map[string]row{
 			"t-coffee": {`{"drink":"tea"}`, 5 * day, nil},
 			"t-city":   {`{"city":"Rome"}`, day, nil},
 			"t-fact":   {`{"fact":"likes jazz"}`, 4 * day, nil},
 			"p-new":    {`{"diet":"vegan"}`, day, nil},
-		}, restore.Result{Restored: 1, Inserted: 1, Unchanged: 1, Skipped: restore.Skipped{Conflict: 3},
-			IDConflicts: 1, Vectors: 1, Embedded: 1}},
+		}, restore.Result{Restored: 1, Inserted: 1, Unchanged: 1, Skipped: restore.Skipped{Conflict: 2, IDInUseByOtherScope: 1},
+			Vectors: 1, Embedded: 1}},
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			dst := conflictTarget(t, e)
@@ -417,7 +417,8 @@ func TestRestoreConflictPolicies(t *testing.T) {
 				t.Fatal(err)
 			}
 			emb := hashing(embed.NewHashing(dim))
-			res := run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: emb, Mapping: m, Conflict: tc.policy})
+			// user:new1 is live in the target: restoring user:1 into it is asked for.
+			res := run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: emb, Mapping: m, Conflict: tc.policy, IntoExisting: true})
 
 			want := tc.want
 			want.PackageID, want.FormatVersion, want.Shards, want.Embeddings = pkg.Manifest().PackageID, snapshot.FormatVersion, 1, restore.Reembed
@@ -465,10 +466,10 @@ func TestRestoreConflictPolicies(t *testing.T) {
 
 			// Again: nothing changes, nothing recorded twice.
 			before := dst.dump(t)
-			res = run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: emb, Mapping: m, Conflict: tc.policy})
+			res = run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: emb, Mapping: m, Conflict: tc.policy, IntoExisting: true})
 			assertSameDump(t, dst.dump(t), before)
 			wantConflict := int64(5) - tc.want.Restored - tc.want.Unchanged
-			if res.Restored != 0 || res.Unchanged != 5-wantConflict || res.Skipped.Conflict != wantConflict || res.Vectors != 0 {
+			if res.Restored != 0 || res.Unchanged != 5-wantConflict || res.Skipped.Conflict+res.Skipped.IDInUseByOtherScope != wantConflict || res.Vectors != 0 {
 				t.Fatalf("second run: %+v", res)
 			}
 		})
@@ -654,7 +655,7 @@ func TestRestoreDryRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			emb := hashing(embed.NewHashing(dim))
-			opts := restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: emb, Mapping: m, Conflict: policy}
+			opts := restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: emb, Mapping: m, Conflict: policy, IntoExisting: true}
 			dryThenReal(t, dst, opts, func() {
 				if emb.texts.Load() != 0 {
 					t.Fatal("a dry run called the embedder")

@@ -26,6 +26,7 @@ const (
 	reasonType
 	reasonConflict
 	reasonInvalid
+	reasonIDInOtherScope
 )
 
 func (s *Skipped) inc(r reason) {
@@ -44,6 +45,8 @@ func (s *Skipped) inc(r reason) {
 		s.Conflict++
 	case reasonInvalid:
 		s.Invalid++
+	case reasonIDInOtherScope:
+		s.IDInUseByOtherScope++
 	}
 }
 
@@ -93,8 +96,10 @@ type mergeBatch struct {
 	items  []pgstore.PreparedItem
 	owner  []*scopeStat
 	closed []*scopeStat // scopes complete once this batch is: finalized after it
-	// targets are the distinct target scopes of items.
+	// targets are the distinct target scopes of items; renames the package scopes
+	// among them written under another name.
 	targets []string
+	renames []pgstore.ScopeRename
 	done    chan struct{}
 	res     *pgstore.MergeResult
 	err     error
@@ -225,6 +230,9 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 	for i, o := range b.owner {
 		if i == 0 || o != b.owner[i-1] {
 			b.targets = append(b.targets, o.target)
+			if o.target != o.source {
+				b.renames = append(b.renames, pgstore.ScopeRename{Source: o.source, Target: o.target})
+			}
 		}
 	}
 	// Planning the batch here (its items were validated and hashed as they were
@@ -253,7 +261,7 @@ func (sh *shardRun) flush(ctx context.Context, last bool) error {
 			return
 		}
 		opts := pgstore.MergeOptions{
-			Policy: sh.r.o.Conflict, DryRun: sh.r.o.DryRun,
+			Policy: sh.r.o.Conflict, DryRun: sh.r.o.DryRun, Renames: b.renames, RenameSource: sh.r.source,
 			BeforeCommit: func(ctx context.Context, res *pgstore.MergeResult) error { return sh.r.writeVectors(ctx, b, res) },
 		}
 		if sh.r.dryTombs != nil {
@@ -323,6 +331,8 @@ func (sh *shardRun) tally(b *mergeBatch) {
 		case pgstore.MergeIDInUse:
 			sh.idConflicts++
 			sh.skip(sc, reasonConflict)
+		case pgstore.MergeIDInOtherScope:
+			sh.skip(sc, reasonIDInOtherScope)
 		case pgstore.MergeTombstoned:
 			sh.skip(sc, reasonTombstoned)
 		case pgstore.MergeInvalid:
@@ -370,8 +380,11 @@ func (sh *shardRun) finalize(scopes []*scopeStat) error {
 }
 
 // writeVectors brings the index up to date for a batch's written memories; Merge
-// calls it before the batch commits. In a dry run it only counts. It runs in the
-// batch's merge goroutine and touches only the batch and read-only runner state.
+// calls it before the batch commits. A dry run plans the same work and checks it as
+// the index would (vector.ValidateEntries, which every index's Upsert applies), then
+// writes nothing: what the real run's index would refuse, the dry run refuses too. It
+// runs in the batch's merge goroutine and touches only the batch and read-only runner
+// state.
 func (r *runner) writeVectors(ctx context.Context, b *mergeBatch, res *pgstore.MergeResult) error {
 	b.vectors, b.embedded, b.deleted = 0, 0, 0
 	if r.o.Index == nil {
@@ -380,9 +393,32 @@ func (r *runner) writeVectors(ctx context.Context, b *mergeBatch, res *pgstore.M
 	w := r.vectorWork(b, res)
 	b.vectors, b.embedded, b.deleted = int64(len(w.entries)), int64(len(w.texts)), int64(len(w.deletes))
 	if r.o.DryRun {
-		return nil
+		return r.checkVectorWork(w)
 	}
 	return r.applyVectors(ctx, w)
+}
+
+// checkVectorWork validates planned vector work as the index validates an upsert.
+// Vectors still to be embedded stand in as a unit vector of the index's dimension:
+// the embedder's output is checked when it exists.
+func (r *runner) checkVectorWork(w vectorWork) error {
+	if len(w.entries) == 0 {
+		return nil
+	}
+	spec := r.o.Index.Spec()
+	entries := slices.Clone(w.entries)
+	var unit []float32
+	for _, i := range w.embedAt {
+		if unit == nil {
+			unit = make([]float32, spec.Dimension)
+			unit[0] = 1
+		}
+		entries[i].Vector = unit
+	}
+	if err := vector.ValidateEntries(spec, entries); err != nil {
+		return fmt.Errorf("writing vectors: %w", err)
+	}
+	return nil
 }
 
 // vectorWork is what a batch asks of the index.
@@ -393,17 +429,44 @@ type vectorWork struct {
 	deletes []string // memory IDs whose vector is stale
 }
 
-func (r *runner) vectorWork(b *mergeBatch, res *pgstore.MergeResult) vectorWork {
-	var w vectorWork
-	dim := r.o.Index.Spec().Dimension
-	for i, o := range res.Outcomes {
-		it := &b.items[i].Item
-		if !o.Written() {
+// finalValues returns, in batch order, the positions of the items whose value a
+// memory holds once the batch has merged: for each memory the batch wrote, the last
+// item written to it. Several items meet one memory when the mapping merges package
+// scopes (AllowMerge) or a package repeats a slot: each is merged in turn (pgstore's
+// rounds), and only the value that stays gets its vector, as restoring them one after
+// the other would leave it. An index takes one entry per memory in a batch.
+func finalValues(res *pgstore.MergeResult, eligible func(i int) bool) []int {
+	seen := make(map[string]struct{}, len(res.Outcomes))
+	var out []int
+	for i := len(res.Outcomes) - 1; i >= 0; i-- {
+		if !eligible(i) {
 			continue
 		}
-		id := res.IDs[i]
+		if _, dup := seen[res.IDs[i]]; dup {
+			continue
+		}
+		seen[res.IDs[i]] = struct{}{}
+		out = append(out, i)
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// usableVector reports whether a package vector can go into the index as it is: the
+// index's dimension and, under COSINE, not the zero vector (which has no direction).
+// Items are validated, so its components are finite. Any other vector is computed
+// again, as for an item without one.
+func usableVector(spec vector.Spec, v []float32) bool {
+	return len(v) == spec.Dimension && (spec.Metric != vector.Cosine || vector.Norm(v) > 0)
+}
+
+func (r *runner) vectorWork(b *mergeBatch, res *pgstore.MergeResult) vectorWork {
+	var w vectorWork
+	spec := r.o.Index.Spec()
+	for _, i := range finalValues(res, func(i int) bool { return res.Outcomes[i].Written() }) {
+		it, o, id := &b.items[i].Item, res.Outcomes[i], res.IDs[i]
 		method := r.plan.fallback
-		if r.plan.reuse && len(it.Embedding) == dim {
+		if r.plan.reuse && usableVector(spec, it.Embedding) {
 			method = Reuse
 		}
 		switch {
@@ -515,17 +578,19 @@ func (r *runner) rehydrate(ctx context.Context, b *mergeBatch) error {
 	res := b.res
 	byScope := map[string][]string{}
 	var scopes []string
+	// The value each memory holds after the batch decides, as for its vector.
 	var eligible []int
-	for i, o := range res.Outcomes {
-		if b.items[i].Item.ArchivedAt == nil || (!o.Written() && o != pgstore.MergeUnchanged) {
-			continue
+	for _, i := range finalValues(res, func(i int) bool { o := res.Outcomes[i]; return o.Written() || o == pgstore.MergeUnchanged }) {
+		if b.items[i].Item.ArchivedAt != nil {
+			eligible = append(eligible, i)
 		}
+	}
+	for _, i := range eligible {
 		sc := b.items[i].Item.Scope
 		if _, ok := byScope[sc]; !ok {
 			scopes = append(scopes, sc)
 		}
 		byScope[sc] = append(byScope[sc], res.IDs[i])
-		eligible = append(eligible, i)
 	}
 	if r.o.DryRun {
 		b.rehydrated = int64(len(eligible))
@@ -542,12 +607,12 @@ func (r *runner) rehydrate(ctx context.Context, b *mergeBatch) error {
 		return nil
 	}
 	var w vectorWork
-	dim := r.o.Index.Spec().Dimension
+	spec := r.o.Index.Spec()
 	for _, i := range eligible {
 		it := &b.items[i].Item
 		e := vector.Entry{ID: res.IDs[i], Scope: it.Scope, Type: string(it.MemoryType)}
 		switch {
-		case r.plan.reuse && len(it.Embedding) == dim:
+		case r.plan.reuse && usableVector(spec, it.Embedding):
 			e.Vector = it.Embedding
 		case r.plan.fallback == Defer:
 			continue

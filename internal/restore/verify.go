@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 )
 
@@ -22,10 +23,11 @@ const maxReportedErrors = 10
 // every tombstone and every shard whole (decrypting, decompressing, parsing and
 // checking each line, and every count, order and checksum against the manifest),
 // validates every item, and maps every scope. It fails when any of that fails, when a
-// scope cannot be mapped, or when the mapping sends two package scopes to one target
-// scope (unless Options.AllowMerge).
+// scope cannot be mapped, when the mapping sends two package scopes to one target
+// scope, or renames one onto a scope that holds memories of its own in the target
+// (unless Options.AllowMerge, or for the latter Options.IntoExisting).
 func (r *runner) verify(ctx context.Context) error {
-	v := &verifier{r: r}
+	v := &verifier{r: r, ctx: ctx}
 	if r.o.DryRun {
 		r.dryTombs = &tombstoneIndex{}
 	}
@@ -34,8 +36,7 @@ func (r *runner) verify(ctx context.Context) error {
 		err = r.o.Reader.Tombstones(ctx, v.tombstone)
 		if err == nil {
 			err = r.o.Reader.ReadScopeCounts(ctx, func(scope string, _ int64) error {
-				v.mapScope(scope)
-				return nil
+				return v.mapScope(scope)
 			})
 		}
 	} else {
@@ -61,17 +62,33 @@ func (r *runner) verify(ctx context.Context) error {
 	if r.o.AllowMerge {
 		return nil
 	}
-	return r.checkNoMerge(ctx, v.claims)
+	if err := r.checkNoMerge(ctx, v.claims); err != nil {
+		return err
+	}
+	if err := v.flushRenamed(); err != nil {
+		return err
+	}
+	return r.checkLiveTargets(ctx, v.live)
 }
 
 // verifier receives the first pass's tombstones and items.
 type verifier struct {
 	r      *runner
+	ctx    context.Context
 	scope  string // the current item scope
 	claims []claim
 	errs   []error
 	failed int
+	// renamed are package scopes (and tombstones) mapped onto another scope, not yet
+	// looked up in the target; live those whose target scope holds memories there.
+	renamed, live []renaming
 }
+
+// renaming is a package scope the mapping sends to another target scope.
+type renaming struct{ source, target string }
+
+// renamedBatch is how many renamed target scopes are looked up in the target at once.
+const renamedBatch = 1000
 
 // claim records that the package scope with hash source lands on the target scope
 // with hash target.
@@ -98,26 +115,70 @@ func (v *verifier) tombstone(t memory.Tombstone) error {
 	if v.r.dryTombs != nil {
 		v.r.dryTombs.add(target, t)
 	}
-	return nil
+	return v.rename(t.Scope, target)
 }
 
 func (v *verifier) item(it memory.Item) error {
 	if it.Scope != v.scope {
 		v.scope = it.Scope
-		v.mapScope(it.Scope)
+		return v.mapScope(it.Scope)
 	}
 	return nil
 }
 
 // mapScope maps one package scope and records where it lands.
-func (v *verifier) mapScope(scope string) {
+func (v *verifier) mapScope(scope string) error {
 	d, err := v.r.decide(scope)
 	switch {
 	case err != nil:
 		v.fail(err)
 	case d.skip == noSkip:
 		v.claims = append(v.claims, claim{target: v.hash(d.target), source: v.hash(scope)})
+		return v.rename(scope, d.target)
 	}
+	return nil
+}
+
+// rename notes a package scope landing on another target scope, whose memories in
+// the target (if any) are someone else's: unless the restore says it merges on
+// purpose (AllowMerge, IntoExisting), such targets are looked up, a batch at a time.
+func (v *verifier) rename(source, target string) error {
+	if source == target || v.r.o.AllowMerge || v.r.o.IntoExisting {
+		return nil
+	}
+	if v.renamed = append(v.renamed, renaming{source: source, target: target}); len(v.renamed) >= renamedBatch {
+		return v.flushRenamed()
+	}
+	return nil
+}
+
+// flushRenamed looks the noted target scopes up in the target and keeps those that
+// hold memories.
+func (v *verifier) flushRenamed() error {
+	if len(v.renamed) == 0 {
+		return nil
+	}
+	targets := make([]string, len(v.renamed))
+	for i, rn := range v.renamed {
+		targets[i] = rn.target
+	}
+	live, err := v.r.o.Target.LiveScopes(v.ctx, targets)
+	if err != nil {
+		return fmt.Errorf("restore: looking up the mapping's target scopes: %w", err)
+	}
+	if len(live) > 0 {
+		isLive := make(map[string]bool, len(live))
+		for _, sc := range live {
+			isLive[sc] = true
+		}
+		for _, rn := range v.renamed {
+			if isLive[rn.target] {
+				v.live = append(v.live, rn)
+			}
+		}
+	}
+	v.renamed = v.renamed[:0]
+	return nil
 }
 
 // check is the first pass's work on each item, on several goroutines at once: it is
@@ -205,4 +266,111 @@ func (r *runner) checkNoMerge(ctx context.Context, claims []claim) error {
 	return fmt.Errorf("restore: the mapping sends %d groups of package scopes to one target scope each, which would mix their memories "+
 		"(and let one's tombstone forget the other's); nothing was written: %s. Map them to different scopes, or set allowMerge to merge them on purpose",
 		n, strings.Join(merged, "; "))
+}
+
+// checkLiveTargets fails when the mapping renames a package scope onto a target
+// scope that already holds memories of its own: restoring would put one person's
+// memories into another's (Overwrite replacing theirs) and let the package scope's
+// tombstone forget theirs. A target scope that an earlier restore filled from the
+// same scope of the same source store is that person's (a newer snapshot restored
+// with the same mapping). Memories the package itself put there (a rerun of an
+// interrupted restore) are not the target's own either: they have a package item's
+// ID and value (content hash). The package is read again only for the scopes that
+// land on such targets.
+func (r *runner) checkLiveTargets(ctx context.Context, live []renaming) error {
+	if len(live) == 0 {
+		return nil
+	}
+	pairs := make([]pgstore.ScopeRename, len(live))
+	for i, rn := range live {
+		pairs[i] = pgstore.ScopeRename{Source: rn.source, Target: rn.target}
+	}
+	known, err := r.o.Target.KnownRenames(ctx, r.source, pairs)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if len(known) > 0 {
+		isKnown := make(map[pgstore.ScopeRename]bool, len(known))
+		for _, k := range known {
+			isKnown[k] = true
+		}
+		live = slices.DeleteFunc(live, func(rn renaming) bool { return isKnown[pgstore.ScopeRename{Source: rn.source, Target: rn.target}] })
+		if len(live) == 0 {
+			return nil
+		}
+	}
+	sources := make(map[string]bool, len(live))
+	for _, rn := range live {
+		sources[rn.source] = true
+	}
+	ids := map[string][]pgstore.OwnMemory{} // package scope -> its memories
+	for _, sh := range r.o.Reader.Manifest().Shards {
+		if !shardHoldsAny(sh, sources) {
+			continue
+		}
+		collect := func(it memory.Item) error {
+			if !sources[it.Scope] {
+				return nil
+			}
+			if h, err := it.ContentHash(); err == nil { // an invalid item is never written
+				ids[it.Scope] = append(ids[it.Scope], pgstore.OwnMemory{ID: it.MemoryID, Hash: h})
+			}
+			return nil
+		}
+		var err error
+		if r.pins != nil {
+			err = r.o.Reader.(verifiablePackage).ShardItemsPinned(ctx, sh, r.pins, collect)
+		} else {
+			err = r.o.Reader.ShardItems(ctx, sh, collect)
+		}
+		if err != nil {
+			return fmt.Errorf("restore: reading the package's memory IDs: %w", err)
+		}
+	}
+	byTarget := map[string][]string{}
+	var targets []string
+	for _, rn := range live {
+		if _, ok := byTarget[rn.target]; !ok {
+			targets = append(targets, rn.target)
+		}
+		byTarget[rn.target] = append(byTarget[rn.target], rn.source)
+	}
+	slices.Sort(targets)
+	var refused []string
+	for _, target := range targets {
+		var own []pgstore.OwnMemory
+		for _, src := range byTarget[target] {
+			own = append(own, ids[src]...)
+		}
+		n, first, err := r.o.Target.ForeignMemories(ctx, target, own)
+		if err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		if n == 0 {
+			continue
+		}
+		srcs := slices.Compact(slices.Sorted(slices.Values(byTarget[target])))
+		refused = append(refused, fmt.Sprintf("%s to %s, which holds %d memories of its own (%s, ...)", strings.Join(srcs, " and "), target, n, first))
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	n := len(refused)
+	if n > maxReportedErrors {
+		refused = append(refused[:maxReportedErrors], fmt.Sprintf("... and %d more", n-maxReportedErrors))
+	}
+	return fmt.Errorf("restore: the mapping sends %d package scopes onto scopes that already hold memories in the target, which would mix "+
+		"two people's memories (and let one's tombstone forget the other's); nothing was written: %s. Map them to scopes of their own, "+
+		"or set mapping.intoExisting (or allowMerge) to restore into them on purpose",
+		n, strings.Join(refused, "; "))
+}
+
+// shardHoldsAny reports whether the shard's scope range holds one of scopes.
+func shardHoldsAny(sh snapshot.ShardInfo, scopes map[string]bool) bool {
+	for sc := range scopes {
+		if sc >= sh.FirstScope && sc <= sh.LastScope {
+			return true
+		}
+	}
+	return false
 }

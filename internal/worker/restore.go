@@ -86,7 +86,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		Reader: reader, Written: pkg.imported != nil, Target: target, Index: index, Embedder: embedder,
 		Mapping: mapper, Denylist: cfg.Denylist, Types: types, Now: ro.Now,
 		Conflict: restore.ConflictPolicy(cfg.ConflictPolicy), Embeddings: restore.EmbeddingsPolicy(cfg.Embeddings),
-		DryRun: cfg.DryRun, Rehydrate: cfg.Rehydrate, AllowMerge: cfg.AllowMerge, Parallelism: restoreParallelism, Detail: detail,
+		DryRun: cfg.DryRun, Rehydrate: cfg.Rehydrate, AllowMerge: cfg.AllowMerge, IntoExisting: cfg.IntoExisting, Parallelism: restoreParallelism, Detail: detail,
 		Actor: "restore " + cfg.RestoreNamespace + "/" + cfg.RestoreName,
 		Progress: func(p restore.Progress) {
 			if ro.Progress != nil {
@@ -192,6 +192,7 @@ func summarize(res *restore.Result, manifestSHA string) RestoreSummary {
 		Skipped: SkippedCount{
 			Denylisted: res.Skipped.Denylisted, Tombstoned: res.Skipped.Tombstoned, Unmapped: res.Skipped.Unmapped,
 			Expired: res.Skipped.Expired, Type: res.Skipped.Type, Conflict: res.Skipped.Conflict, Invalid: res.Skipped.Invalid,
+			IDInUseByOtherScope: res.Skipped.IDInUseByOtherScope,
 		},
 		FirstInvalid: truncateUTF8(res.FirstInvalid, maxFirstInvalid),
 	}

@@ -116,6 +116,9 @@ type RestoreConfig struct {
 	// AllowMerge lets the mapping send several package scopes to one target scope
 	// (restore.Options.AllowMerge); without it such a restore is refused.
 	AllowMerge bool
+	// IntoExisting lets the mapping rename package scopes onto target scopes that
+	// hold memories of their own (restore.Options.IntoExisting).
+	IntoExisting bool
 	// AllowRepeat restores the package even when the target already received it from
 	// another restore; without it such a restore writes nothing (RestoreSummary
 	// .AlreadyRestored says from which).
@@ -189,6 +192,9 @@ func (c RestoreConfig) Args() []string {
 	if c.Rehydrate {
 		args = append(args, "--rehydrate")
 	}
+	if c.IntoExisting {
+		args = append(args, "--into-existing")
+	}
 	if c.AllowMerge {
 		args = append(args, "--allow-merge")
 	}
@@ -240,6 +246,7 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.BoolVar(&c.DryRun, "dry-run", false, "write nothing to the target")
 	fs.BoolVar(&c.Rehydrate, "rehydrate", false, "bring the package's archived memories back live")
 	fs.BoolVar(&c.AllowMerge, "allow-merge", false, "let the mapping merge several package scopes into one target scope")
+	fs.BoolVar(&c.IntoExisting, "into-existing", false, "let the mapping rename package scopes onto target scopes that hold memories of their own")
 	fs.BoolVar(&c.AllowRepeat, "allow-repeat", false, "restore the package even if the target already received it from another restore")
 	fs.StringVar(&c.RestoreUID, "restore-uid", "", "UID of the MemoryRestore, recorded by the target with the package")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
@@ -462,6 +469,8 @@ type SkippedCount struct {
 	Type       int64 `json:"type,omitempty"`
 	Conflict   int64 `json:"conflict,omitempty"`
 	Invalid    int64 `json:"invalid,omitempty"`
+	// IDInUseByOtherScope: the memory's ID is another scope's memory in the target.
+	IDInUseByOtherScope int64 `json:"idInUseByOtherScope,omitempty"`
 }
 
 // maxFirstInvalid and maxSummaryError bound RestoreSummary.FirstInvalid and Error, so
@@ -505,7 +514,7 @@ func ParseRestoreSummary(msg string) (RestoreSummary, error) {
 		return RestoreSummary{}, fmt.Errorf("restore summary: embeddings %q is not one of %s", s.Embeddings, strings.Join(embeddingsPolicies, ", "))
 	}
 	counts := []int64{s.Read, s.Restored, s.Unchanged, s.Tombstones, s.Forgotten, s.Scopes, s.MappedScopes, s.Vectors, s.Rehydrated, int64(s.Shards), s.Skipped.Denylisted,
-		s.Skipped.Tombstoned, s.Skipped.Unmapped, s.Skipped.Expired, s.Skipped.Type, s.Skipped.Conflict, s.Skipped.Invalid}
+		s.Skipped.Tombstoned, s.Skipped.Unmapped, s.Skipped.Expired, s.Skipped.Type, s.Skipped.Conflict, s.Skipped.Invalid, s.Skipped.IDInUseByOtherScope}
 	for t, n := range s.RestoredByType {
 		if !memory.Type(t).Valid() {
 			return RestoreSummary{}, fmt.Errorf("restore summary: unknown memory type %q", t)

@@ -57,8 +57,8 @@ const (
 	// MergeSkipped: the stored memory differs and was kept, and nothing was written
 	// (SkipExisting; or KeepNewer when the item's value was already in its history).
 	MergeSkipped
-	// MergeIDInUse: the item's memory_id belongs to a memory of another scope or
-	// slot. Memory IDs are stable, so the memory is never moved: nothing was written.
+	// MergeIDInUse: the item's memory_id belongs to a memory of another slot of its
+	// scope. Memory IDs are stable, so the memory is never moved: nothing was written.
 	MergeIDInUse
 	// MergeTombstoned: the item's scope has a tombstone that covers it (the item was
 	// created at or before it). Nothing was written.
@@ -66,9 +66,13 @@ const (
 	// MergeInvalid: the item failed validation (MergeResult.Errs says why). Nothing
 	// was written.
 	MergeInvalid
+	// MergeIDInOtherScope: the item's memory_id belongs to a memory of another scope
+	// (another user's). Nothing was written; MergeIDInUse is the same within the
+	// item's own scope (another slot).
+	MergeIDInOtherScope
 )
 
-var outcomeNames = [...]string{"", "inserted", "replaced", "kept", "unchanged", "skipped", "id-in-use", "tombstoned", "invalid"}
+var outcomeNames = [...]string{"", "inserted", "replaced", "kept", "unchanged", "skipped", "id-in-use", "tombstoned", "invalid", "id-in-other-scope"}
 
 func (o MergeOutcome) String() string {
 	if int(o) < len(outcomeNames) && o != 0 {
@@ -92,6 +96,11 @@ type MergeOptions struct {
 	// merges (as ApplyTombstones would, and rolled back with it): a dry run of a
 	// restore sees the target as the package's tombstones would leave it.
 	Tombstones []Tombstone
+	// Renames are the batch's package scopes written under another name, and
+	// RenameSource the package's source store: recorded with the batch (see
+	// KnownRenames), rolled back with it in a dry run.
+	Renames      []ScopeRename
+	RenameSource string
 	// BeforeCommit, when set, is called with the outcomes while the transaction is
 	// still open (in a dry run too, before the rollback). An error rolls the batch
 	// back and is returned. Writing the vectors of the merged memories here means a
@@ -107,7 +116,8 @@ type MergeResult struct {
 	Outcomes []MergeOutcome
 	// IDs[i] is the memory_id of the stored memory items[i] was merged into: the
 	// item's own ID, or that of the memory already holding its (scope, key) slot or
-	// its content. Empty for MergeIDInUse, MergeTombstoned and MergeInvalid.
+	// its content. Empty for MergeIDInUse, MergeIDInOtherScope, MergeTombstoned and
+	// MergeInvalid.
 	IDs []string
 	// Errs[i] is set for MergeInvalid items.
 	Errs []error
@@ -407,8 +417,12 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy Conflict
 	return s.finishMerge(ctx, tx, opts, res)
 }
 
-// finishMerge runs BeforeCommit and commits the batch (a dry run rolls it back).
+// finishMerge records the batch's renamed scopes, runs BeforeCommit and commits the
+// batch (a dry run rolls it back).
 func (s *Store) finishMerge(ctx context.Context, tx pgx.Tx, opts MergeOptions, res *MergeResult) error {
+	if err := s.recordRenames(ctx, tx, opts.RenameSource, opts.Renames); err != nil {
+		return err
+	}
 	if opts.BeforeCommit != nil {
 		if err := opts.BeforeCommit(ctx, res); err != nil {
 			return err
@@ -479,12 +493,12 @@ func (s *Store) mergeRound(ctx context.Context, tx pgx.Tx, sql string, round int
 	var race bool
 	for qrows.Next() {
 		var (
-			ord                                  int32
-			dest                                 string
-			idInUse, tombstoned, existed, sameEx bool
-			written, inserted, pkgValue          bool
+			ord                                              int32
+			dest                                             string
+			idInUse, otherScope, tombstoned, existed, sameEx bool
+			written, inserted, pkgValue                      bool
 		)
-		if err := qrows.Scan(&ord, &dest, &idInUse, &tombstoned, &existed, &sameEx, &written, &inserted, &pkgValue); err != nil {
+		if err := qrows.Scan(&ord, &dest, &idInUse, &otherScope, &tombstoned, &existed, &sameEx, &written, &inserted, &pkgValue); err != nil {
 			qrows.Close()
 			return err
 		}
@@ -493,6 +507,8 @@ func (s *Store) mergeRound(ctx context.Context, tx pgx.Tx, sql string, round int
 		switch {
 		case tombstoned:
 			o = MergeTombstoned
+		case idInUse && otherScope:
+			o = MergeIDInOtherScope
 		case idInUse:
 			o = MergeIDInUse
 		case written && inserted:
@@ -511,7 +527,7 @@ func (s *Store) mergeRound(ctx context.Context, tx pgx.Tx, sql string, round int
 			race = true
 		}
 		res.Outcomes[pos] = o
-		if o != MergeTombstoned && o != MergeIDInUse {
+		if o != MergeTombstoned && o != MergeIDInUse && o != MergeIDInOtherScope {
 			res.IDs[pos] = dest
 		}
 	}
@@ -609,6 +625,7 @@ func (s *Store) mergeSQL(p ConflictPolicy, tombstones bool) string {
 				coalesce(slot.memory_id, CASE WHEN same_slot THEN byid.memory_id END) AS tid,
 				coalesce(slot.content_hash, CASE WHEN same_slot THEN byid.content_hash END) AS ex_hash,
 				(slot.memory_id IS NULL AND byid.memory_id IS NOT NULL AND NOT same_slot) AS id_in_use,
+				coalesce(byid.scope <> s.scope, false) AS other_scope,
 				` + covered + ` AS tombstoned
 			FROM ` + st + ` s
 			LEFT JOIN LATERAL (
@@ -635,7 +652,7 @@ func (s *Store) mergeSQL(p ConflictPolicy, tombstones bool) string {
 		` + onConflict + `
 		RETURNING m.memory_id, (m.xmax = 0) AS inserted, m.content_hash, m.updated_at
 	)
-	SELECT r.ord, r.dest, r.id_in_use, r.tombstoned,
+	SELECT r.ord, r.dest, r.id_in_use, r.other_scope, r.tombstoned,
 		r.tid IS NOT NULL AS existed, coalesce(r.ex_hash = r.content_hash, false) AS same_existing,
 		w.memory_id IS NOT NULL AS written, coalesce(w.inserted, false) AS inserted,
 		coalesce(w.content_hash = r.content_hash AND w.updated_at = r.updated_at, false) AS pkg_value

@@ -277,7 +277,7 @@ func TestMergeIDInUseAndTombstoned(t *testing.T) {
 		item("g", "user:gone", memory.Semantic, "", `{"v":3}`, 0.5, 0),   // created when it was forgotten
 		item("h", "user:gone", memory.Semantic, "", `{"v":4}`, 0.5, day), // created before
 	)
-	assertOutcomes(t, res, MergeIDInUse, MergeIDInUse, MergeTombstoned, MergeTombstoned)
+	assertOutcomes(t, res, MergeIDInOtherScope, MergeIDInUse, MergeTombstoned, MergeTombstoned)
 	if !slices.Equal(res.IDs, []string{"", "", "", ""}) {
 		t.Fatalf("ids = %v", res.IDs)
 	}
@@ -443,7 +443,7 @@ func TestMergeNewBatchesCopyStraightIn(t *testing.T) {
 	res = mustMerge(t, copied, KeepNewer,
 		item("n1", "user:3", memory.Semantic, "", `{"v":1}`, 0.5, 0),
 		item("k1", "user:3", memory.Semantic, "pref", `{"v":2}`, 0.5, 0))
-	assertOutcomes(t, res, MergeInserted, MergeIDInUse)
+	assertOutcomes(t, res, MergeInserted, MergeIDInOtherScope)
 	after := slices.DeleteFunc(dumpMemories(t, copied), func(row string) bool { return strings.HasPrefix(row, "(n1,") })
 	if !slices.Equal(after, before) {
 		t.Fatalf("after the fallback, besides n1:\n%v\nwant\n%v", after, before)

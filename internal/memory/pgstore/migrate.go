@@ -142,11 +142,25 @@ CREATE TABLE {{t "index_pending"}} (
 );
 CREATE INDEX {{i "index_pending_due_idx"}} ON {{t "index_pending"}} (next_attempt_at);
 `,
+	// 6: where renamed scopes came from (scopes.go): a restore that renames a package
+	// scope records, in each batch's transaction, the package's source store and the
+	// scope's name there. A later restore of the same source scope onto the same
+	// target scope (a newer snapshot, bringing its forgets) is the same person's, not
+	// a mix of two.
+	`
+CREATE TABLE {{t "scope_renames"}} (
+	target_scope text COLLATE "C" NOT NULL,
+	source       text NOT NULL,
+	source_scope text COLLATE "C" NOT NULL,
+	recorded_at  timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (target_scope, source, source_scope)
+);
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 5
+const LatestVersion = 6
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.

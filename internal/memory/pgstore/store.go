@@ -48,6 +48,7 @@ type Store struct {
 type tableNames struct {
 	memories, tombstones, auditLog, vectors, storeMeta  string
 	indexDeletions, archiveRuns, restores, indexPending string
+	scopeRenames                                        string
 }
 
 // DefaultImportBatch is how many items Import copies and inserts per transaction.
@@ -71,6 +72,7 @@ func New(pool *pgxpool.Pool, schema string) *Store {
 			archiveRuns:    q("archive_runs"),
 			restores:       q("restores"),
 			indexPending:   q("index_pending"),
+			scopeRenames:   q("scope_renames"),
 		},
 		importBatch: DefaultImportBatch,
 	}
