@@ -36,8 +36,16 @@ type Item struct {
 	// BaseScore is the importance before decay.
 	BaseScore float64 `json:"base_score"`
 
-	CreatedAt  time.Time  `json:"created_at"`
-	UpdatedAt  time.Time  `json:"updated_at"`
+	// CreatedAt and UpdatedAt are the memory's own time (a client or importer may
+	// back-date them; never more than MaxFutureSkew into the future). They rank and
+	// display; they decide nothing about forgetting.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// RecordedAt is when the store took the memory's current value in, by the
+	// database's clock: set by PostgreSQL on every write, carried by snapshots and
+	// restores, never writable by agents. A tombstone covers the memories of its scope
+	// recorded at or before it. Zero on items that were never stored.
+	RecordedAt time.Time  `json:"recorded_at,omitzero"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	ArchivedAt *time.Time `json:"archived_at,omitempty"`
 
@@ -144,6 +152,28 @@ func (it Item) validateScalars() error {
 	}
 	if err := validateScore(it.BaseScore); err != nil {
 		return fieldErr("base_score", "%v", err)
+	}
+	return nil
+}
+
+// MaxFutureSkew is how far a memory's created_at or updated_at may lie ahead of the
+// server's clock: the clock skew between a client and the server that is tolerated.
+// Anything later is refused (CheckNotFuture), so no one can date a memory into the
+// future to rank it above everything, or win every "newer value" conflict.
+const MaxFutureSkew = 5 * time.Minute
+
+// CheckNotFuture refuses an item whose created_at or updated_at lies more than
+// MaxFutureSkew after now (the server's clock, or a package's cut), as a *FieldError.
+func (it Item) CheckNotFuture(now time.Time) error {
+	limit := now.Add(MaxFutureSkew)
+	for _, f := range []struct {
+		name string
+		t    time.Time
+	}{{"created_at", it.CreatedAt}, {"updated_at", it.UpdatedAt}} {
+		if f.t.After(limit) {
+			return fieldErr(f.name, "%s is more than %s after the server's clock (%s): a memory's time cannot lie in the future (check the writer's clock)",
+				f.t.UTC().Format(time.RFC3339Nano), MaxFutureSkew, now.UTC().Format(time.RFC3339))
+		}
 	}
 	return nil
 }

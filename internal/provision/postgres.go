@@ -225,9 +225,14 @@ var Privileges = map[string]map[string][]string{
 	// Agents (and the gateway, which connects as the agent role) remember, recall,
 	// search and forget: they read and write memories and (embedded index) vectors,
 	// record tombstones and the audit of their forgets, and keep the index work the
-	// gateway owes for the memories it wrote.
+	// gateway owes for the memories it wrote. A memory's recorded_at is the server's
+	// (its default, and a trigger on a change of value), so forgetting never depends
+	// on an agent's word; nor may an agent move a memory to another ID, scope or slot,
+	// or change its created_at once written.
 	"agent": {
-		"memories":          {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"memories": {"SELECT", "DELETE",
+			"INSERT (memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at, expires_at, archived_at, history)",
+			"UPDATE (memory_type, content, content_hash, source, base_score, updated_at, expires_at, archived_at, history)"},
 		"vectors":           {"SELECT", "INSERT", "UPDATE", "DELETE"},
 		"tombstones":        {"SELECT", "INSERT"},
 		"audit_log":         {"INSERT"},

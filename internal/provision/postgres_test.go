@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -59,7 +60,8 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 	crud := "SELECT,INSERT,UPDATE,DELETE"
 	want := map[string]map[string]string{
 		names.Role: {
-			"memories": crud, "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "INSERT",
+			// memories: and INSERT, UPDATE of some columns (below)
+			"memories": "SELECT,DELETE", "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "INSERT",
 			"index_deletions": "", "archive_runs": "", "restores": "", "index_pending": crud, "scope_renames": "", "store_meta": "SELECT", "schema_migrations": "SELECT",
 		},
 		names.WorkerRole: {
@@ -132,6 +134,48 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 		denied(t, conn, `DROP TABLE memories`)
 	}
 	agent := connectAs(t, admin, names.Role, pw.Agent)
+	// Agents write memories, but recorded_at is the server's, and a memory's ID,
+	// scope, slot and created_at stay as written.
+	for col, want := range map[string]string{"memory_id": "INSERT", "scope": "INSERT", "key": "INSERT", "created_at": "INSERT",
+		"recorded_at": "", "content": "INSERT,UPDATE", "content_hash": "INSERT,UPDATE", "updated_at": "INSERT,UPDATE", "history": "INSERT,UPDATE"} {
+		var got []string
+		for _, priv := range []string{"INSERT", "UPDATE"} {
+			var has bool
+			if err := agent.QueryRow(ctx, `SELECT has_column_privilege($1, $2, $3, $4)`, names.Role,
+				pgx.Identifier{names.Schema, "memories"}.Sanitize(), col, priv).Scan(&has); err != nil {
+				t.Fatal(err)
+			}
+			if has {
+				got = append(got, priv)
+			}
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("agent on memories.%s: %v, want %q", col, got, want)
+		}
+	}
+	if _, err := agent.Exec(ctx, `INSERT INTO memories (memory_id, memory_type, scope, content, content_hash, base_score, created_at, updated_at)
+		VALUES ('m1', 'semantic', 'user:1', '{}', '\x00', 0.5, '2099-01-01', '2099-01-01')`); err != nil {
+		t.Fatalf("agent insert: %v", err)
+	}
+	denied(t, agent, `UPDATE memories SET recorded_at = '2099-01-01'`)
+	denied(t, agent, `UPDATE memories SET created_at = '2099-01-01'`)
+	denied(t, agent, `UPDATE memories SET scope = 'user:2'`)
+	denied(t, agent, `INSERT INTO memories (memory_id, memory_type, scope, content, content_hash, base_score, created_at, updated_at, recorded_at)
+		VALUES ('m2', 'semantic', 'user:1', '{}', '\x00', 0.5, now(), now(), '2099-01-01')`)
+	// A change of value by the agent is recorded by the server's clock.
+	var before, after time.Time
+	if err := agent.QueryRow(ctx, `SELECT recorded_at FROM memories WHERE memory_id = 'm1'`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Exec(ctx, `UPDATE memories SET content = '{"v":2}', content_hash = '\x01' WHERE memory_id = 'm1'`); err != nil {
+		t.Fatalf("agent update: %v", err)
+	}
+	if err := agent.QueryRow(ctx, `SELECT recorded_at FROM memories WHERE memory_id = 'm1'`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if !after.After(before) || after.After(time.Now().Add(time.Minute)) {
+		t.Errorf("recorded_at %s after the agent's change (was %s)", after, before)
+	}
 	denied(t, agent, `SELECT * FROM index_deletions`)
 	denied(t, agent, `INSERT INTO archive_runs (archived_at, marked) VALUES (now(), 1)`)
 	denied(t, agent, `SELECT * FROM audit_log`)

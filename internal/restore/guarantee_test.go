@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
@@ -17,7 +18,11 @@ import (
 // got memories of theirs, who came back and wrote again in the same slots.
 func TestGuaranteeDryRunReportsWhatARunDoes(t *testing.T) {
 	e := newEnv(t)
-	forgotAt := testNow.Add(-2 * day)
+	// The clocks are real: the target's memories are recorded as the subtests seed
+	// them, before the forget (a minute from now; a tombstone later than the target's
+	// clock is applied at the clock's time), and the package is cut after it.
+	forgotAt := time.Now().Add(time.Minute).UTC().Truncate(time.Microsecond)
+	recorded := func(it memory.Item, at time.Time) memory.Item { it.RecordedAt = at; return it }
 	// The target holds user:5's address and a fact from before the forget, and user:6.
 	targetItems := []memory.Item{
 		item("t-addr", "user:5", memory.Semantic, "address", `{"city":"Rome"}`, 5*day),
@@ -25,12 +30,12 @@ func TestGuaranteeDryRunReportsWhatARunDoes(t *testing.T) {
 		item("t-six", "user:6", memory.Semantic, "address", `{"city":"Oslo"}`, 3*day),
 	}
 	// The package: user:5 forgotten at forgotAt and back since, writing the same slot;
-	// user:6 with an older address; and a memory of user:5 from before the forget.
+	// user:6 with an older address; and a memory of user:5 recorded before the forget.
 	pkg := e.writePackage(t, "p/dry-exact/", []memory.Item{
-		item("p-addr", "user:5", memory.Semantic, "address", `{"city":"Lyon"}`, day),
-		item("p-old", "user:5", memory.Episodic, "", `{"event":"before the forget"}`, 3*day),
-		item("p-six", "user:6", memory.Semantic, "address", `{"city":"Bergen"}`, 4*day),
-	}, pkgOptions{key: testKey, tombstones: []memory.Tombstone{{Scope: "user:5", ForgottenAt: forgotAt, Reason: "asked"}}})
+		recorded(item("p-addr", "user:5", memory.Semantic, "address", `{"city":"Lyon"}`, day), forgotAt.Add(30*time.Second)),
+		recorded(item("p-old", "user:5", memory.Episodic, "", `{"event":"before the forget"}`, 3*day), forgotAt.Add(-time.Hour)),
+		recorded(item("p-six", "user:6", memory.Semantic, "address", `{"city":"Bergen"}`, 4*day), forgotAt.Add(-time.Hour)),
+	}, pkgOptions{key: testKey, now: forgotAt.Add(time.Minute), tombstones: []memory.Tombstone{{Scope: "user:5", ForgottenAt: forgotAt, Reason: "asked"}}})
 	for _, policy := range []restore.ConflictPolicy{restore.KeepNewer, restore.Overwrite, restore.Skip} {
 		t.Run(string(policy), func(t *testing.T) {
 			dst := e.newStore(t)

@@ -150,6 +150,8 @@ type pkgOptions struct {
 	embedding  *snapshot.EmbeddingInfo
 	shardBytes int64
 	source     *snapshot.SourceInfo // nil: a store named "source"
+	// now is the package's cut (createdAt); zero: testNow.
+	now time.Time
 }
 
 // writePackage writes items (sorted here by scope, then memory_id) as a package at
@@ -169,7 +171,7 @@ func (e *env) writePackage(t testing.TB, prefix string, items []memory.Item, o p
 		Prefix: prefix, Key: o.key, Unencrypted: o.key == nil, CompressionLevel: 1, ShardTargetBytes: o.shardBytes,
 		Source:    source,
 		Selection: snapshot.Selection{IncludeEmbeddings: o.embedding != nil}, Embedding: o.embedding,
-		Now: func() time.Time { return testNow },
+		Now: func() time.Time { return cmp.Or(o.now, testNow) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +254,8 @@ func (e *env) snapshotStore(t testing.TB, s *store, prefix string, fetch *milvus
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e.writePackage(t, prefix, items, pkgOptions{key: testKey, tombstones: tombs,
+	// The cut of a live store is now: it holds what was recorded before it.
+	return e.writePackage(t, prefix, items, pkgOptions{key: testKey, tombstones: tombs, now: time.Now(),
 		embedding: &snapshot.EmbeddingInfo{Model: hashingModel, Dimension: dim, Metric: "cosine"}})
 }
 

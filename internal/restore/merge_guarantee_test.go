@@ -1,11 +1,18 @@
 package restore_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
@@ -280,5 +287,83 @@ func TestGuaranteeLiveScopeFoundPastABatch(t *testing.T) {
 	}
 	if n := dst.count(t); n != 1 {
 		t.Fatalf("%d memories in the target", n)
+	}
+}
+
+// uploadDir copies a package directory (the snapshot package's fixtures) into the
+// bucket under prefix.
+func (e *env) uploadDir(t testing.TB, dir, prefix string) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		_, err = e.obj.Put(context.Background(), prefix+filepath.ToSlash(rel), bytes.NewReader(b))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGuaranteeWhoseClockForgets: what a package's tombstone covers in the target is
+// decided by the time the store recorded each memory, never by its created_at. A
+// memory dated 2090 already in the target (written before created_at was bounded)
+// does not survive the tombstone of a later package; a version 2 package (no
+// recorded_at: read as created_at, at most the package's cut) restores with its
+// tombstones meaning what they meant, and its memory dated a year past its cut is
+// refused as invalid, naming created_at.
+func TestGuaranteeWhoseClockForgets(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	dst := e.newStore(t)
+	// An old gateway stored it dated 2090; the migration recorded it no later than
+	// it ran.
+	if _, err := dst.db.Exec(ctx, `INSERT INTO `+pgx.Identifier{dst.schema, "memories"}.Sanitize()+`
+		(memory_id, memory_type, scope, content, content_hash, base_score, created_at, updated_at, recorded_at)
+		VALUES ('dated-2090', 'semantic', 'user:9', '{"v":"2090"}', '\x01', 0.5, '2090-01-01', '2090-01-01', clock_timestamp())`); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Second)
+	pkg := e.writePackage(t, "p/clock/", nil, pkgOptions{key: testKey, now: later.Add(time.Second),
+		tombstones: []memory.Tombstone{{Scope: "user:9", ForgottenAt: later}}})
+	res := dryThenReal(t, dst, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: embed.NewHashing(dim)}, nil)
+	if res.Forgotten != 1 || dst.count(t) != 0 {
+		t.Fatalf("the package's tombstone left the memory dated 2090: %+v, %d memories", res, dst.count(t))
+	}
+
+	for _, fixture := range []struct {
+		dir string
+		key *snapshot.Key
+	}{{"v2-plain", nil}, {"v2-encrypted", mustKey("snapshot-test-key-0123456789abcd")}} {
+		t.Run(fixture.dir, func(t *testing.T) {
+			e.uploadDir(t, filepath.Join("..", "snapshot", "testdata", fixture.dir), fixture.dir+"/")
+			v2 := e.open(t, fixture.dir+"/", fixture.key)
+			if v2.StoredFormatVersion() != 2 {
+				t.Fatalf("stored format version %d", v2.StoredFormatVersion())
+			}
+			dst := e.newStore(t)
+			res := dryThenReal(t, dst, restore.Options{Reader: v2, Target: dst.Store, Index: dst.index, Embedder: embed.NewHashing(dim)}, nil)
+			// user:2's three memories were created before its tombstone; v2-u3-m2 is
+			// dated a year after the cut.
+			if res.Read != 12 || res.Restored != 8 || res.Skipped.Tombstoned != 3 || res.Skipped.Invalid != 1 ||
+				!strings.Contains(res.FirstInvalid, `"v2-u3-m2": created_at`) || !strings.Contains(res.FirstInvalid, "after the server's clock") {
+				t.Fatalf("result %+v", res)
+			}
+			cut := v2.Manifest().CreatedAt
+			for _, it := range dst.exportAll(t) {
+				if !it.RecordedAt.Equal(it.CreatedAt) || it.RecordedAt.After(cut) {
+					t.Fatalf("%s recorded at %s (created %s, cut %s): want its created_at", it.MemoryID, it.RecordedAt, it.CreatedAt, cut)
+				}
+			}
+		})
 	}
 }

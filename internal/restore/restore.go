@@ -472,6 +472,11 @@ type runner struct {
 	// source names the package's source store in the target's record of renamed
 	// scopes (pgstore.KnownRenames).
 	source string
+	// cut is the package's createdAt, the time of the database snapshot it was read
+	// from: the latest its items can have been recorded and its tombstones written,
+	// and the clock their created_at and updated_at are judged against
+	// (pgstore.PrepareItemAt).
+	cut time.Time
 }
 
 // sourceIdentity names the store a package comes from: snapshots of one store name
@@ -509,7 +514,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	r := &runner{o: o, plan: plan, types: map[memory.Type]bool{}, merging: make(chan struct{}, o.Parallelism), seed: maphash.MakeSeed(),
-		source: sourceIdentity(man.Source)}
+		source: sourceIdentity(man.Source), cut: man.CreatedAt}
 	for _, t := range o.Types {
 		r.types[t] = true
 	}

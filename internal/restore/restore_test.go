@@ -733,7 +733,7 @@ func TestRestoreRefusesBadPackages(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(rc)
 		_ = rc.Close()
-		raw = bytes.Replace(raw, []byte(`"formatVersion": 2`), []byte(`"formatVersion": 3`), 1)
+		raw = bytes.Replace(raw, fmt.Appendf(nil, `"formatVersion": %d`, snapshot.FormatVersion), fmt.Appendf(nil, `"formatVersion": %d`, snapshot.FormatVersion+1), 1)
 		if _, err := e.obj.Put(ctx, "bad/future/manifest.json", bytes.NewReader(raw)); err != nil {
 			t.Fatal(err)
 		}

@@ -111,7 +111,7 @@ type mergeBatch struct {
 }
 
 func (sh *shardRun) run(ctx context.Context, info snapshot.ShardInfo) error {
-	add := func(it memory.Item) error { return sh.add(ctx, pgstore.PrepareItem(it)) }
+	add := func(it memory.Item) error { return sh.add(ctx, pgstore.PrepareItemAt(it, sh.r.cut)) }
 	var err error
 	if sh.r.pins != nil {
 		err = sh.r.o.Reader.(verifiablePackage).ShardItemsPinned(ctx, info, sh.r.pins, add)

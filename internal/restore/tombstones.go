@@ -42,6 +42,7 @@ func (r *runner) applyTombstones(ctx context.Context, res *Result) error {
 			return err // every tombstone mapped in the first pass
 		}
 		t.Scope = target
+		t.ForgottenAt = r.atMostCut(t.ForgottenAt)
 		if batch = append(batch, t); len(batch) == pgstore.MaxApplyBatch {
 			return flush()
 		}
@@ -60,6 +61,16 @@ func (r *runner) applyTombstones(ctx context.Context, res *Result) error {
 		return fmt.Errorf("restore: deleting the vectors of forgotten memories: %w", err)
 	}
 	return nil
+}
+
+// atMostCut is t, or the package's cut when t is later: nothing in a package was
+// recorded or forgotten after the database snapshot it was read from (a version 2
+// producer could date a tombstone past it, after a memory dated ahead).
+func (r *runner) atMostCut(t time.Time) time.Time {
+	if cut := r.cut; !cut.IsZero() && t.After(cut) {
+		return cut
+	}
+	return t
 }
 
 // tombstoneIndex holds the package's tombstones under their target scopes for a dry

@@ -113,6 +113,7 @@ func (v *verifier) tombstone(t memory.Tombstone) error {
 	}
 	v.claims = append(v.claims, claim{target: v.hash(target), source: v.hash(t.Scope)})
 	if v.r.dryTombs != nil {
+		t.ForgottenAt = v.r.atMostCut(t.ForgottenAt)
 		v.r.dryTombs.add(target, t)
 	}
 	return v.rename(t.Scope, target)

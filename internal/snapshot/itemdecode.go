@@ -38,6 +38,7 @@ const (
 	fArchived
 	fHistory
 	fEmbedding
+	fRecorded
 )
 
 func decodeItemFast(line []byte, it *memory.Item) bool {
@@ -95,6 +96,8 @@ func decodeItemField(sc *jsonscan.Scanner, it *memory.Item, bit uint32) bool {
 		return decodeTime(sc, &it.CreatedAt)
 	case fUpdated:
 		return decodeTime(sc, &it.UpdatedAt)
+	case fRecorded:
+		return decodeTime(sc, &it.RecordedAt)
 	case fExpires:
 		return decodeTimePtr(sc, &it.ExpiresAt)
 	case fArchived:
@@ -127,6 +130,8 @@ func itemField(name string) (uint32, bool) {
 		return fCreated, true
 	case "updated_at":
 		return fUpdated, true
+	case "recorded_at":
+		return fRecorded, true
 	case "expires_at":
 		return fExpires, true
 	case "archived_at":

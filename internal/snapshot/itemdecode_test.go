@@ -15,7 +15,7 @@ func itemLines(t testing.TB) []string {
 	at := time.Date(2026, 11, 30, 5, 6, 7, 123456789, time.UTC)
 	full := memory.Item{MemoryID: "m1", MemoryType: memory.Semantic, Scope: "user:1024", Key: "pref.é",
 		Content: json.RawMessage(`{"text":"a \"quoted\" \u00e9 \ud83d\ude00","n":[1,2.5e3,-0,{"x":null}]}`),
-		Source:  "agent@1", BaseScore: 0.75, CreatedAt: at, UpdatedAt: at.Add(time.Hour), ExpiresAt: &at, ArchivedAt: &at,
+		Source:  "agent@1", BaseScore: 0.75, CreatedAt: at, UpdatedAt: at.Add(time.Hour), RecordedAt: at.Add(2 * time.Hour), ExpiresAt: &at, ArchivedAt: &at,
 		History:   []memory.Revision{{Content: json.RawMessage(`{"a":1}`), Source: "s", BaseScore: 1e-7, UpdatedAt: at, SupersededAt: at}},
 		Embedding: []float32{0.5, -1.25, 3e-8, 1e20}}
 	b, err := appendItem(nil, &full)
@@ -29,6 +29,7 @@ func itemLines(t testing.TB) []string {
 		`{"content":{"a":[1,2,{"b":"c"}]} }`, `{"content":{"a":}}`, `{"content":{"a":1}`, `{"base_score":1e400}`,
 		`{"base_score":"1"}`, `{"base_score":-0.0}`, `{"created_at":"2026-11-30T05:06:07Z"}`,
 		`{"created_at":"2026-11-30 05:06:07Z"}`, `{"created_at":null}`, `{"created_at":"2026-11-30T05:06:07.5+01:00"}`,
+		`{"recorded_at":"2026-11-30T05:06:07Z"}`, `{"recorded_at":null}`, `{"recorded_at":"x"}`, `{"recorded_at":"0001-01-01T00:00:00Z"}`,
 		`{"expires_at":null}`, `{"expires_at":"bad"}`, `{"history":null}`, `{"history":[]}`, `{"history":[{}]}`,
 		`{"history":[{"content":{"a":1},"source":"x","unknown":1}]}`, `{"history":[{"source":"x","source":"y"}]}`,
 		`{"history":[{"content":{"a":1}},{"base_score":2}]}`, `{"history":{}}`, `{"embedding":null}`, `{"embedding":[]}`,

@@ -48,6 +48,12 @@ func appendItem(dst []byte, it *memory.Item) ([]byte, error) {
 	if dst, err = appendTime(dst, it.UpdatedAt, "updated_at"); err != nil {
 		return dst, err
 	}
+	if !it.RecordedAt.IsZero() {
+		dst = append(dst, `,"recorded_at":`...)
+		if dst, err = appendTime(dst, it.RecordedAt, "recorded_at"); err != nil {
+			return dst, err
+		}
+	}
 	if it.ExpiresAt != nil {
 		dst = append(dst, `,"expires_at":`...)
 		if dst, err = appendTime(dst, *it.ExpiresAt, "expires_at"); err != nil {

@@ -59,6 +59,9 @@ func TestAppendItemMatchesEncodingJSON(t *testing.T) {
 			it.Embedding[j] = f
 		}
 		it.CreatedAt = time.Unix(r.Int64N(1<<35), r.Int64N(1e9)).In(zone)
+		if i%2 == 0 {
+			it.RecordedAt = time.Unix(r.Int64N(1<<35), r.Int64N(1e9)).In(zone)
+		}
 		items = append(items, it)
 	}
 	special := items[0]
@@ -70,6 +73,7 @@ func TestAppendItemMatchesEncodingJSON(t *testing.T) {
 	*special.ExpiresAt = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
 	archived := time.Date(0, 1, 1, 0, 0, 0, 0, zone)
 	special.ArchivedAt = &archived
+	special.RecordedAt = time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC) // one nanosecond past zero
 	empty := memory.Item{}
 	emptySlices := memory.Item{History: []memory.Revision{}, Embedding: []float32{}}
 	items = append(items, special, empty, emptySlices)
@@ -124,7 +128,7 @@ func TestAppendItemKnowsEveryField(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	if got, want := tags(memory.Item{}), "memory_id memory_type scope key,omitempty content source base_score created_at updated_at expires_at,omitempty archived_at,omitempty history,omitempty embedding,omitempty"; got != want {
+	if got, want := tags(memory.Item{}), "memory_id memory_type scope key,omitempty content source base_score created_at updated_at recorded_at,omitzero expires_at,omitempty archived_at,omitempty history,omitempty embedding,omitempty"; got != want {
 		t.Errorf("memory.Item fields changed; update appendItem (and the format version if needed):\n got %s\nwant %s", got, want)
 	}
 	if got, want := tags(memory.Revision{}), "content source base_score updated_at superseded_at"; got != want {

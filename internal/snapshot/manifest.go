@@ -19,7 +19,7 @@ import (
 // FormatVersion is the package format this code writes, and the newest it reads.
 // Version 2 moved the tombstones out of the manifest (see TombstoneSet); version 1
 // packages are read through the upgrade chain (upgrade.go).
-const FormatVersion = 2
+const FormatVersion = 3
 
 // Object names inside a package prefix.
 const (
@@ -246,7 +246,8 @@ func manifestMAC(key *Key, signed []byte) []byte {
 // manifestProbe is the part of a manifest read before its version is known. These
 // fields keep their names and meaning in every format version.
 type manifestProbe struct {
-	FormatVersion *json.Number `json:"formatVersion"`
+	// FormatVersion is kept raw: a JSON number, never a string that looks like one.
+	FormatVersion json.RawMessage `json:"formatVersion"`
 	Encryption    *struct {
 		KeyID string `json:"keyId"`
 	} `json:"encryption"`
@@ -267,6 +268,9 @@ func decodeManifest(raw []byte, key *Key) (*Manifest, int, error) {
 	if err := authenticateManifest(raw, probe, key); err != nil {
 		return nil, 0, err
 	}
+	if err := requireMembers(raw, version); err != nil {
+		return nil, 0, err
+	}
 	raw, err = upgradeManifest(raw, version, upgrades, FormatVersion)
 	if err != nil {
 		return nil, 0, err
@@ -281,18 +285,62 @@ func decodeManifest(raw []byte, key *Key) (*Manifest, int, error) {
 	return &m, version, nil
 }
 
-func probeVersion(n *json.Number) (int, error) {
-	if n == nil {
+func probeVersion(raw json.RawMessage) (int, error) {
+	if len(raw) == 0 || string(raw) == "null" {
 		return 0, corruptf("%s has no formatVersion", ManifestName)
 	}
-	v, err := strconv.Atoi(n.String())
+	if raw[0] == '"' {
+		return 0, corruptf("%s: formatVersion is the string %s; it must be a JSON integer (versions are integers from 1)", ManifestName, raw)
+	}
+	v, err := strconv.Atoi(string(raw))
 	if err != nil || v < 1 {
-		return 0, corruptf("%s has an invalid formatVersion %s (versions are integers from 1)", ManifestName, n.String())
+		return 0, corruptf("%s has an invalid formatVersion %s (versions are integers from 1)", ManifestName, raw)
 	}
 	if v > FormatVersion {
 		return 0, fmt.Errorf("%w: the package has format version %d; this reader supports versions 1 to %d (upgrade memory-operator)", ErrUnsupportedVersion, v, FormatVersion)
 	}
 	return v, nil
+}
+
+// requiredMembers are the manifest's required members (docs/snapshot-format.md,
+// "R"), by path, in every format version since the one given; a manifest without one
+// is invalid, whatever the upgrade chain could make of it.
+var requiredMembers = []struct {
+	path  []string
+	since int
+}{
+	{[]string{"packageId"}, 1}, {[]string{"createdAt"}, 1}, {[]string{"counts"}, 1}, {[]string{"shards"}, 1},
+	{[]string{"compression"}, 1}, {[]string{"framing"}, 1}, {[]string{"tombstones"}, 1},
+	{[]string{"counts", "items"}, 1}, {[]string{"counts", "byType"}, 1}, {[]string{"counts", "withEmbedding"}, 1},
+	{[]string{"counts", "scopes"}, 1}, {[]string{"tombstones", "count"}, 2},
+}
+
+// requireMembers refuses a stored manifest of the given version that lacks a
+// required member, naming it.
+func requireMembers(raw []byte, version int) error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return corruptf("%s is not a JSON object: %v", ManifestName, err)
+	}
+	for _, r := range requiredMembers {
+		if version < r.since {
+			continue
+		}
+		obj := top
+		for i, name := range r.path {
+			v, ok := obj[name]
+			if !ok {
+				return corruptf("%s has no %s (a required member)", ManifestName, strings.Join(r.path[:i+1], "."))
+			}
+			if i+1 < len(r.path) {
+				obj = nil
+				if err := json.Unmarshal(v, &obj); err != nil || obj == nil {
+					return corruptf("%s: %s is not an object", ManifestName, strings.Join(r.path[:i+1], "."))
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // authenticateManifest applies the key rules and checks the MAC. Every format version
@@ -330,6 +378,9 @@ func authenticateManifest(raw []byte, probe manifestProbe, key *Key) error {
 func (m *Manifest) validate() error {
 	if m.FormatVersion != FormatVersion {
 		return fmt.Errorf("formatVersion is %d after upgrading, want %d", m.FormatVersion, FormatVersion)
+	}
+	if m.CreatedAt.IsZero() {
+		return errors.New("createdAt is the zero time: it must be the time of the database snapshot the package was read from")
 	}
 	if b, err := hex.DecodeString(m.PackageID); err != nil || len(b) != 16 {
 		return fmt.Errorf("packageId %q is not 32 hex characters", m.PackageID)

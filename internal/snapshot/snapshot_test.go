@@ -768,9 +768,9 @@ func TestPackageLevelTampering(t *testing.T) {
 	t.Run("future format version", func(t *testing.T) {
 		tamperFixture(t, obj, "future", &testKey)
 		name := "future/" + ManifestName
-		putObject(t, obj, name, bytes.Replace(getObject(t, obj, name), []byte(`"formatVersion": 2,`), []byte(`"formatVersion": 3,`), 1))
+		putObject(t, obj, name, bytes.Replace(getObject(t, obj, name), fmt.Appendf(nil, `"formatVersion": %d,`, FormatVersion), fmt.Appendf(nil, `"formatVersion": %d,`, FormatVersion+1), 1))
 		_, err := Open(ctx, obj, "future", &testKey)
-		if !errors.Is(err, ErrUnsupportedVersion) || !strings.Contains(err.Error(), "the package has format version 3; this reader supports versions 1 to 2") {
+		if !errors.Is(err, ErrUnsupportedVersion) || !strings.Contains(err.Error(), fmt.Sprintf("the package has format version %d; this reader supports versions 1 to %d", FormatVersion+1, FormatVersion)) {
 			t.Fatalf("got %v", err)
 		}
 	})

@@ -24,6 +24,22 @@ type upgradeStep struct {
 // upgrades is the chain: upgrades[i] converts version i+1 to i+2.
 var upgrades = []upgradeStep{
 	{From: 1, Manifest: upgradeManifestV1},
+	{From: 2, Manifest: upgradeManifestV2},
+}
+
+// upgradeManifestV2 brings a version 2 manifest to version 3. Version 3 items may
+// carry recorded_at (the time the source store took each in, by its clock), and a
+// tombstone covers the memories of its scope recorded at or before it; version 2
+// items carry none, which version 3 reads as created_at, at most the package's
+// createdAt, exactly as version 2 read its tombstones. So only the version changes;
+// items are as they were.
+func upgradeManifestV2(raw []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	m["formatVersion"] = json.RawMessage("3")
+	return json.Marshal(m)
 }
 
 // upgradeManifestV1 brings a version 1 manifest to version 2: its inline list of
@@ -78,7 +94,7 @@ func upgradeManifest(raw []byte, from int, chain []upgradeStep, to int) ([]byte,
 			return nil, corruptf("upgrading %s from format version %d to %d: %v", ManifestName, v, v+1, err)
 		}
 		var probe manifestProbe
-		if err := json.Unmarshal(out, &probe); err != nil || probe.FormatVersion == nil || probe.FormatVersion.String() != fmt.Sprint(v+1) {
+		if err := json.Unmarshal(out, &probe); err != nil || string(probe.FormatVersion) != fmt.Sprint(v+1) {
 			return nil, fmt.Errorf("snapshot: upgrade step from version %d did not produce a version %d manifest", v, v+1)
 		}
 		raw = out

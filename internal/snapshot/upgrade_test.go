@@ -89,7 +89,11 @@ func TestManifestVersionProbe(t *testing.T) {
 		err  error
 		text string
 	}{
-		`{"formatVersion":3}`:   {ErrUnsupportedVersion, "format version 3; this reader supports versions 1 to 2"},
+		fmt.Sprintf(`{"formatVersion":%d}`, FormatVersion+1): {ErrUnsupportedVersion,
+			fmt.Sprintf("format version %d; this reader supports versions 1 to %d", FormatVersion+1, FormatVersion)},
+		`{"formatVersion":"1"}`: {ErrCorrupt, `formatVersion is the string "1"; it must be a JSON integer`},
+		`{"formatVersion":"x"}`: {ErrCorrupt, `formatVersion is the string "x"`},
+		`{"formatVersion":null}`: {ErrCorrupt, "has no formatVersion"},
 		`{"formatVersion":99}`:  {ErrUnsupportedVersion, "format version 99"},
 		`{"formatVersion":0}`:   {ErrCorrupt, "invalid formatVersion 0"},
 		`{"formatVersion":-1}`:  {ErrCorrupt, "invalid formatVersion -1"},
@@ -268,5 +272,100 @@ func TestGuaranteeTombstonesScale(t *testing.T) {
 		if err := w.AddTombstone(bad); err == nil {
 			t.Errorf("AddTombstone(%+v) accepted", bad)
 		}
+	}
+}
+
+// TestReaderRefusesMissingRequiredMembers: the reader is as strict as the format
+// document: a manifest without a required member (createdAt, tombstones,
+// tombstones.count, counts.items, ...) or with a string formatVersion is refused,
+// naming the member, instead of being read as if it were there.
+func TestReaderRefusesMissingRequiredMembers(t *testing.T) {
+	obj := newBucket(t)
+	ctx := context.Background()
+	tamperFixture(t, obj, "plain", nil)
+	raw := getObject(t, obj, "plain/"+ManifestName)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	edits := map[string]struct {
+		edit func(m map[string]any)
+		want string
+	}{
+		"no createdAt":        {func(m map[string]any) { delete(m, "createdAt") }, "has no createdAt (a required member)"},
+		"zero createdAt":      {func(m map[string]any) { m["createdAt"] = "0001-01-01T00:00:00Z" }, "createdAt is the zero time"},
+		"no tombstones":       {func(m map[string]any) { delete(m, "tombstones") }, "has no tombstones (a required member)"},
+		"no tombstones.count": {func(m map[string]any) { delete(m["tombstones"].(map[string]any), "count") }, "has no tombstones.count"},
+		"no counts.items":     {func(m map[string]any) { delete(m["counts"].(map[string]any), "items") }, "has no counts.items"},
+		"no packageId":        {func(m map[string]any) { delete(m, "packageId") }, "has no packageId"},
+		"string version":      {func(m map[string]any) { m["formatVersion"] = "3" }, `formatVersion is the string "3"; it must be a JSON integer`},
+		"string version 1":    {func(m map[string]any) { m["formatVersion"] = "1" }, `formatVersion is the string "1"`},
+	}
+	for name, tc := range edits {
+		t.Run(name, func(t *testing.T) {
+			var c map[string]any
+			b, _ := json.Marshal(m)
+			_ = json.Unmarshal(b, &c)
+			tc.edit(c)
+			edited, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefix := "edit-" + strings.ReplaceAll(name, " ", "-")
+			tamperFixture(t, obj, prefix, nil)
+			putObject(t, obj, prefix+"/"+ManifestName, edited)
+			_, err = Open(ctx, obj, prefix, nil)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want ErrCorrupt containing %q", err, tc.want)
+			}
+		})
+	}
+	// The manifest as written opens.
+	if _, err := Open(ctx, obj, "plain", nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReadsVersion2Packages: packages written by the last version 2 release read
+// through the chain, with their items as written (no recorded_at: a restore reads
+// it as created_at, at most createdAt) and their tombstones.
+func TestReadsVersion2Packages(t *testing.T) {
+	obj := newBucket(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		dir string
+		key *Key
+	}{{"v2-encrypted", &testKey}, {"v2-plain", nil}} {
+		t.Run(tc.dir, func(t *testing.T) {
+			uploadFixture(t, obj, tc.dir, tc.dir+"/")
+			r, err := Open(ctx, obj, tc.dir, tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := r.Manifest()
+			if r.StoredFormatVersion() != 2 || m.FormatVersion != FormatVersion || m.Counts.Items != 12 || len(m.Shards) != 4 ||
+				!m.CreatedAt.Equal(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)) {
+				t.Fatalf("stored %d, manifest %+v", r.StoredFormatVersion(), m)
+			}
+			var got []memory.Tombstone
+			if err := r.Tombstones(ctx, func(tb memory.Tombstone) error { got = append(got, tb); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 2 || got[0].Scope != "user:2" || got[1].Reason != "gdpr" {
+				t.Fatalf("tombstones %+v", got)
+			}
+			if err := r.Verify(ctx); err != nil {
+				t.Fatal(err)
+			}
+			items := readItems(t, r)
+			if len(items) != 12 || items[0].MemoryID != "v2-u0-m0" || items[0].Source != "v2@test" {
+				t.Fatalf("items %+v", items)
+			}
+			for _, it := range items {
+				if !it.RecordedAt.IsZero() {
+					t.Fatalf("%s has a recorded_at %s; version 2 items have none", it.MemoryID, it.RecordedAt)
+				}
+			}
+		})
 	}
 }

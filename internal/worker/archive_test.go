@@ -105,9 +105,8 @@ func newArchiveEnv(t *testing.T, engine string, n int) *archiveEnv {
 	}
 	// A tombstone covering memories that are still stored (only direct SQL can leave
 	// that state: Forget and a restore's tombstones delete what they cover): archival
-	// must leave them all alone.
-	if _, err := f.pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{f.schema, "tombstones"}.Sanitize()+` VALUES ('user:gone', $1, '')`,
-		testNow.Add(-time.Hour)); err != nil {
+	// must leave them all alone. It covers what the store recorded up to now.
+	if _, err := f.pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{f.schema, "tombstones"}.Sanitize()+` VALUES ('user:gone', clock_timestamp(), '')`); err != nil {
 		t.Fatal(err)
 	}
 	return e

@@ -3,21 +3,26 @@ package pgstore
 // Forgetting.
 //
 // A tombstone (scope, forgotten_at) forgets what its scope held up to forgotten_at:
-// every memory of the scope created at or before that time. A memory created later is
-// new consent (a user who came back) and is kept. This is the one meaning of a
-// tombstone on every path:
+// every memory of the scope recorded at or before that time (recorded_at, the
+// server's clock when the store took the memory's value in; never created_at, which
+// is the writer's word). A memory recorded later is new consent (a user who came
+// back) and is kept. This is the one meaning of a tombstone on every path:
 //
-//   - Forget deletes every memory of the scope and records a tombstone at least as
-//     late as all of them, so what it deleted is covered;
-//   - Put (the write path, and so the gateway) refuses a memory the scope's tombstone
-//     covers (ErrForgotten) and stores any later one;
+//   - Forget deletes every memory of the scope and records a tombstone, stamped by
+//     the server's clock under the forget lock, at least as late as every recorded_at
+//     it deleted, so what it deleted is covered;
+//   - Put (the write path, and so the gateway) records its memory by the server's
+//     clock under the lock, so a write after a forget is always later than its
+//     tombstone: it is stored;
 //   - Merge (restores) and Import never write a covered memory (outcome
-//     MergeTombstoned);
+//     MergeTombstoned); a restored memory keeps the recorded_at its source gave it;
 //   - ApplyTombstones (a restore bringing a package's tombstones) forgets, as Forget
-//     does, what the target holds that they cover;
+//     does, what the target holds that they cover; a tombstone later than the
+//     server's clock is applied at the clock's time;
 //   - archival scores, archives and purges later memories like any other;
 //   - snapshots carry the tombstones read in the same database snapshot as the
-//     memories (ReadCut).
+//     memories (ReadCut), taken while no write or forget is between its lock and
+//     its commit.
 //
 // Tombstones are append-only: forgetting a scope again adds a row, and a scope's
 // tombstone is its latest row. Nothing in this package updates or deletes one, and
@@ -44,8 +49,8 @@ import (
 // Tombstone records a forgotten scope.
 type Tombstone = memory.Tombstone
 
-// ErrForgotten is returned by Put for a memory created at or before its scope's
-// tombstone: it belongs to what was forgotten.
+// ErrForgotten is returned by Put when its scope's tombstone is later than the
+// server's clock (see checkNotForgotten): the write would be covered by it.
 var ErrForgotten = errors.New("pgstore: the scope was forgotten after this memory was created")
 
 // forgetLock is the advisory lock key of the store's write/forget lock.
@@ -72,7 +77,7 @@ func (s *Store) lockForForget(ctx context.Context, tx pgx.Tx) error {
 
 // covered is the SQL condition "the memory row m is covered by a tombstone".
 func (s *Store) covered(m string) string {
-	return `EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` tb WHERE tb.scope = ` + m + `.scope AND tb.forgotten_at >= ` + m + `.created_at)`
+	return `EXISTS (SELECT 1 FROM ` + s.t.tombstones + ` tb WHERE tb.scope = ` + m + `.scope AND tb.forgotten_at >= ` + m + `.recorded_at)`
 }
 
 // ForgetResult counts what Forget deleted.
@@ -88,9 +93,10 @@ type ForgetResult struct {
 // Forget deletes every memory of scope and its vectors, records a tombstone and
 // writes an audit_log record (action "forget") with the actor, the reason and the
 // counts, never any content. It is one transaction. The tombstone's time is the
-// server's clock, or the latest created_at of the deleted memories when one lies
-// ahead of it, so that the tombstone covers everything it deleted; calling Forget
-// again records a later tombstone and another audit record.
+// server's clock once the forget lock is held (or the latest recorded_at of the
+// deleted memories, should a restore have brought one from a clock ahead), so that
+// the tombstone covers everything it deleted and no write yet to take the lock can
+// be covered; calling Forget again records a later tombstone and another audit record.
 func (s *Store) Forget(ctx context.Context, scope, reason, actor string) (ForgetResult, error) {
 	if err := memory.ValidateScope(scope); err != nil {
 		return ForgetResult{}, fmt.Errorf("pgstore: forget: %w", err)
@@ -101,7 +107,7 @@ func (s *Store) Forget(ctx context.Context, scope, reason, actor string) (Forget
 			return err
 		}
 		var at time.Time
-		if err := tx.QueryRow(ctx, `SELECT greatest(now(), max(created_at)) FROM `+s.t.memories+` WHERE scope = $1`, scope).Scan(&at); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT greatest(clock_timestamp(), max(recorded_at)) FROM `+s.t.memories+` WHERE scope = $1`, scope).Scan(&at); err != nil {
 			return err
 		}
 		r, err := s.applyTombstones(ctx, tx, []Tombstone{{Scope: scope, ForgottenAt: at, Reason: reason}}, ApplyOptions{Actor: actor, always: true})
@@ -205,9 +211,12 @@ func (s *Store) applyTombstones(ctx context.Context, tx pgx.Tx, ts []Tombstone, 
 		changed = `true`
 	}
 	// Every part sees the snapshot taken when the statement began: the vectors kept
-	// are exactly those of memories the tombstones do not cover.
+	// are exactly those of memories the tombstones do not cover. A tombstone later
+	// than the server's clock (from a server whose clock is ahead) is applied at the
+	// clock's time: it covers the same memories today, and writes after it are not
+	// refused as if they came before.
 	sql := `WITH t AS (
-			SELECT DISTINCT ON (scope) scope, forgotten_at, reason
+			SELECT DISTINCT ON (scope) scope, least(forgotten_at, $6::timestamptz) AS forgotten_at, reason
 			FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS x(scope, forgotten_at, reason)
 			ORDER BY scope, forgotten_at DESC
 		), ins AS (
@@ -217,11 +226,11 @@ func (s *Store) applyTombstones(ctx context.Context, tx pgx.Tx, ts []Tombstone, 
 			ON CONFLICT DO NOTHING
 			RETURNING scope
 		), del AS (
-			DELETE FROM ` + s.t.memories + ` m USING t WHERE m.scope = t.scope AND m.created_at <= t.forgotten_at
+			DELETE FROM ` + s.t.memories + ` m USING t WHERE m.scope = t.scope AND m.recorded_at <= t.forgotten_at
 			RETURNING m.memory_id, m.scope
 		), vdel AS (
 			DELETE FROM ` + s.t.vectors + ` v USING t WHERE v.scope = t.scope
-				AND NOT EXISTS (SELECT 1 FROM ` + s.t.memories + ` m WHERE m.memory_id = v.memory_id AND m.created_at > t.forgotten_at)
+				AND NOT EXISTS (SELECT 1 FROM ` + s.t.memories + ` m WHERE m.memory_id = v.memory_id AND m.recorded_at > t.forgotten_at)
 			RETURNING v.scope
 		)` + record + `, per AS (
 			SELECT t.scope, t.reason, t.forgotten_at, i.scope IS NOT NULL AS added,
@@ -237,8 +246,15 @@ func (s *Store) applyTombstones(ctx context.Context, tx pgx.Tx, ts []Tombstone, 
 			FROM per WHERE ` + changed + `
 		)
 		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM del), (SELECT count(*) FROM vdel)`
+	// Forget's own tombstone is never moved: it covers everything it deletes.
+	clock := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if !opts.always {
+		if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&clock); err != nil {
+			return ApplyResult{}, err
+		}
+	}
 	var res ApplyResult
-	err := tx.QueryRow(ctx, sql, scopes, times, reasons, opts.Actor, opts.Source).Scan(&res.Added, &res.Forgotten, &res.VectorsDeleted)
+	err := tx.QueryRow(ctx, sql, scopes, times, reasons, opts.Actor, opts.Source, clock).Scan(&res.Added, &res.Forgotten, &res.VectorsDeleted)
 	return res, err
 }
 

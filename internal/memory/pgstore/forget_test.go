@@ -128,13 +128,12 @@ func TestForget(t *testing.T) {
 		t.Fatalf("audit after second forget = %+v", logs)
 	}
 
-	// A memory created after the forget is new consent and is stored; one created
-	// before it belongs to what was forgotten and is refused.
-	later := item("a9", "user:a", memory.Semantic, "", `{"new":true}`, 1, 0)
-	later.CreatedAt, later.UpdatedAt = time.Now().Add(time.Second), time.Now().Add(time.Second)
-	mustPut(t, s, later, Inserted)
-	if _, err := s.Put(ctx, item("a8", "user:a", memory.Semantic, "", `{"old":true}`, 1, 0)); !errors.Is(err, ErrForgotten) {
-		t.Fatalf("Put of a memory created before the forget = %v, want ErrForgotten", err)
+	// A write after the forget is new consent, whatever date its writer gives it: the
+	// server's clock records it after the tombstone.
+	backdated := item("a9", "user:a", memory.Semantic, "", `{"new":true}`, 1, 0) // created_at long before the forget
+	mustPut(t, s, backdated, Inserted)
+	if got, err := s.Get(ctx, "a9"); err != nil || !got.RecordedAt.After(res2.ForgottenAt) || !got.CreatedAt.Equal(backdated.CreatedAt) {
+		t.Fatalf("the write after the forget: %+v, %v (tombstone %s)", got, err, res2.ForgottenAt)
 	}
 
 	if _, err := s.Forget(ctx, "user:a' OR '1'='1", "", ""); err == nil {
@@ -205,21 +204,20 @@ func TestGuaranteeTombstoneCoversWhatCameBefore(t *testing.T) {
 		t.Fatalf("%d vectors left in user:1, want 1 (later's)", n)
 	}
 
-	// Every path then agrees: Put, Merge and Import refuse what the tombstone covers
-	// and store what comes after it.
-	if _, err := s.Put(ctx, before); !errors.Is(err, ErrForgotten) || !strings.Contains(err.Error(), "user:1 was forgotten at") {
-		t.Fatalf("Put of a covered memory = %v, want ErrForgotten", err)
-	}
-	if _, err := s.Put(ctx, same); !errors.Is(err, ErrForgotten) {
-		t.Fatalf("Put of a memory created at the tombstone's time = %v, want ErrForgotten", err)
-	}
-	mustPut(t, s, item("later2", "user:1", memory.Semantic, "", `{"v":"later2"}`, 1, -time.Hour), Inserted)
+	// Every path then agrees. Merge and Import (restores, imports) refuse what their
+	// source recorded up to the tombstone (recorded_at, or created_at for items that
+	// never carried one) and store what came after it; Put, the write path, records
+	// by the server's clock, so what an agent writes now comes after the tombstone
+	// whatever its created_at says (the user came back).
 	assertOutcomes(t, mustMerge(t, s, KeepNewer, before, same, item("later3", "user:1", memory.Semantic, "", `{"v":"l3"}`, 1, -time.Hour)),
 		MergeTombstoned, MergeTombstoned, MergeInserted)
-	if r := importSlice(t, s, []memory.Item{before, item("later4", "user:1", memory.Semantic, "", `{"v":"l4"}`, 1, -time.Hour)}); r.Inserted != 1 {
+	recordedBefore := item("rec-before", "user:1", memory.Semantic, "", `{"v":"recorded before"}`, 1, -time.Hour)
+	recordedBefore.RecordedAt = at.Add(-time.Second) // created "after", recorded before: covered
+	if r := importSlice(t, s, []memory.Item{before, recordedBefore, item("later4", "user:1", memory.Semantic, "", `{"v":"l4"}`, 1, -time.Hour)}); r.Inserted != 1 {
 		t.Fatalf("Import = %+v, want only the later memory", r)
 	}
-	if got := ids(exportAll(t, s, ExportFilter{IncludeArchived: true})); !slices.Equal(got, []string{"later", "later2", "later3", "later4"}) {
+	put := mustPut(t, s, item("again", "user:1", memory.Semantic, "", `{"v":"before, written again"}`, 1, day), Inserted)
+	if got := ids(exportAll(t, s, ExportFilter{IncludeArchived: true})); !slices.Equal(got, []string{"again", "later", "later3", "later4"}) || put.MemoryID != "again" {
 		t.Fatalf("left %v", got)
 	}
 
@@ -335,40 +333,69 @@ func TestTombstonesInByteOrder(t *testing.T) {
 	}
 }
 
-// Forget covers everything it deletes, also a memory dated ahead of the server's
-// clock: restoring that memory afterwards never brings it back.
-func TestForgetCoversFutureDatedMemories(t *testing.T) {
+// TestGuaranteeClientDatesNeverMoveForgetting: a writer's created_at decides nothing
+// about forgetting. A date ahead of the server's clock by more than the skew is
+// refused on every write path; one within it neither pushes the scope's tombstone
+// into the future (so the user can come back at once) nor escapes a later forget
+// (restoring the memory afterwards never brings it back).
+func TestGuaranteeClientDatesNeverMoveForgetting(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := t.Context()
-	ahead := item("ahead", "user:f", memory.Semantic, "", `{"v":1}`, 1, 0)
-	ahead.CreatedAt = time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	clock := time.Now().UTC().Truncate(time.Microsecond)
+	far := item("far", "user:f", memory.Semantic, "", `{"v":"2099"}`, 1, 0)
+	far.CreatedAt = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
+	far.UpdatedAt = far.CreatedAt
+	var fe *memory.FieldError
+	if _, err := s.Put(ctx, far); !errors.As(err, &fe) || fe.Field != "created_at" || !strings.Contains(err.Error(), "more than 5m0s after the server's clock") {
+		t.Fatalf("Put of a memory dated 2099 = %v, want a created_at field error", err)
+	}
+	updated := item("upd", "user:f", memory.Semantic, "", `{"v":"updated ahead"}`, 1, 0)
+	updated.UpdatedAt = clock.Add(time.Hour)
+	if _, err := s.Put(ctx, updated); !errors.As(err, &fe) || fe.Field != "updated_at" {
+		t.Fatalf("Put of a memory updated an hour ahead = %v, want an updated_at field error", err)
+	}
+	assertOutcomes(t, mustMerge(t, s, KeepNewer, far), MergeInvalid)
+	if _, err := s.Import(ctx, sliceSource([]memory.Item{far})); !errors.As(err, &fe) || fe.Field != "created_at" {
+		t.Fatalf("Import of a memory dated 2099 = %v", err)
+	}
+
+	ahead := item("ahead", "user:f", memory.Semantic, "", `{"v":"a minute ahead"}`, 1, 0)
+	ahead.CreatedAt = clock.Add(time.Minute) // within the skew: a client whose clock runs fast
 	ahead.UpdatedAt = ahead.CreatedAt
 	mustPut(t, s, ahead, Inserted)
+	stored := exportAll(t, s, ExportFilter{})
 	res, err := s.Forget(ctx, "user:f", "", "test")
-	if err != nil || res.Deleted != 1 || res.ForgottenAt.Before(ahead.CreatedAt) {
-		t.Fatalf("Forget = %+v, %v; the tombstone must cover the memory created at %s", res, err, ahead.CreatedAt)
+	if err != nil || res.Deleted != 1 || res.ForgottenAt.After(time.Now().Add(time.Second)) || res.ForgottenAt.Before(stored[0].RecordedAt) {
+		t.Fatalf("Forget = %+v, %v; want the server's clock, covering %s", res, err, stored[0].RecordedAt)
 	}
-	assertOutcomes(t, mustMerge(t, s, KeepNewer, ahead), MergeTombstoned)
+	// The user comes back at once: a write right after the forget is stored.
+	mustPut(t, s, item("back", "user:f", memory.Semantic, "", `{"v":"back"}`, 1, 0), Inserted)
+	// The forgotten memory, restored from a snapshot taken before (with its
+	// recorded_at), stays forgotten, though its created_at is after the tombstone.
+	assertOutcomes(t, mustMerge(t, s, KeepNewer, stored[0]), MergeTombstoned)
 }
 
 // TestGuaranteeConcurrentWritesNeverOutliveAForget races writers against repeated
 // forgets of one scope: afterwards no stored memory is covered by the scope's
-// tombstone, and every write that succeeded is either stored or was created before
-// a forget that then deleted it.
+// tombstone; every write acknowledged before the last forget began is gone, every
+// write begun after it ended is stored, and none is refused (a write after a forget
+// is new consent). The writers date their memories an hour back, which changes
+// nothing: the server's clock decides.
 func TestGuaranteeConcurrentWritesNeverOutliveAForget(t *testing.T) {
 	s, pool := newStore(t)
 	ctx := t.Context()
 	const writers, forgets = 4, 15
 	type written struct {
-		id      string
-		created time.Time
+		id           string
+		start, acked time.Time
 	}
 	var (
-		mu      sync.Mutex
-		ok      []written
-		refused int
-		wg      sync.WaitGroup
-		err     error
+		mu                  sync.Mutex
+		ok                  []written
+		refused             int
+		wg                  sync.WaitGroup
+		err                 error
+		lastStart, lastDone time.Time // of the last forget
 	)
 	forgetting := make(chan struct{})
 	for w := range writers {
@@ -381,13 +408,15 @@ func TestGuaranteeConcurrentWritesNeverOutliveAForget(t *testing.T) {
 				default:
 				}
 				it := item(fmt.Sprintf("w%d-%d", w, i), "user:race", memory.Episodic, "", fmt.Sprintf(`{"w":%d,"i":%d}`, w, i), 1, 0)
-				it.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
+				it.CreatedAt = time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
 				it.UpdatedAt = it.CreatedAt
+				start := time.Now()
 				_, perr := s.Put(ctx, it)
+				acked := time.Now()
 				mu.Lock()
 				switch {
 				case perr == nil:
-					ok = append(ok, written{it.MemoryID, it.CreatedAt})
+					ok = append(ok, written{it.MemoryID, start, acked})
 				case errors.Is(perr, ErrForgotten):
 					refused++
 				case err == nil:
@@ -400,11 +429,15 @@ func TestGuaranteeConcurrentWritesNeverOutliveAForget(t *testing.T) {
 	wg.Go(func() {
 		defer close(forgetting)
 		for range forgets {
-			if _, ferr := s.Forget(ctx, "user:race", "", "test"); ferr != nil {
-				mu.Lock()
+			start := time.Now()
+			_, ferr := s.Forget(ctx, "user:race", "", "test")
+			done := time.Now()
+			mu.Lock()
+			lastStart, lastDone = start, done
+			if ferr != nil {
 				err = ferr
-				mu.Unlock()
 			}
+			mu.Unlock()
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
@@ -416,7 +449,7 @@ func TestGuaranteeConcurrentWritesNeverOutliveAForget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := countRows(t, pool, s.t.memories, "scope = 'user:race' AND created_at <= $1", final); n != 0 {
+	if n := countRows(t, pool, s.t.memories, "scope = 'user:race' AND recorded_at <= $1", final); n != 0 {
 		t.Fatalf("%d memories covered by the tombstone survived", n)
 	}
 	stored := map[string]bool{}
@@ -426,13 +459,17 @@ func TestGuaranteeConcurrentWritesNeverOutliveAForget(t *testing.T) {
 	kept := 0
 	for _, w := range ok {
 		switch {
-		case w.created.After(final) && !stored[w.id]:
+		case w.start.After(lastDone) && !stored[w.id]:
 			t.Errorf("%s, written after the last forget, is lost", w.id)
-		case !w.created.After(final) && stored[w.id]:
+		case w.acked.Before(lastStart) && stored[w.id]:
 			t.Errorf("%s, written before the last forget, survived it", w.id)
-		case stored[w.id]:
+		}
+		if stored[w.id] {
 			kept++
 		}
+	}
+	if refused > 0 {
+		t.Errorf("%d writes refused as forgotten: a write after a forget is new consent", refused)
 	}
 	if kept == 0 || len(ok) == kept {
 		t.Fatalf("%d writes, %d kept: the writes did not interleave with the forgets", len(ok), kept)

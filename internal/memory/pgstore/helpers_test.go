@@ -121,7 +121,7 @@ func canonItem(t *testing.T, it memory.Item) memory.Item {
 		}
 		it.History = h
 	}
-	it.CreatedAt, it.UpdatedAt = it.CreatedAt.UTC(), it.UpdatedAt.UTC()
+	it.CreatedAt, it.UpdatedAt, it.RecordedAt = it.CreatedAt.UTC(), it.UpdatedAt.UTC(), it.RecordedAt.UTC()
 	if it.ExpiresAt != nil {
 		it.ExpiresAt = ptr(it.ExpiresAt.UTC())
 	}
@@ -138,6 +138,14 @@ func assertItemsEqual(t *testing.T, got, want []memory.Item) {
 	}
 	for i := range got {
 		g, w := canonItem(t, got[i]), canonItem(t, want[i])
+		// A stored memory always has its recorded_at; where the test does not say
+		// which (items built in memory), any is accepted.
+		if w.RecordedAt.IsZero() {
+			if g.RecordedAt.IsZero() {
+				t.Fatalf("item %d (%s) has no recorded_at", i, g.MemoryID)
+			}
+			g.RecordedAt = time.Time{}
+		}
 		if !reflect.DeepEqual(g, w) {
 			gj, _ := json.Marshal(g)
 			wj, _ := json.Marshal(w)

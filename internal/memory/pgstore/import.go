@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -27,10 +28,26 @@ var (
 )
 
 var memCopyCols = []string{"memory_id", "memory_type", "scope", "key", "content", "content_hash", "source",
-	"base_score", "created_at", "updated_at", "expires_at", "archived_at", "history"}
+	"base_score", "created_at", "updated_at", "expires_at", "archived_at", "history", "recorded_at"}
+
+// recordedAt is the recorded_at a bulk write (restore, import) stores for it: the
+// time its source recorded it, at most now; an item that never carried one was
+// recorded no later than it was created.
+func recordedAt(it *memory.Item, now time.Time) time.Time {
+	t := it.RecordedAt
+	if t.IsZero() {
+		t = it.CreatedAt
+	}
+	if now = now.UTC().Truncate(time.Microsecond); t.After(now) {
+		return now
+	}
+	return t
+}
 
 // Import bulk-loads items from next until it reports ok == false. Items are validated
-// (no defaults are filled in) and loaded in batches (DefaultImportBatch items, one
+// (no defaults are filled in; created_at and updated_at at most
+// memory.MaxFutureSkew ahead of the clock; recorded_at as the item says, at most
+// now, or its created_at) and loaded in batches (DefaultImportBatch items, one
 // transaction each): COPY into a temporary staging table, then INSERT ... ON CONFLICT
 // DO NOTHING into memories, so importing the same items again changes nothing. A
 // memory that its scope's tombstone covers is skipped (see forget.go).
@@ -69,6 +86,10 @@ func (s *Store) Import(ctx context.Context, next func() (memory.Item, bool, erro
 		if err := it.Validate(); err != nil {
 			return res, fmt.Errorf("pgstore: import: memory %q: %w", it.MemoryID, err)
 		}
+		now := time.Now()
+		if err := it.CheckNotFuture(now); err != nil {
+			return res, fmt.Errorf("pgstore: import: memory %q: %w", it.MemoryID, err)
+		}
 		hash, err := it.ContentHash()
 		if err != nil {
 			return res, fmt.Errorf("pgstore: import: memory %q: %w", it.MemoryID, err)
@@ -79,7 +100,7 @@ func (s *Store) Import(ctx context.Context, next func() (memory.Item, bool, erro
 		}
 		mrows = append(mrows, []any{it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key),
 			[]byte(it.Content), hash, it.Source, it.BaseScore, it.CreatedAt, it.UpdatedAt,
-			it.ExpiresAt, it.ArchivedAt, history})
+			it.ExpiresAt, it.ArchivedAt, history, recordedAt(&it, now)})
 		if len(it.Embedding) > 0 {
 			vrows = append(vrows, []any{it.MemoryID, it.Scope, it.Embedding})
 		}

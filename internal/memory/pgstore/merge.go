@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,7 +62,7 @@ const (
 	// scope. Memory IDs are stable, so the memory is never moved: nothing was written.
 	MergeIDInUse
 	// MergeTombstoned: the item's scope has a tombstone that covers it (the item was
-	// created at or before it). Nothing was written.
+	// recorded at or before it). Nothing was written.
 	MergeTombstoned
 	// MergeInvalid: the item failed validation (MergeResult.Errs says why). Nothing
 	// was written.
@@ -179,12 +180,23 @@ func (p *PreparedItem) Err() error { return p.err }
 
 // PrepareItem validates and hashes it (with memory.Item.ValidatedHash; no defaults
 // are filled in) and encodes its history, after truncating its times to
-// microseconds. It is pure CPU work, safe to run on many items at once.
-func PrepareItem(it memory.Item) PreparedItem {
+// microseconds. It is pure CPU work, safe to run on many items at once. The item's
+// times are judged against the clock (PrepareItemAt).
+func PrepareItem(it memory.Item) PreparedItem { return PrepareItemAt(it, time.Now()) }
+
+// PrepareItemAt is PrepareItem judging the item's times against now: created_at and
+// updated_at more than memory.MaxFutureSkew after it make the item invalid, and its
+// recorded_at becomes what it says, at most now, or else its created_at (see
+// Merge). A restore passes its package's cut: nothing in a package was recorded after
+// it.
+func PrepareItemAt(it memory.Item, now time.Time) PreparedItem {
 	normalizeTimes(&it) // replaces pointers, never writes through
+	it.RecordedAt = recordedAt(&it, now)
 	p := PreparedItem{Item: it}
 	if p.hash, p.err = it.ValidatedHash(); p.err == nil {
-		p.history, p.err = historyJSON(it.History)
+		if p.err = it.CheckNotFuture(now); p.err == nil {
+			p.history, p.err = historyJSON(it.History)
+		}
 	}
 	if p.err != nil {
 		p.err = fmt.Errorf("memory %q: %w", it.MemoryID, p.err)
@@ -253,10 +265,13 @@ func PrepareMergeItems(items []PreparedItem) *PreparedBatch {
 // An item meets a stored memory through its (scope, key) slot (items with a key),
 // its content in the scope (items without a key: the same content hash), or else its
 // memory_id. A slot or content match merges into the stored memory, which keeps its
-// memory_id; a memory_id match in another scope or slot is MergeIDInUse. An item that
-// its scope's tombstone covers (created at or before it, see forget.go) is never
-// written (MergeTombstoned); the batch holds the forget lock shared, so a Forget
-// waits for it and no tombstone appears while it runs.
+// memory_id; a memory_id match in another slot of its scope is MergeIDInUse, in
+// another scope MergeIDInOtherScope. An item that its scope's tombstone covers
+// (recorded at or before it, see forget.go) is never written (MergeTombstoned); the
+// batch holds the forget lock shared, so a Forget waits for it and no tombstone
+// appears while it runs. The item's recorded_at (PrepareItemAt) is stored with its
+// value: a restored memory keeps the time its source recorded it, so a tombstone
+// restored later, or earlier, covers it exactly as it did there.
 //
 // Merge is idempotent: merging the same items again changes nothing (outcomes
 // MergeUnchanged, or MergeSkipped for values kept out by the policy). Histories are
@@ -336,7 +351,7 @@ func retryableMerge(err error) bool {
 var mergeStage = pgx.Identifier{"pg_temp", "memory_merge_stage"}
 
 var mergeStageCols = []string{"ord", "round", "memory_id", "memory_type", "scope", "key", "content", "content_hash",
-	"source", "base_score", "created_at", "updated_at", "expires_at", "archived_at", "history"}
+	"source", "base_score", "created_at", "updated_at", "expires_at", "archived_at", "history", "recorded_at"}
 
 func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy ConflictPolicy, opts MergeOptions, res *MergeResult) error {
 	rows := b.rows
@@ -394,7 +409,8 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy Conflict
 		updated_at   timestamptz NOT NULL,
 		expires_at   timestamptz,
 		archived_at  timestamptz,
-		history      jsonb NOT NULL
+		history      jsonb NOT NULL,
+		recorded_at  timestamptz NOT NULL
 	) ON COMMIT DELETE ROWS`); err != nil {
 		return err
 	}
@@ -402,7 +418,7 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy Conflict
 		r := rows[i]
 		it := r.it
 		return []any{int32(i), r.round, it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key), []byte(it.Content), r.hash,
-			it.Source, it.BaseScore, it.CreatedAt, it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, r.history}, nil
+			it.Source, it.BaseScore, it.CreatedAt, it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, r.history, it.RecordedAt}, nil
 	}))
 	if err != nil {
 		return fmt.Errorf("copying into the staging table: %w", err)
@@ -463,7 +479,7 @@ func (s *Store) insertNew(ctx context.Context, tx pgx.Tx, b *PreparedBatch, res 
 	_, err = sp.CopyFrom(ctx, pgx.Identifier{s.schema, "memories"}, memCopyCols, pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
 		it := rows[i].it
 		return []any{it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key), []byte(it.Content), rows[i].hash,
-			it.Source, it.BaseScore, it.CreatedAt, it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, rows[i].history}, nil
+			it.Source, it.BaseScore, it.CreatedAt, it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, rows[i].history, it.RecordedAt}, nil
 	}))
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -585,7 +601,7 @@ func (s *Store) mergeSQL(p ConflictPolicy, tombstones bool) string {
 		covered = s.covered("s")
 	}
 	m, st := s.t.memories, mergeStage.Sanitize()
-	cols := `memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at, expires_at, archived_at, history`
+	cols := `memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at, expires_at, archived_at, history, recorded_at`
 	canonHistory := `CASE WHEN jsonb_array_length(history) < 2 THEN history ELSE ` + historyUnion(`history`) + ` END`
 	guard := `m.scope = EXCLUDED.scope AND m.key IS NOT DISTINCT FROM EXCLUDED.key`
 
@@ -600,7 +616,7 @@ func (s *Store) mergeSQL(p ConflictPolicy, tombstones bool) string {
 		}
 		sets := []string{pick("memory_type"), pick("content"), pick("content_hash"), pick("source"), pick("base_score"),
 			`created_at = CASE WHEN ` + win + ` THEN least(m.created_at, EXCLUDED.created_at) ELSE m.created_at END`,
-			pick("updated_at"), pick("expires_at"), pick("archived_at"), `history = ` + hist}
+			pick("updated_at"), pick("expires_at"), pick("archived_at"), pick("recorded_at"), `history = ` + hist}
 		onConflict = `ON CONFLICT (memory_id) DO UPDATE SET ` + strings.Join(sets, `, `) + `
 			WHERE ` + guard + ` AND m.content_hash <> EXCLUDED.content_hash AND (` + win + ` OR ` + hist + ` IS DISTINCT FROM m.history)`
 	case Overwrite:
@@ -610,7 +626,7 @@ func (s *Store) mergeSQL(p ConflictPolicy, tombstones bool) string {
 		onConflict = `ON CONFLICT (memory_id) DO UPDATE SET memory_type = EXCLUDED.memory_type, content = EXCLUDED.content,
 				content_hash = EXCLUDED.content_hash, source = EXCLUDED.source, base_score = EXCLUDED.base_score,
 				created_at = ` + created + `, updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at,
-				archived_at = EXCLUDED.archived_at, history = ` + hist + `
+				archived_at = EXCLUDED.archived_at, history = ` + hist + `, recorded_at = EXCLUDED.recorded_at
 			WHERE ` + guard + ` AND (EXCLUDED.memory_type, EXCLUDED.content_hash, EXCLUDED.source, EXCLUDED.base_score, ` + created + `,
 				EXCLUDED.updated_at, EXCLUDED.expires_at, EXCLUDED.archived_at, ` + hist + `)
 				IS DISTINCT FROM (m.memory_type, m.content_hash, m.source, m.base_score, m.created_at,
@@ -647,7 +663,7 @@ func (s *Store) mergeSQL(p ConflictPolicy, tombstones bool) string {
 	), w AS (
 		INSERT INTO ` + m + ` AS m (` + cols + `)
 		SELECT dest, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at,
-			expires_at, archived_at, ` + canonHistory + `
+			expires_at, archived_at, ` + canonHistory + `, recorded_at
 		FROM src WHERE NOT id_in_use AND NOT tombstoned
 		` + onConflict + `
 		RETURNING m.memory_id, (m.xmax = 0) AS inserted, m.content_hash, m.updated_at

@@ -156,11 +156,45 @@ CREATE TABLE {{t "scope_renames"}} (
 	PRIMARY KEY (target_scope, source, source_scope)
 );
 `,
+	// 7: whose clock forgets (forget.go). recorded_at is when the store took a
+	// memory's current value in, by the server's clock; a tombstone covers what its
+	// scope recorded up to it, whatever created_at (the client's word) says. Existing
+	// rows were taken in no later than now. Tombstones that a future created_at had
+	// pushed past now (the old rule took the latest created_at) come back to just
+	// before now: they still cover everything their scope held at the forget, and
+	// nothing recorded since. Agents cannot set recorded_at (provision grants them no
+	// column privilege on it); a change of a memory's value by such a role is
+	// recorded now, by the trigger.
+	`
+ALTER TABLE {{t "memories"}} ADD COLUMN recorded_at timestamptz;
+UPDATE {{t "memories"}} SET recorded_at = least(created_at, now());
+ALTER TABLE {{t "memories"}} ALTER COLUMN recorded_at SET DEFAULT clock_timestamp(),
+	ALTER COLUMN recorded_at SET NOT NULL;
+
+WITH future AS (
+	DELETE FROM {{t "tombstones"}} WHERE forgotten_at >= now() RETURNING scope, forgotten_at, reason
+)
+INSERT INTO {{t "tombstones"}} (scope, forgotten_at, reason)
+SELECT DISTINCT ON (scope) scope, now() - interval '1 microsecond', reason FROM future ORDER BY scope, forgotten_at DESC
+ON CONFLICT DO NOTHING;
+
+CREATE FUNCTION {{t "memories_recorded_at"}}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NOT has_column_privilege(TG_RELID, 'recorded_at', 'UPDATE') THEN
+		NEW.recorded_at := clock_timestamp();
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER {{i "memories_recorded_at"}} BEFORE UPDATE ON {{t "memories"}}
+	FOR EACH ROW WHEN (OLD.content_hash IS DISTINCT FROM NEW.content_hash)
+	EXECUTE FUNCTION {{t "memories_recorded_at"}}();
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 6
+const LatestVersion = 7
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.
@@ -212,6 +246,11 @@ func lockKey(schema string) int64 {
 // concurrent callers and reruns are safe. It returns how many migrations it applied
 // (0 when the schema is up to date).
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) (applied int, err error) {
+	return migrateTo(ctx, pool, schema, len(migrations))
+}
+
+// migrateTo is Migrate stopping at version to (tests build older stores with it).
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, to int) (applied int, err error) {
 	if err := ValidateSchema(schema); err != nil {
 		return 0, err
 	}
@@ -235,7 +274,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) (applied in
 		return 0, fmt.Errorf("pgstore: preparing schema %q: %w", schema, err)
 	}
 
-	for i, text := range migrations {
+	for i, text := range migrations[:to] {
 		version := i + 1
 		sql, err := renderMigration(schema, text)
 		if err != nil {

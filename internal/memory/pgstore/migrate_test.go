@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -115,6 +116,7 @@ func TestMigrate(t *testing.T) {
 		"memories | expires_at | timestamp with time zone | YES | ",
 		"memories | archived_at | timestamp with time zone | YES | ",
 		"memories | history | jsonb | NO | '[]'::jsonb",
+		"memories | recorded_at | timestamp with time zone | NO | clock_timestamp()",
 		"restores | restore_uid | text | NO | ",
 		"restores | restore_name | text | NO | ",
 		"restores | package_id | text | NO | ",
@@ -300,4 +302,62 @@ func TestStoreWithoutMigrationFails(t *testing.T) {
 	if _, err := s.Get(t.Context(), "x"); err == nil || errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get on an unmigrated schema = %v, want a database error, not ErrNotFound", err)
 	}
+}
+
+// TestMigrateToTheServersClock: a store written under the old rule (tombstones by
+// created_at, a client's 2099 date pushing its scope's tombstone to 2099) keeps,
+// after migration 7, exactly what it held and what its tombstones covered: rows are
+// recorded no later than they were created (and than now), a tombstone in the future
+// comes back to just before now, and the user can come back.
+func TestMigrateToTheServersClock(t *testing.T) {
+	pool := testPool(t)
+	ctx := t.Context()
+	schema := testutil.UniqueName("t_")
+	dropSchemaOnCleanup(t, pool, schema)
+	if _, err := migrateTo(ctx, pool, schema, 6); err != nil {
+		t.Fatal(err)
+	}
+	tbl := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	// user:past holds a memory created after its tombstone (new consent under the old
+	// rule); user:2099 was forgotten while it held a memory dated 2099, so its
+	// tombstone is 2099, and it holds one dated 2100.
+	if _, err := pool.Exec(ctx, `INSERT INTO `+tbl("memories")+` (memory_id, memory_type, scope, content, content_hash, base_score, created_at, updated_at) VALUES
+		('p1', 'semantic', 'user:past', '{"v":1}', '\x01', 1, '2025-03-02', '2025-03-02'),
+		('f1', 'semantic', 'user:2099', '{"v":2}', '\x02', 1, '2100-01-01', '2100-01-01');
+		INSERT INTO `+tbl("tombstones")+` (scope, forgotten_at, reason) VALUES
+		('user:past', '2025-03-01', 'old'), ('user:2099', '2098-01-01', 'first'), ('user:2099', '2099-01-01', 'pushed')`); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if n, err := Migrate(ctx, pool, schema); err != nil || n != 1 {
+		t.Fatalf("Migrate = %d, %v", n, err)
+	}
+	s := New(pool, schema)
+	got := map[string]memory.Item{}
+	for _, it := range exportAll(t, s, ExportFilter{}) {
+		got[it.MemoryID] = it
+	}
+	if p := got["p1"]; !p.RecordedAt.Equal(p.CreatedAt) {
+		t.Fatalf("p1 recorded at %s, want its created_at", p.RecordedAt)
+	}
+	if f := got["f1"]; f.RecordedAt.Before(before.Add(-time.Minute)) || f.RecordedAt.After(time.Now()) {
+		t.Fatalf("f1 (dated 2100) recorded at %s, want the migration's time", f.RecordedAt)
+	}
+	ts, err := s.Tombstones(ctx)
+	if err != nil || len(ts) != 2 {
+		t.Fatalf("tombstones %+v, %v", ts, err)
+	}
+	byScope := map[string]Tombstone{ts[0].Scope: ts[0], ts[1].Scope: ts[1]}
+	if f := byScope["user:2099"]; !f.ForgottenAt.Before(got["f1"].RecordedAt) || f.ForgottenAt.Before(before.Add(-time.Minute)) || f.Reason != "pushed" {
+		t.Fatalf("user:2099's tombstone %+v: want just before now, before f1's recorded_at %s", f, got["f1"].RecordedAt)
+	}
+	if p := byScope["user:past"]; !p.ForgottenAt.Equal(time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("user:past's tombstone moved: %+v", p)
+	}
+	// Nothing the store holds is covered; reapplying the tombstones deletes nothing.
+	if res, err := s.ApplyTombstones(ctx, ts, ApplyOptions{}); err != nil || res.Forgotten != 0 {
+		t.Fatalf("reapplying the tombstones: %+v, %v", res, err)
+	}
+	// The user forgotten "until 2099" can come back now.
+	mustPut(t, s, item("back", "user:2099", memory.Semantic, "", `{"v":"back"}`, 1, 0), Inserted)
 }

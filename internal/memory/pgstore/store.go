@@ -106,7 +106,11 @@ type PutResult struct {
 }
 
 // memoryCols are the memories columns in the order scanItem reads them.
-const memoryCols = `memory_id, memory_type, scope, key, content, source, base_score, created_at, updated_at, expires_at, archived_at, history`
+const memoryCols = `memory_id, memory_type, scope, key, content, source, base_score, created_at, updated_at, expires_at, archived_at, history, recorded_at`
+
+// writeCols are the columns a write by an agent gives: every memory column but
+// recorded_at, which the server sets (agents have no privilege on it).
+const writeCols = `memory_id, memory_type, scope, key, content, source, base_score, created_at, updated_at, expires_at, archived_at, history`
 
 // Put stores one memory. Missing memory_id and timestamps are filled in (see
 // memory.Item.SetDefaults), then the item is validated. Times are stored with
@@ -127,9 +131,11 @@ const memoryCols = `memory_id, memory_type, scope, key, content, source, base_sc
 // An Unchanged write changes nothing at all: it does not refresh updated_at, nor
 // revive an archived or expired memory.
 //
-// A memory that its scope's tombstone covers (created at or before the scope was
-// forgotten) is refused with ErrForgotten; one created later is stored (see
-// forget.go).
+// Its recorded_at is the server's clock when it is written, and created_at and
+// updated_at may not lie more than memory.MaxFutureSkew after it. A write that comes
+// after its scope was forgotten is new consent and is stored (see forget.go); only a
+// tombstone later than the server's clock (one a restore brought from a server whose
+// clock is ahead) refuses it, with ErrForgotten.
 //
 // Concurrent writers to one slot are serialised by row locks, so no superseded value
 // is lost. Put never touches the vectors table; re-embedding a superseded memory is
@@ -146,9 +152,14 @@ type beginner interface {
 // putVia is Put over db; with queue, a write that changed the row also records the
 // index work it owes (see pending.go) in the same transaction.
 func (s *Store) putVia(ctx context.Context, db beginner, item memory.Item, queue bool) (PutResult, error) {
-	item.SetDefaults(time.Now())
+	now := time.Now()
+	item.SetDefaults(now)
 	normalizeTimes(&item)
+	item.RecordedAt = time.Time{} // the server's to set
 	if err := item.Validate(); err != nil {
+		return PutResult{}, fmt.Errorf("pgstore: put %q: %w", item.MemoryID, err)
+	}
+	if err := item.CheckNotFuture(now); err != nil {
 		return PutResult{}, fmt.Errorf("pgstore: put %q: %w", item.MemoryID, err)
 	}
 	hash, err := item.ContentHash()
@@ -176,19 +187,25 @@ func (s *Store) putVia(ctx context.Context, db beginner, item memory.Item, queue
 	return res, nil
 }
 
-// checkNotForgotten takes the forget lock shared for the transaction and refuses an
-// item that its scope's tombstone covers (see forget.go).
+// checkNotForgotten takes the forget lock shared for the transaction and refuses the
+// write when its scope's tombstone would cover it: the row will be recorded no
+// earlier than the server's clock now, which is after every tombstone a forget wrote
+// (forgets stamp their tombstone under the lock this write now holds), so only a
+// tombstone from the future refuses it (see forget.go).
 func (s *Store) checkNotForgotten(ctx context.Context, tx pgx.Tx, it memory.Item) error {
 	if err := s.lockForWrite(ctx, tx); err != nil {
 		return err
 	}
-	var at *time.Time
-	if err := tx.QueryRow(ctx, `SELECT max(forgotten_at) FROM `+s.t.tombstones+` WHERE scope = $1`, it.Scope).Scan(&at); err != nil {
+	var (
+		now time.Time
+		at  *time.Time
+	)
+	if err := tx.QueryRow(ctx, `SELECT clock_timestamp(), (SELECT max(forgotten_at) FROM `+s.t.tombstones+` WHERE scope = $1)`, it.Scope).Scan(&now, &at); err != nil {
 		return err
 	}
-	if at != nil && !it.CreatedAt.After(*at) {
-		return fmt.Errorf("%w: %s was forgotten at %s and this memory was created at %s, before that (memories created after a forget are stored)",
-			ErrForgotten, it.Scope, at.UTC().Format(time.RFC3339Nano), it.CreatedAt.UTC().Format(time.RFC3339Nano))
+	if at != nil && !now.After(*at) {
+		return fmt.Errorf("%w: %s was forgotten at %s, which is after the server's clock (%s): a restore brought a tombstone from a server whose clock is ahead; retry later",
+			ErrForgotten, it.Scope, at.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
 }
@@ -264,7 +281,7 @@ func (s *Store) put(ctx context.Context, tx pgx.Tx, it memory.Item, hash []byte)
 			return PutResult{}, err
 		}
 		var id string
-		err = tx.QueryRow(ctx, `INSERT INTO `+s.t.memories+` (`+memoryCols+`, content_hash)
+		err = tx.QueryRow(ctx, `INSERT INTO `+s.t.memories+` (`+writeCols+`, content_hash)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 			ON CONFLICT DO NOTHING RETURNING memory_id`,
 			it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key), []byte(it.Content), it.Source,
@@ -331,7 +348,7 @@ func scanItem(row pgx.Row, extra ...any) (memory.Item, error) {
 		content, history []byte
 	)
 	dest := append([]any{&it.MemoryID, &typ, &it.Scope, &key, &content, &it.Source, &it.BaseScore,
-		&it.CreatedAt, &it.UpdatedAt, &it.ExpiresAt, &it.ArchivedAt, &history}, extra...)
+		&it.CreatedAt, &it.UpdatedAt, &it.ExpiresAt, &it.ArchivedAt, &history, &it.RecordedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return memory.Item{}, err
 	}
@@ -348,6 +365,7 @@ func scanItem(row pgx.Row, extra ...any) (memory.Item, error) {
 	}
 	it.CreatedAt = it.CreatedAt.UTC()
 	it.UpdatedAt = it.UpdatedAt.UTC()
+	it.RecordedAt = it.RecordedAt.UTC()
 	if it.ExpiresAt != nil {
 		t := it.ExpiresAt.UTC()
 		it.ExpiresAt = &t
@@ -366,6 +384,9 @@ func normalizeTimes(it *memory.Item) {
 	n := func(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 	it.CreatedAt = n(it.CreatedAt)
 	it.UpdatedAt = n(it.UpdatedAt)
+	if !it.RecordedAt.IsZero() {
+		it.RecordedAt = n(it.RecordedAt)
+	}
 	if it.ExpiresAt != nil {
 		t := n(*it.ExpiresAt)
 		it.ExpiresAt = &t
