@@ -91,15 +91,15 @@ func TestManifestVersionProbe(t *testing.T) {
 	}{
 		fmt.Sprintf(`{"formatVersion":%d}`, FormatVersion+1): {ErrUnsupportedVersion,
 			fmt.Sprintf("format version %d; this reader supports versions 1 to %d", FormatVersion+1, FormatVersion)},
-		`{"formatVersion":"1"}`: {ErrCorrupt, `formatVersion is the string "1"; it must be a JSON integer`},
-		`{"formatVersion":"x"}`: {ErrCorrupt, `formatVersion is the string "x"`},
+		`{"formatVersion":"1"}`:  {ErrCorrupt, `formatVersion is the string "1"; it must be a JSON integer`},
+		`{"formatVersion":"x"}`:  {ErrCorrupt, `formatVersion is the string "x"`},
 		`{"formatVersion":null}`: {ErrCorrupt, "has no formatVersion"},
-		`{"formatVersion":99}`:  {ErrUnsupportedVersion, "format version 99"},
-		`{"formatVersion":0}`:   {ErrCorrupt, "invalid formatVersion 0"},
-		`{"formatVersion":-1}`:  {ErrCorrupt, "invalid formatVersion -1"},
-		`{"formatVersion":1.5}`: {ErrCorrupt, "invalid formatVersion 1.5"},
-		`{"producer":"x"}`:      {ErrCorrupt, "has no formatVersion"},
-		`not json`:              {ErrCorrupt, "is not valid JSON"},
+		`{"formatVersion":99}`:   {ErrUnsupportedVersion, "format version 99"},
+		`{"formatVersion":0}`:    {ErrCorrupt, "invalid formatVersion 0"},
+		`{"formatVersion":-1}`:   {ErrCorrupt, "invalid formatVersion -1"},
+		`{"formatVersion":1.5}`:  {ErrCorrupt, "invalid formatVersion 1.5"},
+		`{"producer":"x"}`:       {ErrCorrupt, "has no formatVersion"},
+		`not json`:               {ErrCorrupt, "is not valid JSON"},
 	} {
 		_, _, err := decodeManifest([]byte(raw), nil)
 		if !errors.Is(err, want.err) || !strings.Contains(err.Error(), want.text) {
