@@ -49,31 +49,71 @@ func (s *Store) Export(ctx context.Context, f ExportFilter, fn func(memory.Item)
 // Cut is a consistent view of the store: its Export and EachTombstone read one
 // REPEATABLE READ snapshot of the database, so what they return is the store at one
 // moment, Time. A package written from one cut holds every memory and tombstone
-// committed before the snapshot and nothing committed after it: a scope forgotten
-// while it is read is in it either with its memories or with its tombstone.
+// committed before Time and nothing committed after it: a scope forgotten while it
+// is read is in it either with its memories or with its tombstone. Time is taken in
+// the snapshot while no write or forget is in progress (see ReadCut), so a memory
+// this store recorded before Time (recorded_at) and a tombstone it wrote before Time
+// (forgotten_at) are in the cut, and nothing later is.
 type Cut struct {
 	s  *Store
 	tx pgx.Tx
-	// Time is when the snapshot was taken (the server's clock at the start of the
-	// cut's first statement).
+	// Time is when the snapshot was taken, by the server's clock.
 	Time time.Time
 }
 
 // ReadCut runs fn with a Cut of the store, in a read-only REPEATABLE READ
-// transaction that ends when fn returns.
+// transaction that ends when fn returns. It takes the store's write/forget lock
+// exclusively (on the cut's own session) just long enough to take the snapshot and
+// read the clock: writes and forgets in progress finish first, and those after wait
+// until the cut has its snapshot. A write stamps its recorded_at, and a forget its
+// tombstone, by the server's clock once it holds that lock (forget.go), so every
+// stamp before Time belongs to a transaction the snapshot sees, and none after.
+// Writes pause for about one round trip; a long one in progress (a restore's batch)
+// delays the cut until it commits.
 func (s *Store) ReadCut(ctx context.Context, fn func(ctx context.Context, c *Cut) error) error {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("pgstore: beginning a consistent read: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	c := &Cut{s: s, tx: tx}
-	// The transaction's first statement takes its snapshot.
-	if err := tx.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&c.Time); err != nil {
+	// A session whose lock could not be released is closed: its lock goes with it.
+	healthy := false
+	defer func() {
+		if !healthy {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+		conn.Release()
+	}()
+	c := &Cut{s: s}
+	if err := s.takeCut(ctx, conn.Conn(), c); err != nil {
 		return fmt.Errorf("pgstore: beginning a consistent read: %w", err)
 	}
-	c.Time = c.Time.UTC()
+	defer func() { _ = c.tx.Rollback(context.WithoutCancel(ctx)) }()
+	healthy = true
 	return fn(ctx, c)
+}
+
+// takeCut begins the cut's transaction on conn, its snapshot taken under the write
+// lock, and releases the lock.
+func (s *Store) takeCut(ctx context.Context, conn *pgx.Conn, c *Cut) error {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, s.forgetLock()); err != nil {
+		return err
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	// The transaction's first statement takes its snapshot, and the clock; the lock
+	// is released only then, by the next one.
+	if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&c.Time); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_unlock($1)`, s.forgetLock()); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	c.tx, c.Time = tx, c.Time.UTC()
+	return nil
 }
 
 // Export is Store.Export within the cut.
