@@ -77,6 +77,14 @@ func S3Config(t testing.TB) S3 {
 	}
 }
 
+// ControlPlaneAssets is the directory of the envtest control plane's binaries
+// (KUBEBUILDER_ASSETS: kube-apiserver, etcd and kubectl, which hack/install-tools.sh
+// builds into bin/k8s).
+func ControlPlaneAssets(t testing.TB) string {
+	t.Helper()
+	return requireEnv(t, "KUBEBUILDER_ASSETS", "The control plane")
+}
+
 // UniqueName returns prefix followed by random lowercase hex, for schemas, collections
 // and buckets that must not collide between tests sharing one service.
 func UniqueName(prefix string) string {
