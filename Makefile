@@ -8,7 +8,8 @@ LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 HELM ?= $(LOCALBIN)/helm
-KUBECTL ?= kubectl
+# The machine's kubectl for your cluster, else the one `make tools` builds.
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(LOCALBIN)/k8s/kubectl)
 
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0

@@ -14,6 +14,9 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# kubectl is the one hack/install-tools.sh builds at the control plane's version (the
+# machine may have none, or one too old), here and in the Jobs' and gateway's stand-ins.
+export PATH="$ROOT/bin/k8s:$PATH"
 DEMO_DIR="$ROOT/bin/demo"
 export RUN_DIR="$DEMO_DIR/run"
 KUBECONFIG="$DEMO_DIR/kubeconfig"
@@ -31,7 +34,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-[[ -x bin/memory-operator ]] || { echo "bin/memory-operator missing: run 'make demo'" >&2; exit 1; }
+for f in bin/memory-operator bin/k8s/kubectl; do
+	[[ -x $f ]] || { echo "$f missing: run 'make demo'" >&2; exit 1; }
+done
 
 say "Starting PostgreSQL, MinIO and Milvus Lite on loopback"
 hack/services.sh start
@@ -258,7 +263,7 @@ psql "$uri" -q -c "SELECT memory_id, scope, archived_at IS NOT NULL AS archived 
 kubectl -n "$NS" patch memorystore acme --type merge -p '{"spec":{"archival":{"suspend":true}}}' >/dev/null
 
 if [[ -n ${DEMO_KEEP:-} ]]; then
-	say "The stack keeps running. In another shell: export KUBECONFIG=$KUBECONFIG; press Ctrl-C to stop"
+	say "The stack keeps running. In another shell: export KUBECONFIG=$KUBECONFIG; bin/k8s/kubectl get memorystores -A; press Ctrl-C to stop"
 	wait "${pids[0]}"
 fi
 say "Deleting the store (reclaimPolicy: Delete drops schema, role, collection and prefix)"
