@@ -1,6 +1,7 @@
 // Package testutil finds the real services that integration tests run against.
 // hack/services.sh starts them (PostgreSQL, MinIO, Milvus Lite) and exports their
-// addresses as MEMORY_TEST_* variables; `make test` does this for you.
+// addresses as MEMORY_TEST_* variables; `make test` does this for you. A test whose
+// service is missing is skipped, and the skip announced even without -v.
 package testutil
 
 import (
@@ -12,17 +13,14 @@ import (
 )
 
 // requireEnv returns the variable's value. When it is unset the test fails under CI
-// (a missing service there is a broken harness, never a pass) and is skipped elsewhere.
+// (a missing service there is a broken harness, never a pass) and is skipped elsewhere,
+// saying so even without -v (see missing).
 func requireEnv(t testing.TB, name, service string) string {
 	t.Helper()
 	if v := os.Getenv(name); v != "" {
 		return v
 	}
-	msg := service + " is not available: " + name + " is unset (run tests via `make test`, or `hack/services.sh start` and source bin/run/env.sh)"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	missing(t, service+" is not running ("+name+" is unset)")
 	return ""
 }
 
