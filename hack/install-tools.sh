@@ -204,15 +204,20 @@ install_clients_venv() {
 	stamp clients-venv "$v"
 }
 
-# PostgreSQL 15's server binaries come from Debian's packages; machines of this kind have
-# them installed, but a bare one gets them here (as root).
-ensure_postgres() {
-	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return
+# What the harness needs from the machine besides Go and Python comes from Debian's
+# packages: PostgreSQL 15's server (with psql), Python's venv module and curl. Machines
+# of this kind have them installed; a bare one gets them here (as root).
+ensure_packages() {
+	local missing=()
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql-15)
+	python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+	command -v curl >/dev/null || missing+=(curl)
+	((${#missing[@]} == 0)) && return
 	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-		log "installing postgresql-15 from Debian's packages"
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+		log "installing ${missing[*]} from Debian's packages"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 	else
-		log "PostgreSQL server binaries are missing: install postgresql-15"
+		log "missing from this machine: ${missing[*]} (Debian's packages; install them, or run this as root)"
 		return 1
 	fi
 }
@@ -280,7 +285,7 @@ ensure_cluster_packages() {
 what=${1:-all}
 case "$what" in
 all)
-	ensure_postgres
+	ensure_packages
 	install_milvus_lite
 	install_clients_venv
 	build_etcd

@@ -310,3 +310,17 @@ func TestInstallToolsShowsBuildProgress(t *testing.T) {
 		t.Errorf("package paths are passed on, not counted:\n%s", out)
 	}
 }
+
+// TestInstallToolsNamesWhatTheMachineLacks: what the harness needs from the machine
+// (the README's prerequisites) is checked first, and what is missing is named (here
+// curl, on a PATH without it or apt-get to install it).
+func TestInstallToolsNamesWhatTheMachineLacks(t *testing.T) {
+	path := pathWithout(t, "curl", "apt-get")
+	cmd := exec.Command("bash", "-c", `source "$1"; ensure_packages`, "-",
+		filepath.Join(testutil.RepoRoot(t), "hack", "install-tools.sh"))
+	cmd.Env = append(os.Environ(), "TOOLS_BIN="+t.TempDir(), "PATH="+path)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "missing from this machine: curl (Debian's packages") {
+		t.Errorf("ensure_packages without curl: %v\n%s", err, out)
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -54,9 +56,10 @@ func announceSkip(test, msg string) {
 // -v. In package list mode (`go test ./...`) the go command prints a passing package's
 // output only with -v, so a skip said on the test's own stdout or stderr goes unseen;
 // this writes to the go command's stderr (the test binary's parent's) instead, when it
-// is a terminal or a pipe. A regular file there is left alone: the go command writes it
-// at its own offset and would overwrite the line. Failing that, the controlling
-// terminal; failing that, our own stderr.
+// is a terminal or a pipe, or a file opened for appending (`2>>log`). A file opened
+// otherwise (`2>log`) is left alone: the go command writes it at its own offset and
+// would overwrite the line. Failing that, the controlling terminal; failing that, our
+// own stderr.
 func Announce(line string) {
 	w := console()
 	_, _ = fmt.Fprintln(w, line)
@@ -70,12 +73,14 @@ var consoleOnce struct {
 func console() io.Writer {
 	consoleOnce.Do(func() {
 		consoleOnce.w = os.Stderr
-		for _, path := range []string{fmt.Sprintf("/proc/%d/fd/2", os.Getppid()), "/dev/tty"} {
+		parent := fmt.Sprintf("/proc/%d/fd/2", os.Getppid())
+		for _, path := range []string{parent, "/dev/tty"} {
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
 				continue
 			}
-			if st, err := f.Stat(); err == nil && st.Mode()&(os.ModeNamedPipe|os.ModeCharDevice|os.ModeSocket) != 0 {
+			if st, err := f.Stat(); err == nil && (st.Mode()&(os.ModeNamedPipe|os.ModeCharDevice|os.ModeSocket) != 0 ||
+				st.Mode().IsRegular() && path == parent && appending(os.Getppid(), 2)) {
 				consoleOnce.w = f
 				return
 			}
@@ -83,6 +88,21 @@ func console() io.Writer {
 		}
 	})
 	return consoleOnce.w
+}
+
+// appending reports whether the process's file descriptor was opened with O_APPEND.
+func appending(pid, fd int) bool {
+	info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%d", pid, fd))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			return err == nil && flags&syscall.O_APPEND != 0
+		}
+	}
+	return false
 }
 
 // packageDir is the test's package as a directory under the module's root (go test

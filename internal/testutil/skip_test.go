@@ -3,6 +3,7 @@ package testutil
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,15 +14,16 @@ import (
 // test. Run as a user runs it (package list mode, no -v, output to a pipe), a package
 // whose tests are skipped for want of a service still passes, but each skipped
 // Guarantee test is named, the package's other skips are announced once, and both say
-// how to run them. With -v the skip messages show anyway; -short skips quietly, as
-// asked; under CI a missing service fails. (A result replayed from the test cache is
-// not announced again: the go command replays only the output it captured.)
+// how to run them, also into a log appended to. With -v the skip messages show anyway;
+// -short skips quietly, as asked; under CI a missing service fails. (A result replayed
+// from the test cache is not announced again: the go command replays only the output
+// it captured.)
 func TestSkipsAreAnnounced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go test")
 	}
 	fixture := "./internal/testutil/testdata/skipfixture"
-	run := func(env []string, args ...string) (string, error) {
+	command := func(env []string, args ...string) *exec.Cmd {
 		cmd := exec.Command("go", append([]string{"test"}, append(args, fixture)...)...)
 		cmd.Dir = RepoRoot(t)
 		for _, kv := range os.Environ() {
@@ -30,8 +32,29 @@ func TestSkipsAreAnnounced(t *testing.T) {
 			}
 		}
 		cmd.Env = append(cmd.Env, env...)
-		out, err := cmd.CombinedOutput()
+		return cmd
+	}
+	run := func(env []string, args ...string) (string, error) {
+		out, err := command(env, args...).CombinedOutput()
 		return string(out), err
+	}
+	// toFile runs go test with its output to a file opened with flag, as a shell's
+	// 2>log (O_TRUNC) or 2>>log (O_APPEND) opens it.
+	toFile := func(flag int) string {
+		path := filepath.Join(t.TempDir(), "log")
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|flag, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := command(nil, "-count=1")
+		cmd.Stdout, cmd.Stderr = f, f
+		err = cmd.Run()
+		_ = f.Close()
+		out, _ := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return string(out)
 	}
 	guarantee := regexp.MustCompile("(?m)^SKIP internal/testutil/testdata/skipfixture: TestGuaranteeFixture not run: " +
 		regexp.QuoteMeta("PostgreSQL is not running (MEMORY_TEST_PG_DSN is unset). Run `make guarantees`"))
@@ -47,6 +70,14 @@ func TestSkipsAreAnnounced(t *testing.T) {
 	}
 	if n := len(others.FindAllString(out, -1)); n != 1 {
 		t.Errorf("the other skips are announced %d times, want once:\n%s", n, out)
+	}
+	// A log appended to gets the announcements too; one written from its start does not
+	// (the go command would write over them), and its own lines stay whole.
+	if out := toFile(os.O_APPEND); !guarantee.MatchString(out) || !ok.MatchString(out) {
+		t.Errorf("2>>log:\n%s", out)
+	}
+	if out := toFile(os.O_TRUNC); guarantee.MatchString(out) || !ok.MatchString(out) {
+		t.Errorf("2>log:\n%s", out)
 	}
 	if out, err := run(nil, "-count=1", "-v"); err != nil || guarantee.MatchString(out) || !strings.Contains(out, "--- SKIP: TestGuaranteeFixture") {
 		t.Errorf("-v: %v\n%s", err, out)
