@@ -74,12 +74,7 @@ demo_diagnostics() {
 }
 # shellcheck source=hack/demo-steps.sh
 source hack/demo-steps.sh
-demo_store
-demo_gateway
-demo_agent
-demo_snapshot
-demo_restore
-demo_archival
+demo_story
 if [[ -n ${DEMO_KEEP:-} ]]; then
 	say "DEMO_KEEP: the store acme stays, and the cluster"
 else

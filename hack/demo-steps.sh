@@ -28,6 +28,24 @@ wait_for_job() {
 	echo "${job#job.batch/}"
 }
 
+# backend_yaml: the harness's PostgreSQL and object storage, as spec.backend names them.
+backend_yaml() {
+	cat <<YAML
+    postgres: {host: $MEMORY_TEST_PG_HOST, port: $MEMORY_TEST_PG_PORT, sslMode: disable, adminSecret: {name: pg-admin}}
+    objectStorage: {endpoint: $MEMORY_TEST_S3_ENDPOINT, bucket: agent-memory, insecure: true, createBucket: true, credentialsSecret: {name: s3-credentials}}
+YAML
+}
+
+# demo_story: every step but the store's deletion, in order.
+demo_story() {
+	demo_store
+	demo_gateway
+	demo_agent
+	demo_snapshot
+	demo_restore
+	demo_archival
+}
+
 demo_store() {
 	say "Applying a MemoryStore for tenant acme (PostgreSQL + Milvus + MinIO)"
 	kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -44,19 +62,8 @@ metadata:
 spec:
   tenant: acme
   backend:
-    postgres:
-      host: $MEMORY_TEST_PG_HOST
-      port: $MEMORY_TEST_PG_PORT
-      sslMode: disable
-      adminSecret: {name: pg-admin}
-    milvus:
-      address: $MEMORY_TEST_MILVUS_ADDR
-    objectStorage:
-      endpoint: $MEMORY_TEST_S3_ENDPOINT
-      bucket: agent-memory
-      insecure: true
-      createBucket: true
-      credentialsSecret: {name: s3-credentials}
+$(backend_yaml)
+    milvus: {address: $MEMORY_TEST_MILVUS_ADDR}
   vector:
     dimension: 384
     metric: COSINE
@@ -162,16 +169,7 @@ metadata:
 spec:
   tenant: acme-v2
   backend:
-    postgres:
-      host: $MEMORY_TEST_PG_HOST
-      port: $MEMORY_TEST_PG_PORT
-      sslMode: disable
-      adminSecret: {name: pg-admin}
-    objectStorage:
-      endpoint: $MEMORY_TEST_S3_ENDPOINT
-      bucket: agent-memory
-      insecure: true
-      credentialsSecret: {name: s3-credentials}
+$(backend_yaml)
   vector: {dimension: 384}
   reclaimPolicy: Delete
 ---

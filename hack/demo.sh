@@ -83,12 +83,7 @@ demo_diagnostics() {
 }
 # shellcheck source=hack/demo-steps.sh
 source hack/demo-steps.sh
-demo_store
-demo_gateway
-demo_agent
-demo_snapshot
-demo_restore
-demo_archival
+demo_story
 
 if [[ -n ${DEMO_KEEP:-} ]]; then
 	say "The stack keeps running. In another shell: export KUBECONFIG=$KUBECONFIG; bin/k8s/kubectl get memorystores -A; press Ctrl-C to stop"
