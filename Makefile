@@ -8,7 +8,8 @@ LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 HELM ?= $(LOCALBIN)/helm
-KUBECTL ?= kubectl
+# The machine's kubectl for your cluster, else the one `make tools` builds.
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(LOCALBIN)/k8s/kubectl)
 
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
@@ -53,13 +54,17 @@ lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: tools
-tools: ## Build the test harness: kube-apiserver, etcd, MinIO, Milvus Lite, the clients venv (cached in bin/).
+tools: ## Build the test harness: kube-apiserver, etcd, kubectl, MinIO, Toxiproxy, Milvus Lite, the clients venv (cached in bin/).
 	hack/install-tools.sh all
 
 .PHONY: test
 test: tools vet ## Start PostgreSQL, MinIO, Milvus Lite and Toxiproxy on loopback and run every test (unit, integration, envtest, fault tables), then each fuzz target briefly.
 	hack/services.sh run go test ./... -count=1 $(GOTEST_ARGS)
 	FUZZTIME=5000x hack/fuzz.sh
+
+.PHONY: guarantees
+guarantees: tools ## Run the Guarantee tests (the promises the README makes) with the services started; one that cannot run fails.
+	CI=true hack/services.sh run go test ./... -run Guarantee -count=1 $(GOTEST_ARGS)
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 60s) each.

@@ -16,9 +16,14 @@ import (
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
-// terminationLog is where Kubernetes reads a container's last words; the worker's
-// error lands there so the controller can show it in a condition.
-const terminationLog = "/dev/termination-log"
+// terminationLog is where Kubernetes reads a container's last words (the kubelet mounts
+// a file there); the worker's error or summary lands there so the controller can show
+// it in a condition. terminationLogEnv names another file, for running a Job's command
+// outside a Pod as the demo does (hack/run-job.sh).
+const (
+	terminationLog    = "/dev/termination-log"
+	terminationLogEnv = "MEMORY_OPERATOR_TERMINATION_LOG"
+)
 
 // runSnapshotWorker is `memory-operator snapshot`: the process a snapshot Job runs.
 func runSnapshotWorker(args []string) int {
@@ -147,7 +152,11 @@ func fail(cmd string, err error, code int) int {
 // writeTerminationLog replaces the termination log's content when the file exists (in
 // a pod); elsewhere it does nothing.
 func writeTerminationLog(msg string) {
-	if f, err := os.OpenFile(terminationLog, os.O_WRONLY|os.O_TRUNC, 0); err == nil {
+	path := terminationLog
+	if p := os.Getenv(terminationLogEnv); p != "" {
+		path = p
+	}
+	if f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0); err == nil {
 		_, _ = f.WriteString(msg)
 		_ = f.Close()
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -357,7 +358,12 @@ func TestGuaranteeStoreThatLostATenantConflictIsDeletable(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = s3.StatObject(ctx, "memory-test", "memory-operator/"+tenant+"/.memory-store.json", minio.StatObjectOptions{})
 	g.Expect(err).NotTo(HaveOccurred(), "the holder's prefix marker")
-	g.Expect(eventReasons(ns, second.Name)).To(ContainElement("BackendsKept"))
+	g.Eventually(func() []string { return eventReasons(ns, second.Name) }).
+		WithTimeout(waitTimeout).WithPolling(pollEvery).Should(ContainElement("BackendsKept"))
+	// Nothing was reclaimed, so no event may say so. Events are recorded asynchronously
+	// and in no set order: give one that must not come the time to come.
+	g.Consistently(func() []string { return eventReasons(ns, second.Name) }).
+		WithTimeout(3 * time.Second).WithPolling(pollEvery).ShouldNot(ContainElement("Reclaimed"))
 }
 
 func TestMemoryStoreDeletion(t *testing.T) {
@@ -392,6 +398,14 @@ func TestMemoryStoreDeletion(t *testing.T) {
 
 			keep := policy == memoryv1alpha1.ReclaimRetain
 			g := NewWithT(t)
+			if !keep {
+				// The event names what was deleted, each part.
+				g.Eventually(func() []string { return eventNotes(ns, store.Name, "Reclaimed") }).
+					WithTimeout(waitTimeout).WithPolling(pollEvery).Should(ContainElement(And(
+					ContainSubstring("schema mem_"+tenant+" and its roles"),
+					ContainSubstring("Milvus collection mem_"+tenant),
+					ContainSubstring("object prefix memory-operator/"+tenant+"/"))))
+			}
 			g.Expect(schemaExists(t, "mem_"+tenant)).To(Equal(keep), "schema")
 			g.Expect(roleExists(t, "mem_"+tenant+"_agent")).To(Equal(keep), "agent role")
 			g.Expect(roleExists(t, "mem_"+tenant+"_worker")).To(Equal(keep), "worker role")
@@ -523,4 +537,19 @@ func eventReasons(namespace, name string) []string {
 		}
 	}
 	return reasons
+}
+
+// eventNotes are the messages of the object's events with this reason.
+func eventNotes(namespace, name, reason string) []string {
+	var list eventsv1.EventList
+	if err := k8sClient.List(context.Background(), &list, client.InNamespace(namespace)); err != nil {
+		return nil
+	}
+	var notes []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Reason == reason {
+			notes = append(notes, e.Note)
+		}
+	}
+	return notes
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,7 +36,8 @@ func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memo
 
 	if store.ReclaimPolicyOrDefault() == memoryv1alpha1.ReclaimDelete {
 		original := store.DeepCopy()
-		if err := r.deleteBackends(ctx, store); err != nil {
+		reclaimed, err := r.deleteBackends(ctx, store)
+		if err != nil {
 			reason := memoryv1alpha1.ReasonCleanupFailed
 			var se *stepError
 			if errors.As(err, &se) {
@@ -47,9 +49,15 @@ func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memo
 			}
 			return ctrl.Result{}, err
 		}
-		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, "Reclaimed", "Delete",
-			"Deleted the schema, role, vectors and object prefix of tenant %s", store.Spec.Tenant)
-		log.Info("Reclaimed store backends", "tenant", store.Spec.Tenant)
+		// Reclaimed says what was deleted; a store whose backends were all someone
+		// else's (BackendsKept) reclaimed nothing and says nothing of the kind.
+		if len(reclaimed) > 0 {
+			r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, "Reclaimed", "Delete",
+				"Deleted %s of tenant %s", strings.Join(reclaimed, ", "), store.Spec.Tenant)
+			log.Info("Reclaimed store backends", "tenant", store.Spec.Tenant, "deleted", reclaimed)
+		} else {
+			log.Info("Reclaimed nothing: no backend was this store's", "tenant", store.Spec.Tenant)
+		}
 	} else {
 		log.Info("Retaining store backends", "tenant", store.Spec.Tenant)
 	}
@@ -73,46 +81,57 @@ func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memo
 	return ctrl.Result{}, client.IgnoreNotFound(r.Patch(ctx, store, patch))
 }
 
-func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memoryv1alpha1.MemoryStore) error {
+// deleteBackends deletes what of the tenant's backends is this store's and returns what
+// it deleted, for the Reclaimed event.
+func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memoryv1alpha1.MemoryStore) ([]string, error) {
 	rb, err := r.resolveBackend(ctx, store)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	names, err := provision.NamesFor(store.Spec.Tenant, rb.basePrefix())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The schema's owner mark says whose the tenant's backends are (provisioning makes
 	// and marks it first). A store that lost a TenantConflict provisioned nothing:
 	// everything there is another store's, and nothing is deleted.
 	own, whose, err := provision.SchemaOwnership(ctx, rb.postgres, names, ownerOf(store))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if own == provision.OwnedByOther {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete",
 			"Deleted nothing of tenant %s: its backends are not this store's (%s)", store.Spec.Tenant, whose)
-		return nil
+		return nil, nil
 	}
+	var deleted []string
 	// A collection carries no owner mark: it is dropped only with a schema of ours.
-	if own == provision.OwnedByUs {
+	if own == provision.OwnedByUs && rb.milvus != nil {
 		if err := provision.DeleteVectors(ctx, rb.milvus, names); err != nil {
-			return err
+			return nil, err
 		}
+		deleted = append(deleted, "Milvus collection "+names.Collection)
 	} else if rb.milvus != nil {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete",
 			"Left Milvus collection %s in place: no schema of this store says it is its own", names.Collection)
 	}
 	if rb.s3 != nil {
 		err := provision.DeleteObjectStore(ctx, *rb.s3, names, ownerOf(store))
-		if provision.ReasonOf(err) == provision.ReasonTenantConflict {
+		switch {
+		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
 			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the object prefix alone: %v", err)
-		} else if err != nil {
-			return err
+		case err != nil:
+			return nil, err
+		default:
+			deleted = append(deleted, "object prefix "+names.Prefix+" (snapshots kept)")
 		}
 	}
 	if own == provision.NoSchema {
-		return nil
+		return deleted, nil
 	}
-	return provision.DeletePostgres(ctx, rb.postgres, names, ownerOf(store))
+	if err := provision.DeletePostgres(ctx, rb.postgres, names, ownerOf(store)); err != nil {
+		return nil, err
+	}
+	// PostgreSQL goes last, but it is the system of record: it leads the list.
+	return append([]string{"schema " + names.Schema + " and its roles"}, deleted...), nil
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/test/importers"
 )
 
@@ -90,12 +92,16 @@ func TestMain(m *testing.M) {
 
 func runSuite(m *testing.M) int {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		msg := "controller tests need a control plane: KUBEBUILDER_ASSETS is unset (run `make test`)"
+		msg := "controller tests need a control plane: KUBEBUILDER_ASSETS is unset"
 		if os.Getenv("CI") != "" {
 			fmt.Fprintln(os.Stderr, "FAIL: "+msg)
 			return 1
 		}
-		fmt.Fprintln(os.Stderr, "SKIP: "+msg)
+		// Said where it is seen without -v (testutil.Announce), unless -short asked for it.
+		flag.Parse()
+		if !testing.Short() {
+			testutil.Announce("SKIP controllers: every test not run, the Guarantee tests among them: " + msg + ". " + testutil.HowToRun + ".")
+		}
 		return 0
 	}
 	// The controllers' log is kept (at debug level) for the leak check after the run.

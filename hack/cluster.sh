@@ -3,7 +3,8 @@
 # this machine for the end-to-end tests: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, a kubelet running Pods through containerd v2 and runc on a CNI bridge,
 # and kube-proxy, all built by `hack/install-tools.sh cluster` into bin/ (Debian's runc,
-# CNI plugins and iptables). Notes on why it is set up this way: ../shared/research/local-cluster.md.
+# CNI plugins and iptables). Why it is set up this way (what this machine lacks, what
+# the kubelet changes on the host, how nothing leaves it): docs/local-cluster.md.
 #
 #   up      starts it (about 15 s) and writes the admin kubeconfig to bin/cluster-run/kubeconfig
 #   down    stops everything it started and puts the host back as it found it

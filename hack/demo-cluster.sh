@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The demo on a real cluster (make demo-cluster, as root): the local single-node cluster
 # (hack/cluster.sh), the operator installed with its Helm chart from the locally built
-# image, PostgreSQL, MinIO and Milvus Lite on the cluster bridge's address. A MemoryStore
-# with a gateway is applied; an agent remembers and searches through the gateway's
-# Service; the store is snapshotted and restored into a second store with a user ID
-# mapped, each by a Job that runs as a real Pod. `make demo` is the fast path with no
-# kubelet (Jobs run as local processes); this one is what a cluster does.
+# image into namespaces at the restricted Pod Security level, PostgreSQL, MinIO and
+# Milvus Lite on the cluster bridge's address. Then the same steps as `make demo`
+# (hack/demo-steps.sh): a MemoryStore shown Ready, an agent remembering and recalling
+# through the gateway's Service, a snapshot, a restore into a second store with a user ID
+# mapped, archival on a schedule, and the store deleted. `make demo` is the fast path
+# with no kubelet (the Jobs and the gateway run as local processes); here they are Pods.
 #
 #   make demo-cluster                 # runs it and tears everything down
 #   DEMO_KEEP=1 make demo-cluster     # leaves the cluster up (hack/cluster.sh down to stop)
@@ -19,7 +20,7 @@ NS=demo
 K="$ROOT/bin/cluster/kubectl"
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 cleanup() {
-	[[ -n ${DEMO_KEEP:-} ]] && { say "DEMO_KEEP: the cluster stays up. export KUBECONFIG=$KUBECONFIG; stop with: RUN_DIR=$RUN_DIR hack/services.sh stop; hack/cluster.sh down"; return; }
+	[[ -n ${DEMO_KEEP:-} ]] && { say "DEMO_KEEP: the cluster stays up. export KUBECONFIG=$KUBECONFIG; bin/cluster/kubectl get memorystores -A; stop with: RUN_DIR=$RUN_DIR hack/services.sh stop; hack/cluster.sh down"; return; }
 	hack/services.sh stop || true
 	hack/cluster.sh down || true
 }
@@ -45,72 +46,38 @@ bin/helm upgrade --install memory-operator charts/memory-operator -n memory-oper
 	--set image.repository=localhost/memory-operator --set image.tag=e2e --set image.pullPolicy=Never --wait --timeout 3m >/dev/null
 "$K" -n memory-operator-system get pods
 
-say "A MemoryStore for tenant acme, with a gateway"
-"$K" -n "$NS" create secret generic pg-admin --from-literal=username="$MEMORY_TEST_PG_USER" --from-literal=password="$MEMORY_TEST_PG_PASSWORD"
-"$K" -n "$NS" create secret generic s3-credentials --from-literal=accessKeyID="$MEMORY_TEST_S3_ACCESS_KEY" --from-literal=secretAccessKey="$MEMORY_TEST_S3_SECRET_KEY"
-"$K" -n "$NS" create secret generic snapshot-key --from-literal=key="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-backend="postgres: {host: $MEMORY_TEST_PG_HOST, port: $MEMORY_TEST_PG_PORT, sslMode: disable, adminSecret: {name: pg-admin}}
-    objectStorage: {endpoint: $MEMORY_TEST_S3_ENDPOINT, bucket: agent-memory, insecure: true, createBucket: true, credentialsSecret: {name: s3-credentials}}"
-"$K" apply -f - <<YAML
-apiVersion: memory.amemory.io/v1alpha1
-kind: MemoryStore
-metadata: {name: acme, namespace: $NS}
-spec:
-  tenant: acme
-  backend:
-    $backend
-    milvus: {address: $MEMORY_TEST_MILVUS_ADDR}
-  vector: {dimension: 384, metric: COSINE}
-  reclaimPolicy: Delete
-  gateway: {enabled: true, keys: [{name: agent}]}
-YAML
-"$K" -n "$NS" wait memorystore/acme --for=condition=GatewayReady --timeout=120s >/dev/null
-"$K" -n "$NS" get memorystores,deployments,services,pods
-
-say "An agent remembers and searches through the gateway's Service"
-gw="http://$("$K" -n "$NS" get service acme-gateway -o jsonpath='{.spec.clusterIP}'):8080"
-key=$("$K" -n "$NS" get secret acme-memory -o jsonpath='{.data.gatewayKey}' | base64 -d)
-for _ in $(seq 1 60); do curl -fs "$gw/readyz" >/dev/null && break; sleep 0.5; done
-api() { curl -sS -H "x-api-key: $key" -H 'Content-Type: application/json' "$@"; echo; }
-api -X POST "$gw/v1/memories/batch" -d '{"memories": [
- {"memory_id": "demo-1", "memory_type": "semantic", "scope": "user:1024", "key": "preference.coffee", "content": {"likes": "flat white"}, "base_score": 0.9},
- {"memory_id": "demo-2", "memory_type": "episodic", "scope": "user:1024", "content": {"event": "asked for a refund"}, "base_score": 0.6}]}'
-api -X POST "$gw/v1/search" -d '{"scope": "user:1024", "query": "refund", "top_k": 1}'
-
-say "A MemorySnapshot: its Job runs as a Pod"
-"$K" apply -f - <<YAML
-apiVersion: memory.amemory.io/v1alpha1
-kind: MemorySnapshot
-metadata: {name: before-migration, namespace: $NS}
-spec:
-  storeRef: {name: acme}
-  encryption: {keySecret: {name: snapshot-key, key: key}}
-YAML
-"$K" -n "$NS" wait memorysnapshot/before-migration --for=condition=Ready --timeout=120s >/dev/null
-"$K" -n "$NS" get memorysnapshots
-"$K" -n "$NS" get jobs,pods -l memory.amemory.io/snapshot=before-migration
-
-say "Restore into a second store, renaming user:1024 to user:dbc0a3"
-"$K" apply -f - <<YAML
-apiVersion: memory.amemory.io/v1alpha1
-kind: MemoryStore
-metadata: {name: acme-v2, namespace: $NS}
-spec:
-  tenant: acme-v2
-  backend:
-    $backend
-  vector: {dimension: 384}
-  reclaimPolicy: Delete
----
-apiVersion: memory.amemory.io/v1alpha1
-kind: MemoryRestore
-metadata: {name: migrate, namespace: $NS}
-spec:
-  source: {snapshotRef: {name: before-migration}, keySecret: {name: snapshot-key, key: key}}
-  targetRef: {name: acme-v2}
-  mapping: {scopes: [{from: "user:1024", to: "user:dbc0a3"}]}
-YAML
-"$K" -n "$NS" wait memoryrestore/migrate --for=condition=Ready --timeout=180s >/dev/null
-"$K" -n "$NS" get memoryrestores -o wide
-psql "$("$K" -n "$NS" get secret acme-v2-memory -o jsonpath='{.data.uri}' | base64 -d)" -q -c 'SELECT memory_id, scope FROM memories ORDER BY memory_id'
+# The hooks of the shared steps (hack/demo-steps.sh): here the kubelet runs the
+# gateway's and the Jobs' Pods.
+kubectl() { "$K" "$@"; }
+start_gateway() {
+	kubectl -n "$1" rollout status deployment "$2-gateway" --timeout=120s
+	gw="http://$(kubectl -n "$1" get service "$2-gateway" -o jsonpath='{.spec.clusterIP}'):8080"
+	echo "(the gateway's Pods, reached through the Service $2-gateway at $gw)"
+	for _ in $(seq 1 120); do curl -fs "$gw/readyz" >/dev/null 2>&1 && return; sleep 0.5; done
+	failed deployment "$2-gateway"
+}
+run_job() {
+	local state="" i
+	echo "(the Job $2 runs as a Pod)"
+	for i in $(seq 1 360); do
+		state=$(kubectl -n "$1" get job "$2" -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type} {end}')
+		[[ $state == *Complete* || $state == *Failed* ]] && break
+		sleep 0.5
+	done
+	kubectl -n "$1" get pods -l batch.kubernetes.io/job-name="$2" -o custom-columns='POD:.metadata.name,PHASE:.status.phase,EXIT:.status.containerStatuses[0].state.terminated.exitCode,MESSAGE:.status.containerStatuses[0].state.terminated.message'
+}
+demo_diagnostics() {
+	kubectl -n "$NS" get pods,jobs -o wide
+	kubectl -n "$NS" get events --sort-by=.lastTimestamp | tail -n 20
+	echo "--- the operator's log (last 40 lines):"
+	kubectl -n memory-operator-system logs deployment/memory-operator --tail=40
+}
+# shellcheck source=hack/demo-steps.sh
+source hack/demo-steps.sh
+demo_story
+if [[ -n ${DEMO_KEEP:-} ]]; then
+	say "DEMO_KEEP: the store acme stays, and the cluster"
+else
+	demo_delete
+fi
 say "Demo finished"

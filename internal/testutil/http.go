@@ -80,11 +80,7 @@ func (s *SyncBuffer) String() string {
 func HarnessFile(t testing.TB, path, hint string) string {
 	t.Helper()
 	if _, err := os.Stat(path); err != nil {
-		msg := path + " is missing: " + hint
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		missing(t, path+" is missing ("+hint+")")
 	}
 	return path
 }

@@ -1,6 +1,7 @@
 // Package testutil finds the real services that integration tests run against.
 // hack/services.sh starts them (PostgreSQL, MinIO, Milvus Lite) and exports their
-// addresses as MEMORY_TEST_* variables; `make test` does this for you.
+// addresses as MEMORY_TEST_* variables; `make test` does this for you. A test whose
+// service is missing is skipped, and the skip announced even without -v.
 package testutil
 
 import (
@@ -12,17 +13,14 @@ import (
 )
 
 // requireEnv returns the variable's value. When it is unset the test fails under CI
-// (a missing service there is a broken harness, never a pass) and is skipped elsewhere.
+// (a missing service there is a broken harness, never a pass) and is skipped elsewhere,
+// saying so even without -v (see missing).
 func requireEnv(t testing.TB, name, service string) string {
 	t.Helper()
 	if v := os.Getenv(name); v != "" {
 		return v
 	}
-	msg := service + " is not available: " + name + " is unset (run tests via `make test`, or `hack/services.sh start` and source bin/run/env.sh)"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	missing(t, service+" is not running ("+name+" is unset)")
 	return ""
 }
 
@@ -75,6 +73,14 @@ func S3Config(t testing.TB) S3 {
 		AccessKey: os.Getenv("MEMORY_TEST_S3_ACCESS_KEY"),
 		SecretKey: os.Getenv("MEMORY_TEST_S3_SECRET_KEY"),
 	}
+}
+
+// ControlPlaneAssets is the directory of the envtest control plane's binaries
+// (KUBEBUILDER_ASSETS: kube-apiserver, etcd and kubectl, which hack/install-tools.sh
+// builds into bin/k8s).
+func ControlPlaneAssets(t testing.TB) string {
+	t.Helper()
+	return requireEnv(t, "KUBEBUILDER_ASSETS", "The control plane")
 }
 
 // UniqueName returns prefix followed by random lowercase hex, for schemas, collections
