@@ -253,3 +253,39 @@ func checkUnicodeScopes(t *testing.T, store *pgstore.Store, idx vector.Index) {
 		}
 	}
 }
+
+// TestRestoreRefusesNonNFCScope: a memory whose scope is not NFC (a producer that
+// did not normalise) is refused by the restore as invalid, the message naming the
+// NFC spelling; the package's other memories restore.
+func TestRestoreRefusesNonNFCScope(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testutil.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	at := time.Date(2026, 11, 20, 8, 0, 0, 0, time.UTC)
+	mk := func(id, scope string) memory.Item {
+		return memory.Item{MemoryID: id, MemoryType: memory.Semantic, Scope: scope, Content: json.RawMessage(`{"id":"` + id + `"}`),
+			Source: "test", BaseScore: 0.5, CreatedAt: at, UpdatedAt: at}
+	}
+	items := []memory.Item{mk("ok-1", "user:zoë"), mk("nfd-1", "user:zoe\u0308"), mk("ok-2", "user:用户123")}
+	_, conv, err := Convert(ctx, PackageOptions{SpillDir: t.TempDir()}, produceItems(items))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conv.Close)
+	schema := testutil.UniqueName("nfc_")
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
+	if _, err := pgstore.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	res, err := restore.Run(ctx, restore.Options{Reader: conv, Written: true, Target: pgstore.New(pool, schema), Types: memory.AllTypes(),
+		Now: at.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Inserted != 2 || res.Skipped.Invalid != 1 || !strings.Contains(res.FirstInvalid, "not in Unicode normalization form NFC") {
+		t.Fatalf("restored %+v, first invalid %q", res, res.FirstInvalid)
+	}
+}
