@@ -28,6 +28,7 @@ import (
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
+	"github.com/amemory/memory-operator/test/importers"
 )
 
 // unicodeSource is what unicode_langgraph.py writes with LangGraph: users and threads
@@ -99,21 +100,7 @@ func writeUnicodeSource(t *testing.T) map[string]LangGraphSource {
 		t.Fatalf("unicode_langgraph.py: %v\n%s", err, out)
 	}
 
-	pool, err := pgxpool.New(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	pg, err := OpenLangGraphPostgres(ctx, pool, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lite, err := OpenLangGraphSQLite(ctx, sqlitePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lite.Close() })
-	return map[string]LangGraphSource{"postgres": pg, "sqlite": lite}
+	return readers(t, importers.Expected{DSN: u.String(), SQLitePath: sqlitePath})
 }
 
 // packageObject is every name a package's objects may have: scopes never become part
@@ -276,7 +263,9 @@ func TestRestoreRefusesNonNFCScope(t *testing.T) {
 	}
 	t.Cleanup(conv.Close)
 	schema := testutil.UniqueName("nfc_")
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	})
 	if _, err := pgstore.Migrate(ctx, pool, schema); err != nil {
 		t.Fatal(err)
 	}
