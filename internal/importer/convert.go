@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -126,21 +127,21 @@ func (r Rules) Convert(t Thread) Result {
 	// The checks that need no messages come first (NeedsMessages is their negation):
 	// a reader may leave the messages of a thread they exclude undecoded.
 	if t.Unsupported != nil {
-		return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", t.ID, t.Unsupported)}
+		return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", shown(t.ID), t.Unsupported)}
 	}
 	// A thread idle beyond the window counts as inactive, whatever else it is.
 	if r.inactive(t) {
-		return Result{Outcome: SkipInactive, Problem: fmt.Sprintf("thread %s: last active %s", t.ID, t.LastActivity.UTC().Format(time.RFC3339))}
+		return Result{Outcome: SkipInactive, Problem: fmt.Sprintf("thread %s: last active %s", shown(t.ID), t.LastActivity.UTC().Format(time.RFC3339))}
 	}
 	if r.SkipZombies && t.Errored {
-		return Result{Outcome: SkipZombie, Problem: fmt.Sprintf("thread %s: its last step ended in an error", t.ID)}
+		return Result{Outcome: SkipZombie, Problem: fmt.Sprintf("thread %s: its last step ended in an error", shown(t.ID))}
 	}
 	if len(t.Messages) == 0 && !t.Errored {
-		return Result{Outcome: SkipEmpty, Problem: fmt.Sprintf("thread %s has no messages", t.ID)}
+		return Result{Outcome: SkipEmpty, Problem: fmt.Sprintf("thread %s has no messages", shown(t.ID))}
 	}
 	if r.SkipZombies {
 		if why := zombie(t); why != "" {
-			return Result{Outcome: SkipZombie, Problem: fmt.Sprintf("thread %s: %s", t.ID, why)}
+			return Result{Outcome: SkipZombie, Problem: fmt.Sprintf("thread %s: %s", shown(t.ID), why)}
 		}
 	}
 	user := r.user(t)
@@ -149,20 +150,22 @@ func (r Rules) Convert(t Thread) Result {
 		tmpl = DefaultScopeTemplate
 	}
 	if strings.Contains(tmpl, "{user}") && user == "" {
-		return Result{Outcome: SkipNoUser, Problem: fmt.Sprintf("thread %s: no user id in metadata or thread id", t.ID)}
+		return Result{Outcome: SkipNoUser, Problem: fmt.Sprintf("thread %s: no user id in metadata or thread id", shown(t.ID))}
 	}
-	scope := strings.NewReplacer("{user}", user, "{thread}", t.ID).Replace(tmpl)
+	// The scope is NFC-normalised (memory.NormalizeScope) as a whole: a source may
+	// spell one user's id composed in one thread and decomposed in another.
+	scope := memory.NormalizeScope(strings.NewReplacer("{user}", user, "{thread}", t.ID).Replace(tmpl))
 	if err := memory.ValidateScope(scope); err != nil {
-		return Result{Outcome: SkipNoUser, Problem: fmt.Sprintf("thread %s: scope %q: %v", t.ID, scope, err)}
+		return Result{Outcome: SkipNoUser, Problem: fmt.Sprintf("thread %s: scope %q: %v", shown(t.ID), scope, err)}
 	}
 	items, err := r.turns(t, scope)
 	if err != nil {
-		return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", t.ID, err)}
+		return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", shown(t.ID), err)}
 	}
 	if r.KeepWorking && (r.WorkingWindow <= 0 || r.Now.Sub(t.LastActivity) <= r.WorkingWindow) {
 		w, err := r.working(t)
 		if err != nil {
-			return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", t.ID, err)}
+			return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", shown(t.ID), err)}
 		}
 		items = append(items, w...)
 	}
@@ -180,6 +183,16 @@ func (r Rules) NeedsMessages(t Thread) bool {
 	return t.Unsupported == nil && (!r.SkipZombies || !t.Errored) && !r.inactive(t)
 }
 
+// shown is an id from a source as a message shows it: as it is when it prints as
+// itself, else quoted, since it may hold anything (a line break in a thread id would
+// forge a line of the import's log or status).
+func shown(id string) string {
+	if q := strconv.Quote(id); q[1:len(q)-1] != id || strings.ContainsRune(id, ' ') || id == "" {
+		return q
+	}
+	return id
+}
+
 // zombie says why a thread is a zombie session ("" if it is not): it ended in an
 // error, or the agent never replied.
 func zombie(t Thread) string {
@@ -194,7 +207,14 @@ func zombie(t Thread) string {
 	return "the agent never replied"
 }
 
+// user is the thread's user id, NFC-normalised (memory.NormalizeScope): from the
+// metadata key, else the pattern's group on the thread id (matched in NFC, so a
+// pattern written with "ë" matches an id that spells it decomposed).
 func (r Rules) user(t Thread) string {
+	return memory.NormalizeScope(r.rawUser(t))
+}
+
+func (r Rules) rawUser(t Thread) string {
 	if r.UserMetadataKey != "" {
 		switch v := t.Metadata[r.UserMetadataKey].(type) {
 		case string:
@@ -206,7 +226,7 @@ func (r Rules) user(t Thread) string {
 		}
 	}
 	if r.UserPattern != nil {
-		m := r.UserPattern.FindStringSubmatch(t.ID)
+		m := r.UserPattern.FindStringSubmatch(memory.NormalizeScope(t.ID))
 		if m == nil {
 			return ""
 		}
@@ -266,7 +286,7 @@ func (r Rules) turns(t Thread, scope string) ([]memory.Item, error) {
 
 // working imports the raw messages of a recent thread as working memory.
 func (r Rules) working(t Thread) ([]memory.Item, error) {
-	scope := "session:" + t.ID
+	scope := memory.NormalizeScope("session:" + t.ID)
 	if err := memory.ValidateScope(scope); err != nil {
 		return nil, fmt.Errorf("working memory scope: %w", err)
 	}

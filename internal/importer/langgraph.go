@@ -109,7 +109,11 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 		it, err := storeMemory(mapper, si, opts.Rules.Source)
 		if err != nil {
 			st.StoreSkipped++
-			st.problem(fmt.Sprintf("store item (%s) %q: %v", strings.Join(si.Namespace, ", "), si.Key, err))
+			labels := make([]string, len(si.Namespace))
+			for i, l := range si.Namespace {
+				labels[i] = shown(l)
+			}
+			st.problem(fmt.Sprintf("store item (%s) %q: %v", strings.Join(labels, ", "), si.Key, err))
 			return nil
 		}
 		st.Items++

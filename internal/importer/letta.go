@@ -8,6 +8,10 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/amemory/memory-operator/internal/memory"
 )
 
 // LettaAgentFile reads a Letta Agent File (.af, research/importers.md 5): each agent
@@ -93,20 +97,29 @@ func ParseLettaAgentFile(b []byte) (*LettaAgentFile, error) {
 	return &LettaAgentFile{file: f}, nil
 }
 
-// agentSlug names an agent in scopes and namespaces: its name lowercased, with
-// anything but letters, digits and -_.@ turned into '-'; its id when it has no name.
+// agentSlug names an agent in scopes and namespaces: its name lowercased and
+// NFC-normalised, letters and digits of any script kept (with their combining
+// marks), -_.@ too, anything else turned into '-'; its id when it has no name.
 func agentSlug(a lettaAgent) string {
 	name := a.Name
 	if strings.TrimSpace(name) == "" {
 		name = a.ID
 	}
 	var b strings.Builder
-	for _, r := range strings.ToLower(strings.TrimSpace(name)) {
+	base := false // the last rune kept can carry a combining mark
+	for _, r := range memory.NormalizeScope(strings.ToLower(strings.TrimSpace(name))) {
 		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_', r == '.', r == '@':
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r >= utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsNumber(r)):
 			b.WriteRune(r)
+			base = true
+		case r >= utf8.RuneSelf && unicode.Is(unicode.M, r) && base:
+			b.WriteRune(r)
+		case r == '-', r == '_', r == '.', r == '@':
+			b.WriteRune(r)
+			base = false
 		default:
 			b.WriteByte('-')
+			base = false
 		}
 	}
 	return strings.Trim(b.String(), "-")

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/amemory/memory-operator/internal/memory"
 )
@@ -56,6 +58,12 @@ type rule struct {
 }
 
 func compileRule(r Rule) (*rule, error) {
+	// Rules are compared with NFC namespaces and make NFC scopes (see match).
+	r.Scope = memory.NormalizeScope(r.Scope)
+	r.Namespace = append([]string(nil), r.Namespace...)
+	for i, l := range r.Namespace {
+		r.Namespace[i] = memory.NormalizeScope(l)
+	}
 	c := &rule{src: r, labels: r.Namespace}
 	if n := len(c.labels); n > 0 && c.labels[n-1] == "*" {
 		c.wildcard, c.labels = true, c.labels[:n-1]
@@ -115,37 +123,47 @@ func compileRule(r Rule) (*rule, error) {
 	return c, nil
 }
 
-// ValidLabel is LangGraph's rule for a namespace label: not empty, no '.'.
+// ValidLabel is LangGraph's rule for a namespace label: not empty, no '.'; and text
+// (valid UTF-8), as a Python str is: labels past a rule's pattern are kept in a JSON
+// memory key, which has no room for other bytes.
 func ValidLabel(l string) error {
 	switch {
 	case l == "":
 		return errors.New("namespace labels must not be empty")
 	case strings.Contains(l, "."):
 		return fmt.Errorf("namespace label %q contains '.'", l)
+	case !utf8.ValidString(l):
+		return fmt.Errorf("namespace label %q is not valid UTF-8", l)
 	}
 	return nil
 }
 
-// match maps a namespace to a scope and the labels past the pattern.
+// match maps a namespace to a scope and the labels past the pattern. The labels the
+// pattern covers are compared and captured NFC-normalised (memory.NormalizeScope), so
+// a label spelled decomposed lands in the same scope as its composed spelling: one
+// user never becomes two. The labels past the pattern ride in the memory key as they
+// are.
 func (c *rule) match(ns []string) (scope string, rest []string, ok bool) {
 	if len(ns) < len(c.labels) || (!c.wildcard && len(ns) != len(c.labels)) {
 		return "", nil, false
 	}
+	head := make([]string, len(c.labels))
 	vals := map[string]string{}
 	for i, l := range c.labels {
+		head[i] = memory.NormalizeScope(ns[i])
 		if m := captureRE.FindStringSubmatch(l); m != nil && m[0] == l {
-			vals[m[1]] = ns[i]
-		} else if ns[i] != l {
+			vals[m[1]] = head[i]
+		} else if head[i] != l {
 			return "", nil, false
 		}
 	}
 	scope = captureRE.ReplaceAllStringFunc(c.src.Scope, func(s string) string { return vals[s[1:len(s)-1]] })
 	if memory.ValidateScope(scope) != nil {
-		return "", nil, false
+		return "", nil, false // a capture no scope id can hold, or one that composes with the template
 	}
 	// The scope must map back to this namespace: a capture holding the template's
 	// own separators would be ambiguous.
-	if back, ok := c.namespaceOf(scope); !ok || !EqualLabels(back, ns[:len(c.labels)]) {
+	if back, ok := c.namespaceOf(scope); !ok || !EqualLabels(back, head) {
 		return "", nil, false
 	}
 	return scope, ns[len(c.labels):], true
@@ -205,9 +223,9 @@ func New(rules []Rule) (*Mapper, error) {
 		// Two rules whose scopes could coincide would give a memory two namespaces:
 		// their templates' literal starts must not be prefixes of one another.
 		for j, prev := range n.rules {
-			a, b := literalStart(prev.src.Scope), literalStart(r.Scope)
+			a, b := literalStart(prev.src.Scope), literalStart(c.src.Scope)
 			if strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
-				return nil, fmt.Errorf("namespace rules %d (%s) and %d (%s) can map to the same scope; give each scope kind one rule", j, prev.src.Scope, i, r.Scope)
+				return nil, fmt.Errorf("namespace rules %d (%s) and %d (%s) can map to the same scope; give each scope kind one rule", j, prev.src.Scope, i, c.src.Scope)
 			}
 		}
 		n.rules = append(n.rules, c)
@@ -244,12 +262,15 @@ func (n *Mapper) Slot(ns []string, key string) (Slot, error) {
 			return Slot{}, err
 		}
 	}
+	if !utf8.ValidString(key) {
+		return Slot{}, fmt.Errorf("key %q is not valid UTF-8", key)
+	}
 	for _, r := range n.rules {
 		if scope, rest, ok := r.match(ns); ok {
 			return Slot{Scope: scope, Key: encodeKey(r.wildcard, rest, key), rule: r}, nil
 		}
 	}
-	return Slot{}, fmt.Errorf("%w: (%s)", ErrNoRule, strings.Join(ns, ", "))
+	return Slot{}, fmt.Errorf("%w: %s", ErrNoRule, quoteLabels(ns))
 }
 
 // Prefix maps a namespace prefix to the one scope it lies in, and the labels of the
@@ -270,12 +291,21 @@ func (n *Mapper) Prefix(prefix []string) (Slot, []string, error) {
 			return Slot{Scope: scope, rule: r}, rest, nil
 		}
 	}
-	return Slot{}, nil, fmt.Errorf("%w: the namespace prefix (%s) must name one scope (for example %s)", ErrNoRule, strings.Join(prefix, ", "), n.example())
+	return Slot{}, nil, fmt.Errorf("%w: the namespace prefix %s must name one scope (for example %s)", ErrNoRule, quoteLabels(prefix), n.example())
 }
 
 func (n *Mapper) example() string {
-	r := n.rules[0]
-	return "(" + strings.Join(r.labels, ", ") + ")"
+	return quoteLabels(n.rules[0].labels)
+}
+
+// quoteLabels writes a namespace for a message, each label quoted: labels come from
+// clients and sources, and may hold anything, a line break included.
+func quoteLabels(ns []string) string {
+	q := make([]string, len(ns))
+	for i, l := range ns {
+		q[i] = strconv.Quote(l)
+	}
+	return "(" + strings.Join(q, ", ") + ")"
 }
 
 // Namespace maps a stored memory back to its LangGraph namespace and key. Memories

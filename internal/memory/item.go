@@ -229,8 +229,9 @@ func (it Item) validateEmbedding() error {
 	return nil
 }
 
-// ValidateID checks a memory ID: 1..MaxIDLen characters from [A-Za-z0-9-_.@:], the
-// same alphabet as scope IDs, since IDs too end up in filter expressions and keys.
+// ValidateID checks a memory ID: 1..MaxIDLen characters from [A-Za-z0-9-_.@:]. IDs
+// stay ASCII (they are UUIDs, ULIDs or digests in practice): they end up in filter
+// expressions and keys as they are.
 func ValidateID(id string) error {
 	if id == "" {
 		return errors.New("is empty")
@@ -239,7 +240,7 @@ func ValidateID(id string) error {
 		return fmt.Errorf("is %d characters long (at most %d)", len(id), MaxIDLen)
 	}
 	for i, r := range id {
-		if !scopeIDRune(r) {
+		if r >= utf8.RuneSelf || r == '/' || !scopeIDASCII(byte(r)) {
 			return fmt.Errorf("has a disallowed character %q at offset %d (allowed: letters, digits and -_.@:)", r, i)
 		}
 	}

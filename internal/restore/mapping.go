@@ -105,9 +105,12 @@ func (m *Mapper) Len() int {
 	return len(m.exact)
 }
 
-// AddExact maps the scope from to the scope to. Both must be valid scopes. Mapping a
-// scope a second time to another target is an error; to the same target, a no-op.
+// AddExact maps the scope from to the scope to. Both must be valid scopes once
+// NFC-normalised (memory.NormalizeScope: a map typed on another system may spell
+// "zoë" decomposed; package scopes are NFC). Mapping a scope a second time to another
+// target is an error; to the same target, a no-op.
 func (m *Mapper) AddExact(from, to string) error {
+	from, to = memory.NormalizeScope(from), memory.NormalizeScope(to)
 	if err := memory.ValidateScope(from); err != nil {
 		return fmt.Errorf("mapping from: %w", err)
 	}
@@ -133,9 +136,11 @@ func (m *Mapper) addExact(from, to string) error {
 // AddPrefix rewrites the start of every scope beginning with from to to, e.g.
 // "user:" to "user:legacy-" (user:1024 becomes user:legacy-1024). Both are a scope
 // kind and a colon followed by the start of an ID; the longest matching prefix rule
-// applies. A scope that a rule would turn into an invalid one (too long) is an error
-// when mapped.
+// applies. Both are NFC-normalised first, and so is what a rule makes of a scope (a
+// rule may cut between a letter and its combining mark). A scope that a rule would
+// turn into an invalid one (too long) is an error when mapped.
 func (m *Mapper) AddPrefix(from, to string) error {
+	from, to = memory.NormalizeScope(from), memory.NormalizeScope(to)
 	for _, p := range []string{from, to} {
 		// A valid prefix is one that becomes a valid scope when an ID character follows.
 		if err := memory.ValidateScope(p + "0"); err != nil || !strings.Contains(p, ":") {
@@ -167,7 +172,7 @@ func (m *Mapper) Map(scope string) (target string, keep bool, err error) {
 	}
 	for _, r := range m.prefixes {
 		if rest, ok := strings.CutPrefix(scope, r.from); ok {
-			to := r.to + rest
+			to := memory.NormalizeScope(r.to + rest)
 			if err := memory.ValidateScope(to); err != nil {
 				return "", false, fmt.Errorf("prefix rule %s -> %s maps %s to an invalid scope: %w", r.from, r.to, scope, err)
 			}
@@ -184,9 +189,11 @@ func (m *Mapper) Map(scope string) (target string, keep bool, err error) {
 }
 
 // Load reads a large scope map in format f and adds its entries as exact rules (a
-// UTF-8 byte order mark at the start is ignored). It streams r: memory grows with the entries kept, not with the input. It returns the
-// number of entries read; on a malformed line it stops with a *MapError naming the
-// line (entries before it stay added, so discard the Mapper on error).
+// UTF-8 byte order mark at the start is ignored; entries are NFC-normalised as
+// AddExact's). It streams r: memory grows with the entries kept, not with the input.
+// It returns the number of entries read; on a malformed line it stops with a
+// *MapError naming the line (entries before it stay added, so discard the Mapper on
+// error).
 func (m *Mapper) Load(r io.Reader, f MapFormat) (int, error) {
 	r = skipBOM(r)
 	switch f {
@@ -284,8 +291,10 @@ func (m *Mapper) loadJSONLines(r io.Reader) (int, error) {
 	return n, nil
 }
 
-// addChecked validates and adds an entry whose strings are already compact.
+// addChecked normalises, validates and adds an entry whose strings are already
+// compact (normalising an NFC string returns it: no copy).
 func (m *Mapper) addChecked(from, to string) error {
+	from, to = memory.NormalizeScope(from), memory.NormalizeScope(to)
 	if err := memory.ValidateScope(from); err != nil {
 		return fmt.Errorf("from: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Metric is the similarity measure of an index.
@@ -122,9 +124,12 @@ func DimensionError(what string, want, got int) error {
 // MaxScopeLen is the longest scope accepted (the Milvus scope field's max_length).
 const MaxScopeLen = 256
 
-// ValidateScope checks that a scope is non-empty, at most MaxScopeLen bytes and made
-// only of [A-Za-z0-9:._@-]. Implementations reject anything else, which rules out
-// expression or query injection through scope strings.
+// ValidateScope checks that a scope is non-empty, at most MaxScopeLen bytes of valid
+// UTF-8, and made only of Unicode letters, digits and combining marks and the ASCII
+// characters : . _ @ - / (memory.Scope's alphabet, without its structure: an index
+// compares scopes as opaque strings). No quote, backslash, space, control or format
+// character passes. Implementations still escape or encode a scope for where it
+// goes (a SQL parameter, a Milvus expression literal), never relying on this alone.
 func ValidateScope(scope string) error {
 	if scope == "" {
 		return errors.New("scope is required")
@@ -132,19 +137,26 @@ func ValidateScope(scope string) error {
 	if len(scope) > MaxScopeLen {
 		return fmt.Errorf("scope is %d bytes, longer than %d", len(scope), MaxScopeLen)
 	}
-	for i := 0; i < len(scope); i++ {
-		if !scopeByte(scope[i]) {
-			return fmt.Errorf("scope %q contains %q: only letters, digits and : . _ @ - are allowed", scope, scope[i])
+	for i := 0; i < len(scope); {
+		r, size := utf8.DecodeRuneInString(scope[i:])
+		if r == utf8.RuneError && size == 1 {
+			return fmt.Errorf("scope %q is not valid UTF-8 (byte %#x at offset %d)", scope, scope[i], i)
 		}
+		if !scopeRune(r) {
+			return fmt.Errorf("scope %q contains %q: only letters, digits, combining marks and : . _ @ - / are allowed", scope, r)
+		}
+		i += size
 	}
 	return nil
 }
 
-func scopeByte(c byte) bool {
+func scopeRune(r rune) bool {
 	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+	case r >= utf8.RuneSelf:
+		return unicode.In(r, unicode.L, unicode.N, unicode.M)
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
 		return true
-	case c == ':' || c == '.' || c == '_' || c == '@' || c == '-':
+	case r == ':' || r == '.' || r == '_' || r == '@' || r == '-' || r == '/':
 		return true
 	}
 	return false

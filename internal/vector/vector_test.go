@@ -36,12 +36,15 @@ func TestSpecValidate(t *testing.T) {
 }
 
 func TestValidateScope(t *testing.T) {
-	for _, ok := range []string{"user:1024", "session:abc-DEF_1.2", "agent:planner", "user:a@b.c", strings.Repeat("x", MaxScopeLen)} {
+	for _, ok := range []string{"user:1024", "session:abc-DEF_1.2", "agent:planner", "user:a@b.c", strings.Repeat("x", MaxScopeLen),
+		"user:ü", "a/b", "user:zoë-ユーザー", "user:用户123", "session:org/thread:42", "user:𠮷", "agent:हिन्दी", strings.Repeat("用", MaxScopeLen/3)} {
 		if err := ValidateScope(ok); err != nil {
 			t.Errorf("ValidateScope(%q) = %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "user 1", `user:"1"`, "user:1'", `a\b`, "user:ü", "a\nb", "a/b", "a*", strings.Repeat("x", MaxScopeLen+1)} {
+	for _, bad := range []string{"", "user 1", `user:"1"`, "user:1'", `a\b`, "a\nb", "a*", "user:%", strings.Repeat("x", MaxScopeLen+1),
+		"user:\xff", "user:\xe3\x83", "user:a\u200db", "user:a\u2028b", "user:\u202e1", "user:\ufeff", "user:\u00a0", "user:😀", "user:\x00",
+		strings.Repeat("用", MaxScopeLen/3+1)} {
 		if err := ValidateScope(bad); err == nil {
 			t.Errorf("ValidateScope(%q): no error", bad)
 		}

@@ -1,9 +1,16 @@
 package milvus
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"strings"
 	"testing"
 )
+
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
 
 func TestScopeFilter(t *testing.T) {
 	for _, tc := range []struct {
@@ -14,6 +21,10 @@ func TestScopeFilter(t *testing.T) {
 		{"user:1024", nil, `scope == "user:1024"`},
 		{"user:a.b_c@d-e", []string{"semantic"}, `scope == "user:a.b_c@d-e" && memory_type in ["semantic"]`},
 		{"session:1", []string{"working", "episodic"}, `scope == "session:1" && memory_type in ["working","episodic"]`},
+		{"session:org/thread:42", nil, `scope == "session:org/thread:42"`},
+		// Any other scope is filtered by its digest (see scopeValue).
+		{"user:zoë-ユーザー", nil, `scope == "~` + digest("user:zoë-ユーザー") + `"`},
+		{"user:𠮷", []string{"semantic"}, `scope == "~` + digest("user:𠮷") + `" && memory_type in ["semantic"]`},
 	} {
 		got, err := ScopeFilter(tc.scope, tc.types)
 		if err != nil || got != tc.want {
@@ -28,7 +39,9 @@ func TestScopeFilter(t *testing.T) {
 		{`user:1" || scope != "`, nil},
 		{`user:1\`, nil},
 		{"user:1 ", nil},
-		{"user:é", nil},
+		{"user:\xff", nil},
+		{"user:a\u200d", nil},
+		{"user:1\n", nil},
 		{strings.Repeat("a", 257), nil},
 		{"user:1", []string{`semantic"]`}},
 		{"user:1", []string{""}},

@@ -4,7 +4,7 @@
 // Collection layout (see EnsureCollection):
 //
 //	memory_id   VarChar(128), primary key, not auto-id
-//	scope       VarChar(256)
+//	scope       VarChar(256), the scope as scopeValue encodes it
 //	memory_type VarChar(16)
 //	embedding   FloatVector(dim), HNSW index (M=16, efConstruction=200) with the spec's metric
 //
@@ -19,11 +19,14 @@ package milvus
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 	"github.com/milvus-io/milvus-sdk-go/v2/entity"
@@ -96,7 +99,7 @@ func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
 		types := make([]string, len(chunk))
 		vecs := make([][]float32, len(chunk))
 		for i, e := range chunk {
-			ids[i], scopes[i], types[i] = e.ID, e.Scope, e.Type
+			ids[i], scopes[i], types[i] = e.ID, scopeValue(e.Scope), e.Type
 			vecs[i] = vector.Prepare(ix.spec.Metric, e.Vector)
 		}
 		_, err := ix.c.Upsert(ctx, ix.collection, "",
@@ -120,8 +123,11 @@ func (ix *Index) Delete(ctx context.Context, ids []string) error {
 		}
 	}
 	for start := 0; start < len(ids); start += maxExprIDs {
-		expr := FieldID + " in " + stringList(ids[start:min(start+maxExprIDs, len(ids))])
-		if err := ix.c.Delete(ctx, ix.collection, "", expr); err != nil {
+		list, err := stringList(ids[start:min(start+maxExprIDs, len(ids))])
+		if err != nil {
+			return fmt.Errorf("milvus delete from %s: %w", ix.collection, err)
+		}
+		if err := ix.c.Delete(ctx, ix.collection, "", FieldID+" in "+list); err != nil {
 			return fmt.Errorf("milvus delete from %s: %w", ix.collection, err)
 		}
 	}
@@ -139,8 +145,11 @@ func (ix *Index) Fetch(ctx context.Context, ids []string) (map[string][]float32,
 	}
 	out := make(map[string][]float32, len(ids))
 	for start := 0; start < len(ids); start += maxExprIDs {
-		expr := FieldID + " in " + stringList(ids[start:min(start+maxExprIDs, len(ids))])
-		rs, err := ix.c.Query(ctx, ix.collection, nil, expr, []string{FieldID, FieldEmbedding})
+		list, err := stringList(ids[start:min(start+maxExprIDs, len(ids))])
+		if err != nil {
+			return nil, fmt.Errorf("milvus fetch from %s: %w", ix.collection, err)
+		}
+		rs, err := ix.c.Query(ctx, ix.collection, nil, FieldID+" in "+list, []string{FieldID, FieldEmbedding})
 		if err != nil {
 			return nil, fmt.Errorf("milvus fetch from %s: %w", ix.collection, err)
 		}
@@ -233,40 +242,105 @@ func (ix *Index) score(s float32) float32 {
 }
 
 // ScopeFilter builds the boolean expression every search and scope delete is filtered
-// by: scope == "<scope>", and memory_type in [...] when types are given. The scope and
-// types are validated against the restricted character sets of package vector (no
-// quotes, backslashes or spaces), so they cannot break out of the string literals.
+// by: scope == "<scopeValue(scope)>", and memory_type in [...] when types are given.
+// The scope and types are validated (package vector) and every string is written
+// as an escaped literal (literal), so nothing can break out of it.
 func ScopeFilter(scope string, types []string) (string, error) {
 	if err := vector.ValidateScope(scope); err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	b.WriteString(FieldScope + " == ")
-	b.WriteString(strconv.Quote(scope))
+	lit, err := literal(scopeValue(scope))
+	if err != nil {
+		return "", err
+	}
+	expr := FieldScope + " == " + lit
 	if len(types) > 0 {
 		for _, t := range types {
 			if err := vector.ValidateType(t); err != nil {
 				return "", err
 			}
 		}
-		b.WriteString(" && " + FieldType + " in ")
-		b.WriteString(stringList(types))
+		list, err := stringList(types)
+		if err != nil {
+			return "", err
+		}
+		expr += " && " + FieldType + " in " + list
 	}
+	return expr, nil
+}
+
+// scopeValue is what the collection's scope field holds for a scope, and what
+// filters compare with: an ASCII scope is itself (every collection written before
+// Unicode scopes holds only those, and keeps its meaning); any other is "~" and the
+// unpadded base64url SHA-256 of its UTF-8 (44 bytes). A Milvus server does not read
+// every Unicode literal back as written: its expression parser first spells each Han
+// character as a \u escape of four hex digits (planparserv2's convertHanToASCII), so
+// one beyond the BMP turns into another character (U+20BB7 𠮷 reads as U+0BB7 ஷ), and
+// a filter on user:𠮷 would match user:ஷ's vectors. An ASCII value means the same to
+// every server version and to Milvus Lite. '~' is in no scope, so the two forms never
+// meet; the field is only ever compared, never read back as a scope.
+func scopeValue(scope string) string {
+	for i := 0; i < len(scope); i++ {
+		if scope[i] >= utf8.RuneSelf {
+			sum := sha256.Sum256([]byte(scope))
+			return "~" + base64.RawURLEncoding.EncodeToString(sum[:])
+		}
+	}
+	return scope
+}
+
+// literal writes s as a double-quoted string literal of Milvus's boolean expression
+// grammar. It escapes what both grammars in use (a Milvus server's, and Milvus
+// Lite's, which knows only \" \' \\ \n \r \t) read the same way: the quote, the
+// backslash, newline, carriage return and tab. Other characters go as they are;
+// other control characters and invalid UTF-8 (which no gRPC string can carry) are
+// refused. Scopes, ids and types are validated before they get here, so this is the
+// second line, not the only one: FuzzLiteral holds it to both decoders.
+func literal(s string) (string, error) {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return "", fmt.Errorf("milvus literal: %q is not valid UTF-8 (byte %#x at offset %d)", s, s[i], i)
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < ' ' || r == 0x7f:
+			return "", fmt.Errorf("milvus literal: %q holds the control character %U", s, r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	b.WriteByte('"')
 	return b.String(), nil
 }
 
-// stringList renders already validated strings as a Milvus list literal.
-func stringList(ss []string) string {
+// stringList renders strings as a Milvus list literal.
+func stringList(ss []string) (string, error) {
 	var b strings.Builder
 	b.WriteByte('[')
 	for i, s := range ss {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(strconv.Quote(s))
+		lit, err := literal(s)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(lit)
 	}
 	b.WriteByte(']')
-	return b.String()
+	return b.String(), nil
 }
 
 // ValidCollectionName checks Milvus's collection name rules: 1..255 characters, the

@@ -35,6 +35,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RankingL2", func(t *testing.T) { testRankingL2(t, h) })
 	t.Run("RankingIP", func(t *testing.T) { testRankingIP(t, h) })
 	t.Run("ScopeIsolation", func(t *testing.T) { testScopeIsolation(t, h) })
+	t.Run("UnicodeScopeIsolation", func(t *testing.T) { testUnicodeScopeIsolation(t, h) })
 	t.Run("TypeFilter", func(t *testing.T) { testTypeFilter(t, h) })
 	t.Run("UpsertReplaces", func(t *testing.T) { testUpsertReplaces(t, h) })
 	t.Run("Delete", func(t *testing.T) { testDelete(t, h) })
@@ -179,6 +180,50 @@ func testScopeIsolation(t *testing.T, h Harness) {
 			t.Errorf("search with scope %q: no error", bad)
 		}
 	}
+}
+
+// unicodeScopes are scopes an index must keep apart: prefixes of one another with '/',
+// one id composed and decomposed (the index compares bytes; memory scopes are NFC
+// before they get here), and 𠮷 (U+20BB7) with ஷ (U+0BB7), which a Milvus server's
+// expression parser confuses when they are written into a filter as they are.
+var unicodeScopes = []string{"user:zoë", "user:zoe\u0308", "user:zoë-ユーザー", "user:用户123", "user:𠮷", "user:ஷ",
+	"session:a", "session:a/b", "session:a/b:c", "agent:हिन्दी"}
+
+func testUnicodeScopeIsolation(t *testing.T, h Harness) {
+	idx := h.New(t, vector.Spec{Dimension: 3, Metric: vector.Cosine})
+	// The same vectors in every scope: only the filter tells them apart.
+	var entries []vector.Entry
+	for i, scope := range unicodeScopes {
+		for j := range 3 {
+			entries = append(entries, e(fmt.Sprintf("s%d-%d", i, j), scope, []string{"semantic", "episodic", "semantic"}[j], 1, float32(j), 0))
+		}
+	}
+	upsert(t, idx, entries...)
+	check := func(deleted map[int]bool) {
+		t.Helper()
+		for i, scope := range unicodeScopes {
+			got := ids(search(t, idx, vector.Query{Scope: scope, Vector: []float32{1, 0, 0}, K: 100}))
+			want := []string{fmt.Sprintf("s%d-0", i), fmt.Sprintf("s%d-1", i), fmt.Sprintf("s%d-2", i)}
+			if deleted[i] {
+				want = []string{}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("scope %q: hits %v, want %v", scope, got, want)
+			}
+			typed := ids(search(t, idx, vector.Query{Scope: scope, Types: []string{"episodic"}, Vector: []float32{1, 0, 0}, K: 100}))
+			if want := want[min(1, len(want)):min(2, len(want))]; !slices.Equal(typed, want) {
+				t.Fatalf("scope %q, episodic: hits %v, want %v", scope, typed, want)
+			}
+		}
+	}
+	check(nil)
+	// Deleting a scope deletes it alone.
+	for _, i := range []int{4, 7, 0} { // 𠮷, session:a/b, the composed zoë
+		if err := idx.DeleteScope(context.Background(), unicodeScopes[i]); err != nil {
+			t.Fatalf("delete scope %q: %v", unicodeScopes[i], err)
+		}
+	}
+	check(map[int]bool{4: true, 7: true, 0: true})
 }
 
 func testTypeFilter(t *testing.T, h Harness) {
