@@ -441,6 +441,18 @@ func TestMemoryRestoreAdmission(t *testing.T) {
 		{"bad scope", func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{Scopes: []memoryv1alpha1.ScopeRename{{From: "customer:1", To: "user:1"}}}
 		}, "spec.mapping.scopes[0].from"},
+		{"scopes in any language", func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{Scopes: []memoryv1alpha1.ScopeRename{{From: "user:zoë-ユーザー", To: "user:用户123"},
+				{From: "session:thread/42:ü", To: "session:t/42"}},
+				Prefixes: []memoryv1alpha1.PrefixRename{{From: "user:旧-", To: "user:新-"}}}
+			r.Spec.Denylist = []string{"user:тест-*", "user:zoë"}
+		}, ""},
+		{"scope with a space", func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{Scopes: []memoryv1alpha1.ScopeRename{{From: "user:a b", To: "user:ab"}}}
+		}, "spec.mapping.scopes[0].from"},
+		{"scope with a quote", func(r *memoryv1alpha1.MemoryRestore) {
+			r.Spec.Denylist = []string{`user:a"b`}
+		}, "spec.denylist[0]"},
 		{"scope mapped twice", func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Mapping = &memoryv1alpha1.RestoreMapping{Scopes: []memoryv1alpha1.ScopeRename{
 				{From: "user:1", To: "user:a"}, {From: "user:1", To: "user:b"}}}

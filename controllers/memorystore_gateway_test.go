@@ -554,6 +554,9 @@ func TestGatewayAdmission(t *testing.T) {
 		{"scope with a space", withGateway("a", func(g *memoryv1alpha1.GatewaySpec) {
 			g.Keys = []memoryv1alpha1.GatewayKey{{Name: "k", Scopes: []memoryv1alpha1.GatewayScopePattern{"user:a b"}}}
 		}), "a scope pattern is"},
+		{"scope with an emoji", withGateway("e", func(g *memoryv1alpha1.GatewaySpec) {
+			g.Keys = []memoryv1alpha1.GatewayKey{{Name: "k", Scopes: []memoryv1alpha1.GatewayScopePattern{"user:😀"}}}
+		}), "a scope pattern is"},
 		{"scope without a kind", withGateway("b", func(g *memoryv1alpha1.GatewaySpec) {
 			g.Keys = []memoryv1alpha1.GatewayKey{{Name: "k", Scopes: []memoryv1alpha1.GatewayScopePattern{"user*"}}}
 		}), "a scope pattern is"},
@@ -589,7 +592,7 @@ func TestGatewayAdmission(t *testing.T) {
 
 	// What admission accepts, with the defaults filled in.
 	s := withGateway("fine", func(g *memoryv1alpha1.GatewaySpec) {
-		g.Keys = []memoryv1alpha1.GatewayKey{{Name: "reader", ReadOnly: true, Scopes: []memoryv1alpha1.GatewayScopePattern{"user:*", "agent:support"}}, {Name: "all"}}
+		g.Keys = []memoryv1alpha1.GatewayKey{{Name: "reader", ReadOnly: true, Scopes: []memoryv1alpha1.GatewayScopePattern{"user:*", "agent:support", "user:用户*", "session:zoë/ユーザー"}}, {Name: "all"}}
 	})
 	create(t, s)
 	got := getStore(NewWithT(t), client.ObjectKeyFromObject(s))

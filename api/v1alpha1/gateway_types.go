@@ -103,7 +103,7 @@ type GatewayKey struct {
 // characters of the id) and reports the reason InvalidScopePattern.
 // +kubebuilder:validation:MinLength=1
 // +kubebuilder:validation:MaxLength=210
-// +kubebuilder:validation:XValidation:rule="self == '*' || self.matches('^[a-z]+:[A-Za-z0-9._@:-]*[*]?$')",message="a scope pattern is \"*\", a scope such as \"agent:support\", or a prefix ending in '*' such as \"user:*\""
+// +kubebuilder:validation:XValidation:rule="self == '*' || self.matches(r'^[a-z]+:[\\p{L}\\p{N}\\p{M}._@:/-]*[*]?$')",message="a scope pattern is \"*\", a scope such as \"agent:support\", or a prefix ending in '*' such as \"user:*\""
 type GatewayScopePattern string
 
 // GatewayPodTemplate is what may be set on the gateway's pods. Everything else (the

@@ -57,7 +57,7 @@ type ImportSource struct {
 	// gives each thread a session of its own. A thread whose user id is missing, or
 	// makes no valid scope, is left out and counted as noUser.
 	// +kubebuilder:default="user:{user}"
-	// +kubebuilder:validation:Pattern=`^(user|session|agent):([A-Za-z0-9._@:-]|\{user\}|\{thread\})+$`
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):([\p{L}\p{N}\p{M}._@:/-]|\{user\}|\{thread\})+$`
 	// +kubebuilder:validation:MaxLength=200
 	// +optional
 	ScopeTemplate string `json:"scopeTemplate,omitempty"`
@@ -192,7 +192,7 @@ type StoreNamespaceRule struct {
 	// +kubebuilder:validation:items:MaxLength=256
 	Namespace []string `json:"namespace"`
 	// Scope is a template over the captures ("user:{user}"), using each exactly once.
-	// +kubebuilder:validation:Pattern=`^(user|session|agent):([A-Za-z0-9._@:-]|\{[a-z][a-z0-9_]*\})+$`
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):([\p{L}\p{N}\p{M}._@:/-]|\{[a-z][a-z0-9_]*\})+$`
 	// +kubebuilder:validation:MaxLength=256
 	Scope string `json:"scope"`
 }

@@ -57,9 +57,9 @@ type PackageLocation struct {
 
 // ScopeRename maps one scope of the package to a scope of the target store.
 type ScopeRename struct {
-	// +kubebuilder:validation:Pattern=`^(user|session|agent):[A-Za-z0-9._@:-]{1,200}$`
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):[\p{L}\p{N}\p{M}._@:/-]{1,200}$`
 	From string `json:"from"`
-	// +kubebuilder:validation:Pattern=`^(user|session|agent):[A-Za-z0-9._@:-]{1,200}$`
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):[\p{L}\p{N}\p{M}._@:/-]{1,200}$`
 	To string `json:"to"`
 }
 
@@ -67,9 +67,9 @@ type ScopeRename struct {
 type PrefixRename struct {
 	// From is a scope prefix: a kind and a colon, then possibly the start of an ID
 	// ("user:", "user:legacy-").
-	// +kubebuilder:validation:Pattern=`^(user|session|agent):[A-Za-z0-9._@:-]{0,199}$`
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):[\p{L}\p{N}\p{M}._@:/-]{0,199}$`
 	From string `json:"from"`
-	// +kubebuilder:validation:Pattern=`^(user|session|agent):[A-Za-z0-9._@:-]{0,199}$`
+	// +kubebuilder:validation:Pattern=`^(user|session|agent):[\p{L}\p{N}\p{M}._@:/-]{0,199}$`
 	To string `json:"to"`
 }
 
@@ -230,7 +230,7 @@ type MemoryRestoreSpec struct {
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=1000
-	// +kubebuilder:validation:items:Pattern=`^(user|session|agent):([A-Za-z0-9._@:-]{1,200}|[A-Za-z0-9._@:-]{0,199}\*)$`
+	// +kubebuilder:validation:items:Pattern=`^(user|session|agent):([\p{L}\p{N}\p{M}._@:/-]{1,200}|[\p{L}\p{N}\p{M}._@:/-]{0,199}\*)$`
 	Denylist []string `json:"denylist,omitempty"`
 
 	// Types to restore. Default: episodic, semantic and procedural (working memory is

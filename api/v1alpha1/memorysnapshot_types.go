@@ -14,7 +14,7 @@ type SnapshotSelection struct {
 	// Scopes to export: exact ("user:1024") or prefix ("user:*"). Empty exports all.
 	// +optional
 	// +kubebuilder:validation:MaxItems=256
-	// +kubebuilder:validation:items:Pattern=`^(user|session|agent):([A-Za-z0-9._@:-]{1,200}|[A-Za-z0-9._@:-]{0,199}\*)$`
+	// +kubebuilder:validation:items:Pattern=`^(user|session|agent):([\p{L}\p{N}\p{M}._@:/-]{1,200}|[\p{L}\p{N}\p{M}._@:/-]{0,199}\*)$`
 	Scopes []string `json:"scopes,omitempty"`
 
 	// Types to export. Default: episodic, semantic and procedural (working memory is

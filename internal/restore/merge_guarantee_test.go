@@ -367,3 +367,21 @@ func TestGuaranteeWhoseClockForgets(t *testing.T) {
 		})
 	}
 }
+
+// TestDenylistIsNormalised: a denylist entry spelled decomposed (NFD) matches the
+// package's scope, which is NFC, exactly and as a prefix.
+func TestDenylistIsNormalised(t *testing.T) {
+	e := newEnv(t)
+	pkg := e.writePackage(t, "p/deny-nfc/", []memory.Item{
+		item("z1", "user:zoë", memory.Semantic, "", `{"v":1}`, day),
+		item("z2", "user:zoë-2", memory.Semantic, "", `{"v":2}`, day),
+		item("o1", "user:other", memory.Semantic, "", `{"v":3}`, day),
+	}, pkgOptions{key: testKey})
+	for _, deny := range [][]string{{"user:zoe\u0308", "user:zoe\u0308-2"}, {"user:zoe\u0308*"}} {
+		dst := e.newStore(t)
+		res := run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: embed.NewHashing(dim), Denylist: deny})
+		if res.Skipped.Denylisted != 2 || res.Restored != 1 {
+			t.Fatalf("denylist %q: %+v", deny, res)
+		}
+	}
+}

@@ -408,6 +408,7 @@ type denylist struct {
 func newDenylist(entries []string) (denylist, error) {
 	d := denylist{exact: map[string]bool{}}
 	for _, e := range entries {
+		e = memory.NormalizeScope(e) // package scopes are NFC: so must their denylist be
 		if p, ok := strings.CutSuffix(e, "*"); ok {
 			d.prefixes = append(d.prefixes, p)
 			continue

@@ -54,3 +54,15 @@ func TestSnapshotArgsRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot's scope selection, spelled decomposed (NFD), selects the NFC scopes the
+// store holds, exactly and by prefix.
+func TestExportFilterNormalisesScopes(t *testing.T) {
+	f, err := exportFilter(SnapshotConfig{Scopes: []string{"user:zoe\u0308", "session:ユーザー/e\u0301*"}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Scopes) != 1 || f.Scopes[0] != "user:zo\u00eb" || len(f.ScopePrefixes) != 1 || f.ScopePrefixes[0] != "session:ユーザー/\u00e9" {
+		t.Fatalf("filter %q %q", f.Scopes, f.ScopePrefixes)
+	}
+}

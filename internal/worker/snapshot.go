@@ -235,6 +235,7 @@ func exportFilter(cfg SnapshotConfig, now time.Time) (pgstore.ExportFilter, erro
 		IncludeEmbeddings: cfg.IncludeEmbeddings && cfg.VectorEngine != "Milvus",
 	}
 	for _, s := range cfg.Scopes {
+		s = memory.NormalizeScope(s) // stored scopes are NFC
 		if p, ok := strings.CutSuffix(s, "*"); ok {
 			f.ScopePrefixes = append(f.ScopePrefixes, p)
 		} else {
