@@ -41,9 +41,12 @@ func TestArchivalEndToEndThroughTheWorker(t *testing.T) {
 	now := slot.Add(time.Minute)
 	g := NewWithT(t)
 
-	// Ages are measured to the run's clock, which the Job fixes at `now`.
+	// Memories are dated by the machine's clock (a write is never dated ahead of the
+	// server's); the run's clock, which the Job fixes at `now`, is up to a day later,
+	// which the ages below leave room for.
+	written := time.Now()
 	aged := func(id, scope string, typ memory.Type, base float64, age time.Duration) memory.Item {
-		at := now.Add(-age).UTC().Truncate(time.Millisecond)
+		at := written.Add(-age).UTC().Truncate(time.Millisecond)
 		c, _ := json.Marshal(map[string]string{"text": id + " about coffee and trains"})
 		return memory.Item{MemoryID: id, MemoryType: typ, Scope: scope, Content: c, Source: "test@1",
 			BaseScore: base, CreatedAt: at, UpdatedAt: at}
