@@ -355,6 +355,23 @@ def main():
     documented("documented: ttl", gw, None, lo, {"failed": "NotImplementedError"})
     expect("the item with a ttl is stored", (GW.get(U1, "ttl") or {}).get("value"), {"text": "expires"})
 
+    same("put an item with a number 1", lambda s: s.put(U2, "flags", {"text": "Bo's settings", "on": 1}))
+    gw, lo = both(lambda s: s.search(U2, filter={"on": True}))
+    documented("documented: true vs 1", ident(gw), [], ident(lo), [(U2, "flags")])
+    gw, lo = both(lambda s: s.get(U2 + ("ghost",), "k"))
+    expect("get in a namespace that holds nothing", (gw, lo), (None, None))
+    gw, lo = both(lambda s: s.namespaces(prefix=U2))
+    documented("documented: a namespace only read with get", gw, [["memories", "u2"]],
+               lo, [["memories", "u2"], ["memories", "u2", "family"], ["memories", "u2", "ghost"]])
+    gw, lo = both(lambda s: s.call(lambda: s.c.put_item(list(U2 + ("quiet",)), key="x", value={"text": "Bo plays the trumpet"}, index=False))
+                  if s is GW else s.call(lambda: s.s.put(U2 + ("quiet",), "x", {"text": "Bo plays the trumpet"}, index=False)))
+    gw, lo = both(lambda s: s.search(U2 + ("quiet",), query="trumpet"))
+    documented("documented: index=False", [isinstance(i["score"], float) for i in gw], [True], [i["score"] for i in lo], [None])
+    before = (GW.c.get_item(list(U2), key="flags")["created_at"], LOCAL.s.get(U2, "flags").created_at)
+    same("put it again", lambda s: s.put(U2, "flags", {"text": "Bo's settings", "on": 2}))
+    after = (GW.c.get_item(list(U2), key="flags")["created_at"], LOCAL.s.get(U2, "flags").created_at)
+    documented("documented: created_at on a second put", after[0] == before[0], True, after[1] == before[1], False)
+
     data("deviation", {"rank": DEVIATION[0], "score": DEVIATION[1]})
     finish()
 
