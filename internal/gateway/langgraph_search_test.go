@@ -35,9 +35,9 @@ type lgValue struct {
 	N    int    `json:"n"`
 }
 
-func newLGFixture(t *testing.T) *lgFixture {
+func newLGFixture(t *testing.T, engine string) *lgFixture {
 	k := newTestKey(t, "k", false, "*")
-	e := newEnv(t, envOptions{keys: []testKey{k}})
+	e := newEnv(t, envOptions{keys: []testKey{k}, engine: engine})
 	ns, err := langgraphns.New(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,11 @@ func same(got, want []lgHit) string {
 // are more similar to the query than any family item, and the family search must
 // still return its 3 best.
 func TestLangGraphSearchNarrowsBeforeRanking(t *testing.T) {
-	f := newLGFixture(t)
+	forEachEngine(t, testLangGraphSearchNarrowsBeforeRanking)
+}
+
+func testLangGraphSearchNarrowsBeforeRanking(t *testing.T, engine string) {
+	f := newLGFixture(t, engine)
 	var items []lgPutItem
 	for i := range 150 {
 		items = append(items, lgPutItem{[]string{"memories", "u1", "work"}, fmt.Sprintf("w%d", i),
@@ -231,7 +235,11 @@ func TestLangGraphSearchPagingExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes thousands of memories")
 	}
-	f := newLGFixture(t)
+	forEachEngine(t, testLangGraphSearchPagingExact)
+}
+
+func testLangGraphSearchPagingExact(t *testing.T, engine string) {
+	f := newLGFixture(t, engine)
 	words := []string{"coffee", "garden", "train", "piano", "river", "invoice", "mountain", "recipe", "lamp", "harbor", "violin", "tulip", "bicycle"}
 	var items []lgPutItem
 	const n = 3000

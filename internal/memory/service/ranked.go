@@ -45,18 +45,22 @@ type RankedQuery struct {
 // scoring every admitted memory and sorting would give, at any depth. Memories whose
 // vector is not written yet (pending index work) are not ranked, as in Search.
 //
-// Two paths, one order:
+// Every score is the index's exact score (vector.Scorer) and every ranking
+// vector.RankHits', so both paths give one order:
 //   - Without narrowing, the admitted memories are the scope's live memories of the
-//     types, which is what the index searches: the index's top Offset+Limit, loaded
-//     in one query, asked again for more while stale vectors (of memories archived,
-//     expired or deleted since) leave the page short. One index query and one load
-//     in the common case.
+//     types, which is what the index searches: the index's top Offset+Limit (and
+//     rankSlack more), loaded in one query, asked again deeper while stale vectors
+//     (of memories archived, expired or deleted since) leave too few or a tie may
+//     straddle the cut, then scored exactly. One index search, one load and one
+//     scoring in the common case. Exact when the index's own search is (the
+//     embedded index; Milvus with a FLAT index, as Milvus Lite); with an HNSW graph,
+//     as complete as the graph's recall.
 //   - With narrowing, or deeper than the index's K allows, the candidates are
-//     selected in PostgreSQL (one streamed query), scored by the index
-//     (vector.Scorer: one query on the embedded index), and the page loaded (one
+//     selected in PostgreSQL (one streamed query), scored by the index (one query on
+//     the embedded index; Milvus reads their vectors), and the page loaded (one
 //     query). The cost grows with the number of candidates, not with Offset.
 //
-// The index must implement vector.Scorer for the second path.
+// The index must implement vector.Scorer.
 func (m *Memory) SearchRanked(ctx context.Context, q RankedQuery) ([]Result, error) {
 	p, err := q.plan()
 	if err != nil {
@@ -66,7 +70,7 @@ func (m *Memory) SearchRanked(ctx context.Context, q RankedQuery) ([]Result, err
 	if q.Offset > math.MaxInt-q.Limit {
 		r.need = math.MaxInt // past the end of any scope, never an overflow
 	}
-	if q.KeyPrefix == "" && q.Admit == nil && r.need <= vector.MaxK {
+	if q.KeyPrefix == "" && q.Admit == nil && r.need <= vector.MaxK-rankSlack {
 		out, ok, err := r.fromIndex(ctx)
 		if err != nil || ok {
 			return out, err
@@ -107,15 +111,31 @@ func (q RankedQuery) plan() (searchPlan, error) {
 	return SearchQuery{Scope: q.Scope, Text: q.Text, Types: q.Types, K: 1, Now: q.Now}.plan()
 }
 
-// fromIndex pages the index's own ranking of the scope; false when even the index's
-// largest K leaves the page short (the caller then ranks the candidates).
+// rankSlack is how many hits past the page fromIndex asks the index for, so that the
+// last hit it sees usually scores clearly below the page's last (see tieEps).
+const rankSlack = 16
+
+// tieEps is how close two scores of one memory can be when one is the index's own
+// (Milvus scores in float32) and the other exact.
+const tieEps = 1e-5
+
+// fromIndex pages the index's ranking of the scope, rescored exactly: the index's top
+// need+rankSlack, asked again deeper while stale vectors leave fewer than need
+// admitted, or while the index's last hit could still tie with the page's last (a
+// memory it put past the cut would then belong in the page, ties going by ID); then
+// the admitted hits are scored by the index's exact scorer and ranked. False when even
+// the index's largest K is not enough (the caller then ranks the candidates).
 func (r *rankedSearch) fromIndex(ctx context.Context) ([]Result, bool, error) {
 	vec, err := r.queryVector(ctx)
 	if err != nil {
 		return nil, false, err
 	}
+	sc, ok := r.m.index.(vector.Scorer)
+	if !ok {
+		return nil, false, errNoScorer(r.m.index)
+	}
 	loaded := map[string]*memory.Item{} // nil: not a live memory of this search
-	for fetch := r.need; ; fetch = min(2*fetch, vector.MaxK) {
+	for fetch := min(r.need+rankSlack, vector.MaxK); ; fetch = min(2*fetch, vector.MaxK) {
 		hits, err := r.m.index.Search(ctx, vector.Query{Scope: r.p.scope, Types: r.p.types, Vector: vec, K: fetch})
 		if err != nil {
 			return nil, false, fmt.Errorf("memory service: search: %w: %w", ErrIndexUnavailable, err)
@@ -123,19 +143,33 @@ func (r *rankedSearch) fromIndex(ctx context.Context) ([]Result, bool, error) {
 		if err := r.m.loadMany(ctx, r.p, hits, loaded); err != nil {
 			return nil, false, fmt.Errorf("memory service: search: %w", err)
 		}
-		var admitted []vector.Hit
+		var admitted []string
 		for _, h := range hits {
 			if loaded[h.ID] != nil {
-				admitted = append(admitted, h)
+				admitted = append(admitted, h.ID)
 			}
 		}
-		if len(admitted) >= r.need || len(hits) < fetch {
-			return page(vector.RankHits(admitted, r.need), r.q.Offset, loaded), true, nil
+		exhausted := len(hits) < fetch
+		if len(admitted) >= r.need || exhausted {
+			if len(admitted) <= r.q.Offset {
+				return []Result{}, true, nil
+			}
+			exact, err := sc.ScoreIDs(ctx, vector.Query{Scope: r.p.scope, Types: r.p.types, Vector: vec, K: r.need}, admitted)
+			if err != nil {
+				return nil, false, fmt.Errorf("memory service: search: %w: %w", ErrIndexUnavailable, err)
+			}
+			if exhausted || len(exact) < r.need || hits[len(hits)-1].Score < exact[len(exact)-1].Score-tieEps {
+				return page(exact, r.q.Offset, loaded), true, nil
+			}
 		}
 		if fetch == vector.MaxK {
 			return nil, false, nil
 		}
 	}
+}
+
+func errNoScorer(ix vector.Index) error {
+	return fmt.Errorf("memory service: search: the vector index (%T) cannot score chosen memories (vector.Scorer)", ix)
 }
 
 // loadMany loads the hits not loaded yet, in one query, keeping those p admits.
@@ -176,7 +210,7 @@ func (r *rankedSearch) fromCandidates(ctx context.Context) ([]Result, error) {
 	q, p := r.q, r.p
 	sc, ok := r.m.index.(vector.Scorer)
 	if !ok {
-		return nil, fmt.Errorf("memory service: search: the vector index (%T) cannot score chosen memories (vector.Scorer)", r.m.index)
+		return nil, errNoScorer(r.m.index)
 	}
 	var ids []string
 	err := r.m.store.EachCandidate(ctx, pgstore.CandidateQuery{Scope: p.scope, Types: q.Types, KeyPrefix: q.KeyPrefix, Now: p.now, Content: q.Content},

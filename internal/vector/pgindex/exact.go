@@ -12,8 +12,12 @@ import (
 var _ vector.Scorer = (*Index)(nil)
 
 // ScoreIDs scores the given entries of q.Scope (and q.Types) with the expression
-// Search uses, so a memory scores the same on both paths; best first, ties by
-// memory_id in byte order (as vector.RankHits). One query, whatever the number of IDs.
+// Search uses, so a memory scores the same on both paths; ranked by vector.RankHits
+// (the float32 score, ties by memory_id in byte order). One query, whatever the number
+// of IDs.
+//
+// SQL orders by the float8 score, which two scores equal as float32 may not share: it
+// returns a few rows past K (scoreSlack) and RankHits has the last word.
 func (ix *Index) ScoreIDs(ctx context.Context, q vector.Query, ids []string) ([]vector.Hit, error) {
 	if err := vector.ValidateScoreQuery(ix.spec, q, ids); err != nil {
 		return nil, fmt.Errorf("score vectors in %s: %w", ix.table, err)
@@ -23,7 +27,7 @@ func (ix *Index) ScoreIDs(ctx context.Context, q vector.Query, ids []string) ([]
 	}
 	var limit any // NULL: LIMIT ALL
 	if q.K > 0 {
-		limit = q.K
+		limit = q.K + scoreSlack
 	}
 	args := []any{q.Scope, vector.Prepare(ix.spec.Metric, q.Vector), ids, ix.spec.Dimension, limit}
 	typeFilter := ""
@@ -53,5 +57,9 @@ func (ix *Index) ScoreIDs(ctx context.Context, q vector.Query, ids []string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("score vectors in %s: %w", ix.table, err)
 	}
-	return hits, nil
+	return vector.RankHits(hits, q.K), nil
 }
+
+// scoreSlack is how many rows past K ScoreIDs reads: more than can share one float32
+// score at the cut in any real ranking.
+const scoreSlack = 16
