@@ -163,13 +163,13 @@ func compileOps(ops map[string]any, path string) (matcher, error) {
 			switch want.(type) {
 			case json.Number, string:
 			default:
-				return nil, filterErr("%s: %s needs a number or a string, got %s", path, op, jsonKind(want))
+				return nil, filterErr("%s: %s needs a number or a string, got %s", path, op, operand(want))
 			}
 			m = orderOp(op, want)
 		case "$in", "$nin":
 			list, ok := want.([]any)
 			if !ok {
-				return nil, filterErr("%s: %s needs a list, got %s", path, op, jsonKind(want))
+				return nil, filterErr("%s: %s needs a list, got %s", path, op, operand(want))
 			}
 			in := func(v any) bool {
 				return slices.ContainsFunc(list, func(w any) bool { return jsonEqual(v, w) })
@@ -239,20 +239,13 @@ func checkNoNUL(v any, path string) error {
 	return nil
 }
 
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case json.Number:
-		return "a number"
-	case string:
-		return "a string"
-	case []any:
-		return "a list"
+// operand shows an operand in an error, shortened.
+func operand(v any) string {
+	b, _ := json.Marshal(v) // decoded JSON: cannot fail
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
 	}
-	return "an object"
+	return string(b)
 }
 
 // decodeJSONNumbers decodes JSON keeping numbers as json.Number, so that they compare

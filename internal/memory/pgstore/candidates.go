@@ -47,26 +47,9 @@ var ErrStop = errors.New("pgstore: stop")
 // them from one query as they stream in (a scope of any size costs one round trip
 // and constant memory here). fn may return ErrStop to end the scan.
 func (s *Store) EachCandidate(ctx context.Context, q CandidateQuery, fn func(Candidate) error) error {
-	if err := memory.ValidateScope(q.Scope); err != nil {
-		return fmt.Errorf("pgstore: candidates: %w", err)
-	}
-	types, err := typeNames(q.Types)
+	where, args, err := liveFilter(q.Scope, q.Types, q.KeyPrefix, q.Now)
 	if err != nil {
 		return fmt.Errorf("pgstore: candidates: %w", err)
-	}
-	now := q.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
-	args := []any{q.Scope, now}
-	where := []string{`scope = $1`, `archived_at IS NULL`, `(expires_at IS NULL OR expires_at > $2)`}
-	if len(types) > 0 {
-		args = append(args, types)
-		where = append(where, `memory_type = ANY($`+strconv.Itoa(len(args))+`)`)
-	}
-	if q.KeyPrefix != "" {
-		args = append(args, q.KeyPrefix)
-		where = append(where, `starts_with(key, $`+strconv.Itoa(len(args))+`)`)
 	}
 	content := `NULL::jsonb`
 	if q.Content {
@@ -98,6 +81,33 @@ func (s *Store) EachCandidate(ctx context.Context, q CandidateQuery, fn func(Can
 		return fmt.Errorf("pgstore: candidates: %w", err)
 	}
 	return nil
+}
+
+// liveFilter is the WHERE clause (its terms, and their arguments) of the live
+// memories of scope, of the types and under the key prefix when given, at now (zero:
+// time.Now()). More terms can follow, numbered from len(args)+1.
+func liveFilter(scope string, types []memory.Type, keyPrefix string, now time.Time) ([]string, []any, error) {
+	if err := memory.ValidateScope(scope); err != nil {
+		return nil, nil, err
+	}
+	names, err := typeNames(types)
+	if err != nil {
+		return nil, nil, err
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	args := []any{scope, now}
+	where := []string{`scope = $1`, `archived_at IS NULL`, `(expires_at IS NULL OR expires_at > $2)`}
+	if len(names) > 0 {
+		args = append(args, names)
+		where = append(where, `memory_type = ANY($`+strconv.Itoa(len(args))+`)`)
+	}
+	if keyPrefix != "" {
+		args = append(args, keyPrefix)
+		where = append(where, `starts_with(key, $`+strconv.Itoa(len(args))+`)`)
+	}
+	return where, args, nil
 }
 
 // GetMany returns the stored memories with the given IDs, in one query, in memory_id

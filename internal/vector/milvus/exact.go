@@ -28,17 +28,12 @@ func (ix *Index) ScoreIDs(ctx context.Context, q vector.Query, ids []string) ([]
 	hits := make([]vector.Hit, 0, len(ids))
 	for start := 0; start < len(ids); start += maxExprIDs {
 		expr := scope + " && " + FieldID + " in " + stringList(ids[start:min(start+maxExprIDs, len(ids))])
-		query := func() (client.ResultSet, error) {
-			return ix.c.Query(ctx, ix.collection, nil, expr, []string{FieldID, FieldEmbedding},
+		var rs client.ResultSet
+		err := ix.loaded(ctx, func() (err error) {
+			rs, err = ix.c.Query(ctx, ix.collection, nil, expr, []string{FieldID, FieldEmbedding},
 				client.WithSearchQueryConsistencyLevel(entity.ClStrong))
-		}
-		rs, err := query()
-		if err != nil && notLoaded(err) {
-			// As in Search: a restarted server may have released the collection.
-			if lerr := ix.c.LoadCollection(ctx, ix.collection, false); lerr == nil {
-				rs, err = query()
-			}
-		}
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("milvus score in %s: %w", ix.collection, err)
 		}

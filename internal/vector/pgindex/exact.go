@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/amemory/memory-operator/internal/vector"
 )
 
@@ -40,20 +38,7 @@ func (ix *Index) ScoreIDs(ctx context.Context, q vector.Query, ids []string) ([]
 		FROM ` + ix.table + ` v
 		WHERE v.memory_id = ANY($3::text[]) AND v.scope = $1` + typeFilter + ` AND cardinality(v.embedding) = $4
 	) s ORDER BY score DESC, memory_id COLLATE "C" LIMIT $5`
-	rows, err := ix.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("score vectors in %s: %w", ix.table, err)
-	}
-	hits, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (vector.Hit, error) {
-		var h vector.Hit
-		var score float64
-		err := r.Scan(&h.ID, &score)
-		if score == 0 {
-			score = 0 // -0 from a negated zero distance
-		}
-		h.Score = float32(score)
-		return h, err
-	})
+	hits, err := ix.queryHits(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("score vectors in %s: %w", ix.table, err)
 	}
