@@ -101,11 +101,12 @@ func (r *rankedSearch) queryVector(ctx context.Context) ([]float32, error) {
 }
 
 func (q RankedQuery) plan() (searchPlan, error) {
+	// The caller's input: FieldErrors, as every refusal of a query.
 	if q.Limit < 1 || q.Limit > MaxRankedLimit {
-		return searchPlan{}, fmt.Errorf("limit must be in [1, %d], got %d", MaxRankedLimit, q.Limit)
+		return searchPlan{}, &memory.FieldError{Field: "limit", Reason: fmt.Sprintf("must be in [1, %d], got %d", MaxRankedLimit, q.Limit)}
 	}
 	if q.Offset < 0 {
-		return searchPlan{}, fmt.Errorf("offset must not be negative, got %d", q.Offset)
+		return searchPlan{}, &memory.FieldError{Field: "offset", Reason: fmt.Sprintf("must not be negative, got %d", q.Offset)}
 	}
 	// K is not used by the ranked paths; plan validates scope, text and types.
 	return SearchQuery{Scope: q.Scope, Text: q.Text, Types: q.Types, K: 1, Now: q.Now}.plan()
