@@ -3,6 +3,8 @@ package milvus
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 	"github.com/milvus-io/milvus-sdk-go/v2/entity"
@@ -27,7 +29,7 @@ func (ix *Index) ScoreIDs(ctx context.Context, q vector.Query, ids []string) ([]
 	qv := vector.Prepare(ix.spec.Metric, q.Vector)
 	hits := make([]vector.Hit, 0, len(ids))
 	for start := 0; start < len(ids); start += maxExprIDs {
-		expr := scope + " && " + FieldID + " in " + stringList(ids[start:min(start+maxExprIDs, len(ids))])
+		expr := scope + " && " + FieldID + " in " + idList(ids[start:min(start+maxExprIDs, len(ids))])
 		var rs client.ResultSet
 		err := ix.loaded(ctx, func() (err error) {
 			rs, err = ix.c.Query(ctx, ix.collection, nil, expr, []string{FieldID, FieldEmbedding},
@@ -54,6 +56,17 @@ func (ix *Index) ScoreIDs(ctx context.Context, q vector.Query, ids []string) ([]
 		}
 	}
 	return vector.RankHits(hits, q.K), nil
+}
+
+// idList renders IDs as a Milvus list literal. ValidateScoreQuery checked them
+// (vector.ValidateID: printable ASCII without quotes or backslashes), so Go's quoting
+// is the literal.
+func idList(ids []string) string {
+	quoted := make([]string, len(ids))
+	for i, id := range ids {
+		quoted[i] = strconv.Quote(id)
+	}
+	return "[" + strings.Join(quoted, ",") + "]"
 }
 
 // zeroSign turns -0 (a negated zero distance) into 0, as Search reports it.
