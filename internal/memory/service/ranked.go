@@ -52,9 +52,9 @@ type RankedQuery struct {
 //     rankSlack more), loaded in one query, asked again deeper while stale vectors
 //     (of memories archived, expired or deleted since) leave too few or a tie may
 //     straddle the cut, then scored exactly. One index search, one load and one
-//     scoring in the common case. Exact when the index's own search is (the
-//     embedded index; Milvus with a FLAT index, as Milvus Lite); with an HNSW graph,
-//     as complete as the graph's recall.
+//     scoring in the common case. Exact when the index's own search is exhaustive
+//     (the embedded index); over an HNSW graph (Milvus), as complete as the graph's
+//     recall at that K.
 //   - With narrowing, or deeper than the index's K allows, the candidates are
 //     selected in PostgreSQL (one streamed query), scored by the index (one query on
 //     the embedded index; Milvus reads their vectors), and the page loaded (one
