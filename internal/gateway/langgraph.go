@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -41,12 +39,14 @@ type lgDelete struct {
 }
 
 type lgSearch struct {
-	NamespacePrefix []string                   `json:"namespace_prefix"`
-	Filter          map[string]json.RawMessage `json:"filter,omitempty"`
-	Limit           *int                       `json:"limit,omitempty"`
-	Offset          int                        `json:"offset,omitempty"`
-	Query           *string                    `json:"query,omitempty"`
-	RefreshTTL      *bool                      `json:"refresh_ttl,omitempty"`
+	NamespacePrefix []string `json:"namespace_prefix"`
+	// Filter is an object of fields (see langgraph_filter.go); raw, so that numbers
+	// keep their exact value.
+	Filter     json.RawMessage `json:"filter,omitempty"`
+	Limit      *int            `json:"limit,omitempty"`
+	Offset     int             `json:"offset,omitempty"`
+	Query      *string         `json:"query,omitempty"`
+	RefreshTTL *bool           `json:"refresh_ttl,omitempty"`
 }
 
 type lgListNamespaces struct {
@@ -86,6 +86,12 @@ func (s *Server) lgSlot(k *Key, ns []string, key string) (langgraphns.Slot, erro
 	if key == "" {
 		return langgraphns.Slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "key is required")
 	}
+	if err := lgCheckLabels("namespace", ns); err != nil {
+		return langgraphns.Slot{}, err
+	}
+	if err := memory.CheckText(key); err != nil {
+		return langgraphns.Slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "key %v", err)
+	}
 	sl, err := s.ns.Slot(ns, key)
 	if err != nil {
 		return langgraphns.Slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidScope, "%v", err)
@@ -108,8 +114,14 @@ func (s *Server) lgPutItem(w http.ResponseWriter, r *http.Request, k *Key) error
 	now := time.Now()
 	it := memory.Item{MemoryType: memory.Semantic, Scope: sl.Scope, Key: sl.Key, Content: req.Value,
 		Source: LGSource, BaseScore: DefaultBaseScore, CreatedAt: now, UpdatedAt: now}
-	if req.TTL != nil && *req.TTL > 0 {
-		t := now.Add(time.Duration(*req.TTL * float64(time.Minute)))
+	if req.TTL != nil {
+		// The native door's rule (memory.TTL): more than 0 and at most MaxTTL, so no
+		// TTL overflows into a memory expired on arrival. No ttl (or null): no expiry.
+		d, err := memory.TTL(*req.TTL * 60)
+		if err != nil {
+			return errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "ttl (minutes) %v", err)
+		}
+		t := now.Add(d)
 		it.ExpiresAt = &t
 	}
 	it.SetDefaults(now)
@@ -190,121 +202,6 @@ func (s *Server) lgItemOf(it memory.Item, score *float32) (lgItem, bool) {
 		CreatedAt: it.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: it.UpdatedAt.UTC().Format(time.RFC3339Nano)}, true
 }
 
-// maxFilterScan bounds how many memories a filtered listing reads.
-const maxFilterScan = 100_000
-
-func (s *Server) lgSearchItems(w http.ResponseWriter, r *http.Request, k *Key) error {
-	var req lgSearch
-	if err := decode(r, &req); err != nil {
-		return err
-	}
-	limit := 10
-	if req.Limit != nil {
-		limit = *req.Limit
-	}
-	if limit < 1 || limit > pgstore.MaxListLimit || req.Offset < 0 {
-		return errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "limit must be in [1, %d] and offset >= 0", pgstore.MaxListLimit)
-	}
-	filter, err := compileFilter(req.Filter)
-	if err != nil {
-		return err
-	}
-	sl, rest, err := s.ns.Prefix(req.NamespacePrefix)
-	if err != nil {
-		return errf(http.StatusUnprocessableEntity, CodeInvalidScope, "%v", err)
-	}
-	if err := checkScope(k, sl.Scope); err != nil {
-		return err
-	}
-	// Items must lie under the prefix: with labels past the rule's pattern, only keys
-	// encoding those labels.
-	under := func(it memory.Item) bool {
-		got, _ := langgraphns.DecodeKey(sl.Wildcard(), it.Key)
-		return len(got) >= len(rest) && langgraphns.EqualLabels(got[:len(rest)], rest)
-	}
-	var items []lgItem
-	if req.Query != nil && strings.TrimSpace(*req.Query) != "" {
-		items, err = s.lgSemantic(r.Context(), sl.Scope, *req.Query, under, filter, req.Offset, limit)
-	} else {
-		items, err = s.lgScan(r.Context(), sl.Scope, rest, under, filter, req.Offset, limit)
-	}
-	if err != nil {
-		return err
-	}
-	if items == nil {
-		items = []lgItem{}
-	}
-	return writeJSON(w, http.StatusOK, lgSearchResponse{Items: items})
-}
-
-// lgSemantic is a search with a query: the scope's semantic memories ranked as
-// /v1/search ranks them, then narrowed to the prefix and filter.
-func (s *Server) lgSemantic(ctx context.Context, scope, query string, under func(memory.Item) bool, filter func(json.RawMessage) bool, offset, limit int) ([]lgItem, error) {
-	res, err := s.searchScope(ctx, scope, query, []memory.Type{memory.Semantic}, min(offset+limit, 100), -1e9)
-	if err != nil {
-		return nil, err
-	}
-	var items []lgItem
-	skipped := 0
-	for _, h := range res {
-		if len(items) == limit {
-			break
-		}
-		if !under(h.Memory) || !filter(h.Memory.Content) {
-			continue
-		}
-		if skipped < offset {
-			skipped++
-			continue
-		}
-		sim := h.Similarity
-		if it, ok := s.lgItemOf(h.Memory, &sim); ok {
-			items = append(items, it)
-		}
-	}
-	return items, nil
-}
-
-// lgScan lists the scope's semantic memories under the prefix in memory_id order,
-// page by page, applying the filter.
-func (s *Server) lgScan(ctx context.Context, scope string, rest []string, under func(memory.Item) bool, filter func(json.RawMessage) bool, offset, limit int) ([]lgItem, error) {
-	keyPrefix := ""
-	if len(rest) > 0 {
-		b, _ := json.Marshal(rest)
-		keyPrefix = string(b[:len(b)-1]) + ","
-	}
-	var items []lgItem
-	after, skipped := "", 0
-	for scanned := 0; len(items) < limit && scanned < maxFilterScan; {
-		page, err := s.mem.Store().List(ctx, pgstore.ListQuery{Scope: scope, Types: []memory.Type{memory.Semantic},
-			KeyPrefix: keyPrefix, After: after, Limit: pgstore.MaxListLimit})
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range page {
-			if len(items) == limit {
-				break
-			}
-			if !under(m) || !filter(m.Content) {
-				continue
-			}
-			if skipped < offset {
-				skipped++
-				continue
-			}
-			if it, ok := s.lgItemOf(m, nil); ok {
-				items = append(items, it)
-			}
-		}
-		scanned += len(page)
-		if len(page) < pgstore.MaxListLimit {
-			break
-		}
-		after = page[len(page)-1].MemoryID
-	}
-	return items, nil
-}
-
 // maxNamespaceScan bounds the (scope, key) pairs a namespace listing reads.
 const maxNamespaceScan = 200_000
 
@@ -317,8 +214,14 @@ func (s *Server) lgListNamespaces(w http.ResponseWriter, r *http.Request, k *Key
 	if req.Limit != nil {
 		limit = *req.Limit
 	}
-	if limit < 1 || limit > 10_000 || req.Offset < 0 || (req.MaxDepth != nil && *req.MaxDepth < 1) {
-		return errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "limit must be in [1, 10000], offset >= 0, max_depth >= 1")
+	if limit < 1 || limit > 10_000 || req.Offset < 0 || req.Offset > MaxLGOffset || (req.MaxDepth != nil && *req.MaxDepth < 1) {
+		return errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "limit must be in [1, 10000], offset in [0, %d], max_depth >= 1", MaxLGOffset)
+	}
+	if err := lgCheckLabels("prefix", req.Prefix); err != nil {
+		return err
+	}
+	if err := lgCheckLabels("suffix", req.Suffix); err != nil {
+		return err
 	}
 	pairs, err := s.mem.Store().ScopeKeys(r.Context(), "", "[", maxNamespaceScan)
 	if err != nil {
@@ -357,114 +260,18 @@ func (s *Server) lgListNamespaces(w http.ResponseWriter, r *http.Request, k *Key
 	return writeJSON(w, http.StatusOK, lgNamespacesResponse{Namespaces: out})
 }
 
-// matches applies the listing's prefix and suffix.
+// matches applies the listing's prefix and suffix, "*" matching any one label.
 func (req lgListNamespaces) matches(ns []string) bool {
-	if len(req.Prefix) > 0 && (len(ns) < len(req.Prefix) || !langgraphns.EqualLabels(ns[:len(req.Prefix)], req.Prefix)) {
-		return false
-	}
-	return len(req.Suffix) == 0 || (len(ns) >= len(req.Suffix) && langgraphns.EqualLabels(ns[len(ns)-len(req.Suffix):], req.Suffix))
+	return langgraphns.MatchPrefix(ns, req.Prefix) && langgraphns.MatchSuffix(ns, req.Suffix)
 }
 
-// compileFilter builds LangGraph's filter: each key of the value must equal the
-// given JSON value, or satisfy {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|"$lte": v}.
-func compileFilter(f map[string]json.RawMessage) (func(json.RawMessage) bool, error) {
-	type cond struct {
-		field, op string
-		want      any
-	}
-	var conds []cond
-	for field, raw := range f {
-		var ops map[string]any
-		if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) && json.Unmarshal(raw, &ops) == nil && len(ops) > 0 && allOps(ops) {
-			for op, v := range ops {
-				conds = append(conds, cond{field, op, v})
-			}
-			continue
-		}
-		var v any
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "filter %q: %v", field, err)
-		}
-		conds = append(conds, cond{field, "$eq", v})
-	}
-	return func(content json.RawMessage) bool {
-		if len(conds) == 0 {
-			return true
-		}
-		var doc map[string]any
-		if json.Unmarshal(content, &doc) != nil {
-			return false
-		}
-		for _, c := range conds {
-			got, ok := doc[c.field]
-			if !ok || !compare(got, c.op, c.want) {
-				return false
-			}
-		}
-		return true
-	}, nil
-}
-
-func allOps(m map[string]any) bool {
-	for k := range m {
-		switch k {
-		case "$eq", "$ne", "$gt", "$gte", "$lt", "$lte":
-		default:
-			return false
+// lgCheckLabels applies the text rule every door applies (memory.CheckText: valid
+// UTF-8, no NUL) to namespace labels, before any of them reaches a query.
+func lgCheckLabels(what string, labels []string) error {
+	for _, l := range labels {
+		if err := memory.CheckText(l); err != nil {
+			return errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "%s label %q %v", what, l, err)
 		}
 	}
-	return true
-}
-
-func compare(got any, op string, want any) bool {
-	switch op {
-	case "$eq":
-		return jsonEqual(got, want)
-	case "$ne":
-		return !jsonEqual(got, want)
-	}
-	var c int
-	switch g := got.(type) {
-	case float64:
-		w, ok := want.(float64)
-		if !ok {
-			return false
-		}
-		c = cmpFloat(g, w)
-	case string:
-		w, ok := want.(string)
-		if !ok {
-			return false
-		}
-		c = strings.Compare(g, w)
-	default:
-		return false
-	}
-	switch op {
-	case "$gt":
-		return c > 0
-	case "$gte":
-		return c >= 0
-	case "$lt":
-		return c < 0
-	case "$lte":
-		return c <= 0
-	}
-	return false
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func jsonEqual(a, b any) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+	return nil
 }

@@ -1,44 +1,11 @@
 package gateway
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/amemory/memory-operator/internal/memory"
 )
-
-// TestFilter: LangGraph's filter semantics, exact match and the comparison operators.
-func TestFilter(t *testing.T) {
-	doc := json.RawMessage(`{"kind":"pref","n":3,"tags":["a"],"nested":{"x":1}}`)
-	for filter, want := range map[string]bool{
-		`{}`:                       true,
-		`{"kind":"pref"}`:          true,
-		`{"kind":"fact"}`:          false,
-		`{"n":3}`:                  true,
-		`{"n":{"$gt":2,"$lte":3}}`: true,
-		`{"n":{"$lt":3}}`:          false,
-		`{"n":{"$ne":4}}`:          true,
-		`{"kind":{"$gte":"p"}}`:    true,
-		`{"missing":1}`:            false,
-		`{"tags":["a"]}`:           true,
-		`{"nested":{"x":1}}`:       true,
-		`{"nested":{"x":2}}`:       false,
-		`{"n":{"$gt":"a string"}}`: false,
-	} {
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(filter), &m); err != nil {
-			t.Fatal(err)
-		}
-		f, err := compileFilter(m)
-		if err != nil {
-			t.Fatalf("%s: %v", filter, err)
-		}
-		if got := f(doc); got != want {
-			t.Errorf("filter %s = %v, want %v", filter, got, want)
-		}
-	}
-}
 
 // TestRanking: relevance leads, importance and age adjust. With similarities as
 // compressed as multilingual-e5's, one reinforcement of a wrong memory must not

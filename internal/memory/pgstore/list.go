@@ -48,30 +48,15 @@ type ListQuery struct {
 
 // List returns a page of the scope's live memories (not archived, not expired).
 func (s *Store) List(ctx context.Context, q ListQuery) ([]memory.Item, error) {
-	if err := memory.ValidateScope(q.Scope); err != nil {
+	where, args, err := liveFilter(q.Scope, q.Types, q.KeyPrefix, q.Now)
+	if err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
 	}
 	if q.Limit < 1 || q.Limit > MaxListLimit {
 		return nil, fmt.Errorf("pgstore: list: limit must be in [1, %d], got %d", MaxListLimit, q.Limit)
 	}
-	types, err := typeNames(q.Types)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: list: %w", err)
-	}
-	now := q.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
-	args := []any{q.Scope, now, q.After}
-	where := []string{`scope = $1`, `archived_at IS NULL`, `(expires_at IS NULL OR expires_at > $2)`, `memory_id > $3`}
-	if len(types) > 0 {
-		args = append(args, types)
-		where = append(where, `memory_type = ANY($`+strconv.Itoa(len(args))+`)`)
-	}
-	if q.KeyPrefix != "" {
-		args = append(args, q.KeyPrefix)
-		where = append(where, `starts_with(key, $`+strconv.Itoa(len(args))+`)`)
-	}
+	args = append(args, q.After)
+	where = append(where, `memory_id > $`+strconv.Itoa(len(args)))
 	args = append(args, q.Limit, max(q.Offset, 0))
 	rows, err := s.pool.Query(ctx, `SELECT `+memoryCols+` FROM `+s.t.memories+`
 		WHERE `+strings.Join(where, ` AND `)+`

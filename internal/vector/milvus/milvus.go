@@ -201,14 +201,11 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 		}
 		return res[0], nil
 	}
-	r, err := search()
-	if err != nil && notLoaded(err) {
-		// A restarted server may come back with the collection released (Milvus Lite
-		// always does): load it again and retry once.
-		if lerr := ix.c.LoadCollection(ctx, ix.collection, false); lerr == nil {
-			r, err = search()
-		}
-	}
+	var r client.SearchResult
+	err = ix.loaded(ctx, func() (err error) {
+		r, err = search()
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("milvus search in %s: %w", ix.collection, err)
 	}
@@ -227,6 +224,19 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 		hits = append(hits, vector.Hit{ID: id, Score: ix.score(r.Scores[i])})
 	}
 	return hits, nil
+}
+
+// loaded runs call, and once more after loading the collection when it failed because
+// the collection is not loaded: a restarted server may come back with it released
+// (Milvus Lite always does).
+func (ix *Index) loaded(ctx context.Context, call func() error) error {
+	err := call()
+	if err != nil && notLoaded(err) {
+		if lerr := ix.c.LoadCollection(ctx, ix.collection, false); lerr == nil {
+			err = call()
+		}
+	}
+	return err
 }
 
 // score converts a Milvus score to a vector.Hit score: Milvus reports the squared

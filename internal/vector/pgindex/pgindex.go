@@ -295,11 +295,20 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 		FROM ` + ix.table + ` v
 		WHERE v.scope = $1` + typeFilter + ` AND cardinality(v.embedding) = $4
 	) s ORDER BY score DESC, memory_id LIMIT $3`
-	rows, err := ix.pool.Query(ctx, sql, args...)
+	hits, err := ix.queryHits(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 	}
-	hits, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (vector.Hit, error) {
+	return hits, nil
+}
+
+// queryHits runs a query of (memory_id, score) rows.
+func (ix *Index) queryHits(ctx context.Context, sql string, args ...any) ([]vector.Hit, error) {
+	rows, err := ix.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (vector.Hit, error) {
 		var h vector.Hit
 		var score float64
 		err := r.Scan(&h.ID, &score)
@@ -309,8 +318,4 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 		h.Score = float32(score)
 		return h, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
-	}
-	return hits, nil
 }

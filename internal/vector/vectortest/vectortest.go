@@ -42,6 +42,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("DeleteScope", func(t *testing.T) { testDeleteScope(t, h) })
 	t.Run("Validation", func(t *testing.T) { testValidation(t, h) })
 	t.Run("LargeBatchMatchesBruteForce", func(t *testing.T) { testLargeBatch(t, h) })
+	t.Run("ScoreIDs", func(t *testing.T) { testScoreIDs(t, h) })
 	t.Run("ReopenMismatch", func(t *testing.T) { testReopenMismatch(t, h) })
 }
 

@@ -1,0 +1,63 @@
+package vector
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Scorer is implemented by indexes that can score a chosen set of their entries
+// exactly. A search narrowed by something the index does not hold (a key prefix, a
+// filter on the content) selects its candidates in the system of record and has them
+// scored here, so it ranks exactly what it admits instead of filtering the top hits
+// of the whole scope (which comes back short when the admitted ones rank low).
+type Scorer interface {
+	// ScoreIDs returns, for each of ids that is an entry of q.Scope (and of q.Types
+	// when set), its exact score against q.Vector (the score Search reports), best
+	// first, ties by ID; at most q.K hits, or all of them when q.K is 0. IDs that are
+	// not such entries are left out, duplicates count once.
+	ScoreIDs(ctx context.Context, q Query, ids []string) ([]Hit, error)
+}
+
+// ValidateScoreQuery checks a ScoreIDs call against spec: scope, types, the vector,
+// K >= 0 and the IDs.
+func ValidateScoreQuery(spec Spec, q Query, ids []string) error {
+	if err := ValidateScope(q.Scope); err != nil {
+		return fmt.Errorf("score: %w", err)
+	}
+	for _, t := range q.Types {
+		if err := ValidateType(t); err != nil {
+			return fmt.Errorf("score: %w", err)
+		}
+	}
+	if q.K < 0 {
+		return fmt.Errorf("score: k must not be negative, got %d", q.K)
+	}
+	for _, id := range ids {
+		if err := ValidateID(id); err != nil {
+			return fmt.Errorf("score: %w", err)
+		}
+	}
+	return checkVector(spec, q.Vector, "query vector")
+}
+
+// RankHits sorts hits best first, ties by ID, drops repeated IDs and keeps at most k
+// (all when k is 0). Implementations that score outside their engine rank with it, so
+// every engine orders ties the same way.
+func RankHits(hits []Hit, k int) []Hit {
+	seen := make(map[string]bool, len(hits))
+	hits = slices.DeleteFunc(hits, func(h Hit) bool {
+		dup := seen[h.ID]
+		seen[h.ID] = true
+		return dup
+	})
+	slices.SortFunc(hits, func(a, b Hit) int {
+		return cmp.Or(cmp.Compare(b.Score, a.Score), strings.Compare(a.ID, b.ID))
+	})
+	if k > 0 && len(hits) > k {
+		hits = hits[:k]
+	}
+	return hits
+}
