@@ -145,10 +145,10 @@ func embedBudget(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // writer is one Write call's state.
 type writer struct {
-	m       *Memory
-	opts    WriteOptions
-	items   []memory.Item
-	vecs    [][]float32
+	m     *Memory
+	opts  WriteOptions
+	items []memory.Item
+	vecs  [][]float32
 	// embedFailed: the embedder failed for this call; its writes are left to the
 	// drainer rather than embedded again.
 	embedFailed bool
