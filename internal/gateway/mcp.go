@@ -157,6 +157,9 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 			if err == nil {
 				err = checkScope(k, scope)
 			}
+			if err == nil {
+				err = checkQuery(in.Query)
+			}
 			if err != nil {
 				return nil, SearchResponse{}, toolErr(err)
 			}
@@ -190,6 +193,11 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 			}
 			if limit < 1 || limit > pgstore.MaxListLimit {
 				return nil, mcpMemories{}, errors.New("invalid_request: limit must be in [1, 1000]")
+			}
+			if in.After != "" {
+				if err := checkID("after", in.After); err != nil {
+					return nil, mcpMemories{}, toolErr(err)
+				}
 			}
 			items, err := s.mem.Store().List(ctx, pgstore.ListQuery{Scope: scope, Types: types, After: in.After, Limit: limit})
 			if err != nil {
@@ -266,7 +274,11 @@ func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpForgetInput) (*mcp.CallToolResult, ForgetResponse, error) {
 			scope := defaultScope(k, in.Scope)
-			if err := checkScope(k, scope); err != nil {
+			err := checkScope(k, scope)
+			if err == nil {
+				err = checkReason(in.Reason)
+			}
+			if err != nil {
 				return nil, ForgetResponse{}, toolErr(err)
 			}
 			res, err := s.forgetScope(ctx, k, scope, in.Reason)
