@@ -17,6 +17,7 @@ type metrics struct {
 	pendingOldest   prometheus.Gauge
 	pendingParked   prometheus.Gauge
 	drained         *prometheus.CounterVec
+	mcpUnanswered   prometheus.Counter
 }
 
 // newMetrics creates the metrics and registers them with reg (nil: not registered).
@@ -44,10 +45,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Age of the oldest pending index work."}),
 		drained: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memory_gateway_index_drained_total",
 			Help: "Pending index work finished in the background, by result (done, failed, parked)."}, []string{"result"}),
+		mcpUnanswered: prometheus.NewCounter(prometheus.CounterOpts{Name: "memory_gateway_mcp_unanswered_total",
+			Help: "MCP calls the SDK left without an answer in time, answered with a JSON-RPC timeout error."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.writes, m.notIndexed, m.rateLimited, m.keys,
-			m.keyReloadErrors, m.pending, m.pendingOldest, m.pendingParked, m.drained)
+			m.keyReloadErrors, m.pending, m.pendingOldest, m.pendingParked, m.drained, m.mcpUnanswered)
 	}
 	return m
 }

@@ -200,6 +200,8 @@ func (s *Server) nativeRoutes() {
 	s.route("POST /v1/search", false, s.search)
 	s.route("POST /v1/recall", false, s.recall)
 	s.route("POST /v1/forget", true, s.forget)
+	s.route("GET /v1/index/pending", false, s.listPending)
+	s.route("POST /v1/index/retry", true, s.retryPending)
 }
 
 // write stores items already checked against the key and returns their outcomes.
