@@ -58,6 +58,14 @@ func (e *env) do(key, method, path string, body any) response {
 	return r
 }
 
+// short is a response body cut for a test message.
+func short(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "..."
+	}
+	return string(b)
+}
+
 // wantPermanent expects a 4xx with the code and no Retry-After: a client that honours
 // Retry-After must never retry a request that cannot succeed.
 func (e *env) wantPermanent(status int, code, key, method, path string, body any) response {
@@ -65,7 +73,7 @@ func (e *env) wantPermanent(status int, code, key, method, path string, body any
 	r := e.do(key, method, path, body)
 	if r.status != status || r.err.Error.Code != code || r.header.Get("Retry-After") != "" {
 		e.t.Errorf("%s %s: %d %q Retry-After %q (%s); want %d %q without Retry-After",
-			method, path, r.status, r.err.Error.Code, r.header.Get("Retry-After"), r.body, status, code)
+			method, path, r.status, r.err.Error.Code, r.header.Get("Retry-After"), short(r.body), status, code)
 	}
 	return r
 }

@@ -47,7 +47,7 @@ func TestEmbedderInputLimit(t *testing.T) {
 		e.wantPermanent(413, CodeTextTooLong, k.plain, "POST", "/v1/search", SearchRequest{Scope: "user:1", Query: text})
 		res := callTool(t, mcpSession(t, e, k.plain), "add_memory", map[string]any{"scope": "user:1", "text": text})
 		if !res.IsError || !strings.HasPrefix(toolText(res), CodeTextTooLong+":") {
-			t.Errorf("MCP add_memory of the big text: %v %q", res.IsError, toolText(res))
+			t.Errorf("MCP add_memory of the big text: %v %q", res.IsError, short([]byte(toolText(res))))
 		}
 		var l ListResponse
 		e.must(200, k.plain, "GET", "/v1/scopes/user:1/memories", nil, &l)
@@ -135,7 +135,7 @@ func TestEmbedderSharePerKey(t *testing.T) {
 		f.releaseAll()
 		for range 6 {
 			if r := <-results; r.status != 200 {
-				t.Errorf("a's search, once the embedder answers: %d %s", r.status, r.body)
+				t.Errorf("a's search, once the embedder answers: %d %s", r.status, short(r.body))
 			}
 		}
 		if _, most, _ := f.stats(); most != 2 {
@@ -153,7 +153,7 @@ func TestEmbedderSharePerKey(t *testing.T) {
 		for range 6 {
 			r := <-results
 			if (r.status != 503 || r.err.Error.Code != CodeEmbedderDown) && (r.status != 429 || r.err.Error.Code != CodeRateLimited) || r.header.Get("Retry-After") == "" {
-				t.Errorf("a's held search: %d %s (want 503 embedder_unavailable or 429 rate_limited, with Retry-After)", r.status, r.body)
+				t.Errorf("a's held search: %d %s (want 503 embedder_unavailable or 429 rate_limited, with Retry-After)", r.status, short(r.body))
 			}
 		}
 		// A write whose embedding never comes is still acknowledged: stored, indexed later.
