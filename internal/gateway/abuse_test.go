@@ -259,3 +259,25 @@ func TestNoExistenceOracle(t *testing.T) {
 	e.must(201, kb.plain, "POST", "/v1/memories", NewMemory{Scope: "user:b", MemoryType: memory.Semantic, MemoryID: strings.Repeat("x", MaxClientIDLen), Content: json.RawMessage(`{"n":1}`)}, nil)
 	e.wantPermanent(400, CodeInvalidRequest, kb.plain, "POST", "/v1/memories", NewMemory{Scope: "user:b", MemoryType: memory.Semantic, MemoryID: strings.Repeat("x", MaxClientIDLen+1), Content: json.RawMessage(`{"n":2}`)})
 }
+
+// TestOpenAPIBoundsAreTheLimits: the bounds the OpenAPI document gives are the ones
+// internal/memory defines.
+func TestOpenAPIBoundsAreTheLimits(t *testing.T) {
+	doc, err := BuildOpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		schema, field string
+		min, max      float64
+	}{
+		{"NewMemory", "base_score", 0, memory.MaxBaseScore},
+		{"UpdateRequest", "base_score", 0, memory.MaxBaseScore},
+		{"NewMemory", "ttl_seconds", 1, memory.MaxTTL.Seconds()},
+	} {
+		p := doc.Components.Schemas[c.schema].Value.Properties[c.field].Value
+		if p.Min == nil || p.Max == nil || *p.Min != c.min || *p.Max != c.max {
+			t.Errorf("%s.%s: bounds %v..%v, want %v..%v", c.schema, c.field, p.Min, p.Max, c.min, c.max)
+		}
+	}
+}

@@ -29,12 +29,14 @@ type NewMemory struct {
 	// MemoryID is optional: a client-chosen ID makes a retried write idempotent. It is
 	// made unique to the scope (see storedID): the response's memory_id is the one to
 	// use afterwards.
-	MemoryID  string     `json:"memory_id,omitempty"`
-	Source    string     `json:"source,omitempty"`
-	BaseScore *float64   `json:"base_score,omitempty"`
+	MemoryID string `json:"memory_id,omitempty"`
+	Source   string `json:"source,omitempty"`
+	// BaseScore is the importance, 0..memory.MaxBaseScore (default DefaultBaseScore).
+	BaseScore *float64 `json:"base_score,omitempty" openapi:"minimum=0,maximum=1"`
+	// ExpiresAt must be in the future.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// TTLSeconds sets expires_at relative to now: 1 up to memory.MaxTTL (100 years).
-	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	TTLSeconds int64 `json:"ttl_seconds,omitempty" openapi:"minimum=1,maximum=3153600000"`
 }
 
 // DefaultBaseScore is a remembered memory's importance when the client gives none.
@@ -106,7 +108,7 @@ type BatchResponse struct {
 // UpdateRequest changes a memory; the previous value goes to its history.
 type UpdateRequest struct {
 	Content   json.RawMessage `json:"content,omitempty"`
-	BaseScore *float64        `json:"base_score,omitempty"`
+	BaseScore *float64        `json:"base_score,omitempty" openapi:"minimum=0,maximum=1"`
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
 	Source    string          `json:"source,omitempty"`
 }

@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,8 +42,12 @@ var (
 )
 
 // customize shapes generated schemas: JSON objects for raw content, the memory type
-// enum, required fields (those without omitempty), and no unknown fields.
+// enum, required fields (those without omitempty), no unknown fields, and the bounds
+// a field's `openapi:"minimum=…,maximum=…"` tag gives.
 func customize(_ string, t reflect.Type, tag reflect.StructTag, s *openapi3.Schema) error {
+	if err := bounds(tag.Get("openapi"), s); err != nil {
+		return err
+	}
 	switch {
 	case t == rawMessageType:
 		*s = *openapi3.NewObjectSchema()
@@ -64,7 +70,29 @@ func customize(_ string, t reflect.Type, tag reflect.StructTag, s *openapi3.Sche
 	if t.Kind() == reflect.Slice && t != rawMessageType {
 		s.Nullable = false
 	}
-	_ = tag
+	return nil
+}
+
+// bounds applies "minimum=0,maximum=1" to s.
+func bounds(spec string, s *openapi3.Schema) error {
+	if spec == "" {
+		return nil
+	}
+	for _, part := range strings.Split(spec, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("openapi tag %q: %w", spec, err)
+		}
+		switch k {
+		case "minimum":
+			s.Min = &f
+		case "maximum":
+			s.Max = &f
+		default:
+			return fmt.Errorf("openapi tag %q: unknown bound %q", spec, k)
+		}
+	}
 	return nil
 }
 
