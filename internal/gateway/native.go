@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -387,24 +388,15 @@ func (s *Server) listScope(w http.ResponseWriter, r *http.Request, k *Key) error
 		return err
 	}
 	q := r.URL.Query()
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > pgstore.MaxListLimit {
-			return errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be an integer in [1, %d]", pgstore.MaxListLimit)
-		}
-		limit = n
+	limit, after, err := pageQuery(q)
+	if err != nil {
+		return err
 	}
 	types, err := parseTypes(q["type"])
 	if err != nil {
 		return err
 	}
-	if after := q.Get("after"); after != "" {
-		if err := checkID("after", after); err != nil {
-			return err
-		}
-	}
-	items, err := s.mem.Store().List(r.Context(), pgstore.ListQuery{Scope: scope, Types: types, After: q.Get("after"), Limit: limit})
+	items, err := s.mem.Store().List(r.Context(), pgstore.ListQuery{Scope: scope, Types: types, After: after, Limit: limit})
 	if err != nil {
 		return err
 	}
@@ -416,6 +408,25 @@ func (s *Server) listScope(w http.ResponseWriter, r *http.Request, k *Key) error
 		resp.NextAfter = items[len(items)-1].MemoryID
 	}
 	return writeJSON(w, http.StatusOK, resp)
+}
+
+// pageQuery reads a page's limit (default 100, at most pgstore.MaxListLimit) and its
+// cursor (a memory_id, checked before it reaches the database).
+func pageQuery(q url.Values) (limit int, after string, err error) {
+	limit = 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > pgstore.MaxListLimit {
+			return 0, "", errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be an integer in [1, %d]", pgstore.MaxListLimit)
+		}
+		limit = n
+	}
+	if after = q.Get("after"); after != "" {
+		if err := checkID("after", after); err != nil {
+			return 0, "", err
+		}
+	}
+	return limit, after, nil
 }
 
 func parseTypes(in []string) ([]memory.Type, error) {

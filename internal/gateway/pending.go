@@ -73,24 +73,14 @@ func (s *Server) listPending(w http.ResponseWriter, r *http.Request, k *Key) err
 	if err != nil {
 		return err
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > pgstore.MaxListLimit {
-			return errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be an integer in [1, %d]", pgstore.MaxListLimit)
-		}
-		limit = n
+	limit, after, err := pageQuery(q)
+	if err != nil {
+		return err
 	}
 	parked := false
 	if v := q.Get("parked"); v != "" {
 		if parked, err = strconv.ParseBool(v); err != nil {
 			return errf(http.StatusBadRequest, CodeInvalidRequest, "parked must be true or false")
-		}
-	}
-	after := q.Get("after")
-	if after != "" {
-		if err := checkID("after", after); err != nil {
-			return err
 		}
 	}
 	entries, err := s.mem.PendingWork(r.Context(), pgstore.PendingQuery{Scope: scope, ParkedOnly: parked, After: after, Limit: limit})

@@ -11,6 +11,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
 from report import check, data, expect, read_input, run
+from toolresult import result, text_of
 
 ALL_TOOLS = ["add_memory", "delete_all_memories", "delete_memory", "get_memories", "get_memory", "search_memories", "update_memory"]
 READ_TOOLS = ["get_memories", "get_memory", "search_memories"]
@@ -19,20 +20,6 @@ READ_TOOLS = ["get_memories", "get_memory", "search_memories"]
 def connect(url, key):
     """A fastmcp Client for the gateway's /mcp with the key as a bearer token."""
     return Client(StreamableHttpTransport(url + "/mcp", headers={"Authorization": "Bearer " + key}))
-
-
-def text_of(res):
-    return "".join(getattr(c, "text", "") for c in res.content)
-
-
-def result(res):
-    """A tool result's structured content, else its text parsed as JSON."""
-    if res.structured_content is not None:
-        return res.structured_content
-    try:
-        return json.loads(text_of(res))
-    except ValueError:
-        return None
 
 
 async def call(c, name, args):

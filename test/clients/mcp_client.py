@@ -15,6 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from report import check, data, expect, read_input, run
+from toolresult import result, text_of
 
 ALL_TOOLS = ["add_memory", "delete_all_memories", "delete_memory", "get_memories", "get_memory", "search_memories", "update_memory"]
 READ_TOOLS = ["get_memories", "get_memory", "search_memories"]
@@ -24,20 +25,6 @@ def connect(url, key):
     """A Client for the gateway's /mcp with the key as a bearer token."""
     http = create_mcp_http_client(headers={"Authorization": "Bearer " + key})
     return Client(streamable_http_client(url + "/mcp", http_client=http))
-
-
-def text_of(res):
-    return "".join(getattr(c, "text", "") for c in res.content)
-
-
-def result(res):
-    """A tool result's structured content, else its text parsed as JSON."""
-    if res.structured_content is not None:
-        return res.structured_content
-    try:
-        return json.loads(text_of(res))
-    except ValueError:
-        return None
 
 
 def allows_object(schema):
