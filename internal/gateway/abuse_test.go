@@ -4,17 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/service"
 )
 
 // response is a gateway answer with its headers.
@@ -278,6 +284,36 @@ func TestOpenAPIBoundsAreTheLimits(t *testing.T) {
 		p := doc.Components.Schemas[c.schema].Value.Properties[c.field].Value
 		if p.Min == nil || p.Max == nil || *p.Min != c.min || *p.Max != c.max {
 			t.Errorf("%s.%s: bounds %v..%v, want %v..%v", c.schema, c.field, p.Min, p.Max, c.min, c.max)
+		}
+	}
+}
+
+// TestClassifyNamesTheDependency: each failure is answered with the code of what
+// failed, 4xx ones without Retry-After, and an error of no dependency is a 500, never
+// "the database is not answering".
+func TestClassifyNamesTheDependency(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		err        error
+		status     int
+		code       string
+		retryAfter bool
+	}{
+		{"field", fmt.Errorf("write: %w", &memory.FieldError{Field: "content", Reason: "bad"}), 400, CodeInvalidContent, false},
+		{"text too long", fmt.Errorf("write: item 0: %w", &embed.TextTooLongError{ID: "m", Bytes: 10, Max: 5}), 413, CodeTextTooLong, false},
+		{"value the database refused", fmt.Errorf("pgstore: get: %w", &pgconn.PgError{Code: "22021", Message: "invalid byte sequence"}), 400, CodeInvalidRequest, false},
+		{"embedder share", fmt.Errorf("%w: %w", service.ErrEmbedderUnavailable, embed.ErrBusy), 429, CodeRateLimited, true},
+		{"embedder", fmt.Errorf("search: %w: %w", service.ErrEmbedderUnavailable, embed.ErrTimeout), 503, CodeEmbedderDown, true},
+		{"index", fmt.Errorf("search: %w: x", service.ErrIndexUnavailable), 503, CodeIndexDown, true},
+		{"database connection", fmt.Errorf("pgstore: put: %w", &net.OpError{Op: "read", Err: errors.New("connection reset")}), 503, CodeDatabaseDown, true},
+		{"database shutting down", fmt.Errorf("pgstore: put: %w", &pgconn.PgError{Code: "57P01"}), 503, CodeDatabaseDown, true},
+		{"database privilege", fmt.Errorf("pgstore: put: %w", &pgconn.PgError{Code: "42501"}), 500, CodeInternal, false},
+		{"out of time", fmt.Errorf("write: %w", context.DeadlineExceeded), 503, CodeTimeout, true},
+		{"a bug", errors.New("memories m kept changing while being indexed"), 500, CodeInternal, false},
+	} {
+		e := classify(c.err)
+		if e.status != c.status || e.code != c.code || (e.retryAfter > 0) != c.retryAfter {
+			t.Errorf("%s: %d %s retry-after %d, want %d %s retry-after %v", c.name, e.status, e.code, e.retryAfter, c.status, c.code, c.retryAfter)
 		}
 	}
 }

@@ -157,9 +157,9 @@ func classifyPg(pe *pgconn.PgError) *apiError {
 // error types, most of them unexported), a closed connection or transaction, or a
 // network failure.
 func fromDatabase(err error) bool {
-	var netErr net.Error
+	var opErr *net.OpError // not net.Error: context.DeadlineExceeded is one too
 	if pgconn.Timeout(err) || errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, pgx.ErrTxClosed) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr) {
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &opErr) {
 		return true
 	}
 	var found bool
