@@ -406,7 +406,28 @@ func (m *Memory) DrainPending(ctx context.Context, o DrainOptions) (DrainResult,
 			ops = append(ops, opFor(r.MemoryID, *it))
 		}
 	}
+	// A text the input limit refuses can never be indexed as it is: parked at once,
+	// without costing the batch an attempt.
 	var res DrainResult
+	keep := 0
+	for i, op := range ops {
+		if op.item != nil {
+			if _, err := m.embedText(op.id, *op.item); errors.Is(err, embed.ErrTextTooLong) {
+				parked, ferr := m.store.IndexFailed(ctx, refs[i:i+1], err.Error(), o.Retry, true)
+				if ferr != nil {
+					return res, fmt.Errorf("memory service: drain: %w", ferr)
+				}
+				res.Parked += parked
+				continue
+			}
+		}
+		refs[keep], ops[keep] = refs[i], op
+		keep++
+	}
+	refs, ops = refs[:keep], ops[:keep]
+	if len(ops) == 0 {
+		return res, nil
+	}
 	err = m.sync(ctx, ops)
 	if err != nil && !m.ownFailure(ctx, err) {
 		return res, fmt.Errorf("memory service: drain: %w", err)
