@@ -151,4 +151,3 @@ func TestFastMCPClient(t *testing.T) {
 		t.Errorf("fastmcp's memory through the native API: %s", mustJSON(t, it))
 	}
 }
-
