@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/gateway"
 )
 
@@ -136,6 +137,7 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 			"spec.gateway.dedupThreshold %q is not a decimal number from 0 to 1", g.DedupThreshold)
 	}
 	rate, burst := g.RateLimitOrDefault()
+	maxInput, overflow := store.Spec.Embedder.InputLimitOrDefault()
 	cfg := gateway.Config{
 		StoreNamespace: store.Namespace,
 		StoreName:      store.Name,
@@ -148,6 +150,12 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		RateBurst:      int(burst),
 		MaxBodyBytes:   gateway.DefaultMaxBodyBytes,
 		ShutdownGrace:  gatewayShutdownGrace,
+
+		RequestTimeout:      gateway.DefaultRequestTimeout,
+		MaxInputBytes:       int(maxInput),
+		InputOverflow:       embed.Overflow(overflow),
+		EmbedderTimeout:     gateway.DefaultEmbedderTimeout,
+		EmbedderConcurrency: gateway.DefaultEmbedderConcurrency,
 	}
 	if g.TLS != nil {
 		cfg.TLSCertFile = gatewayTLSDir + "/" + corev1.TLSCertKey

@@ -66,7 +66,8 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 			name: "Milvus, an OpenAI embedder with a token, TLS and every override", engine: "Milvus", milvus: "milvus.db:19530",
 			store: func(s *memoryv1alpha1.MemoryStore) {
 				s.Spec.Embedder = memoryv1alpha1.EmbedderSpec{Type: memoryv1alpha1.EmbedderOpenAI, Endpoint: "http://tei:8080", Model: "e5-small",
-					APIKeySecret: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "tei-token"}, Key: "token"}}
+					APIKeySecret:  &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "tei-token"}, Key: "token"},
+					MaxInputBytes: 2048, Overflow: memoryv1alpha1.OverflowRefuse}
 				s.Status.Vector.EmbeddingModel = "e5-small"
 			},
 			gw: func(g *memoryv1alpha1.GatewaySpec) {
@@ -91,6 +92,7 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 			wantCfg: func(c *gateway.Config) {
 				c.VectorEngine, c.MilvusAddress, c.Collection = "Milvus", "milvus.db:19530", "mem_acme"
 				c.Embedder, c.EmbedderEndpoint, c.EmbeddingModel = "OpenAI", "http://tei:8080", "e5-small"
+				c.MaxInputBytes, c.InputOverflow = 2048, "Refuse"
 				c.TLSCertFile, c.TLSKeyFile = "/etc/memory-gateway/tls/tls.crt", "/etc/memory-gateway/tls/tls.key"
 				c.DedupThreshold, c.RateLimit, c.RateBurst = 0.85, 10, 20
 				c.NamespaceRules = []gateway.NamespaceRule{{Namespace: []string{"tenant", "{user}", "*"}, Scope: "user:{user}"}}
@@ -171,6 +173,8 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 				Embedder: "Hashing", EmbeddingModel: "all-MiniLM-L6-v2",
 				KeysFile: "/etc/memory-gateway/keys/keys.json", DedupThreshold: 0.9, RateLimit: 50, RateBurst: 100,
 				MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 20 * time.Second,
+				RequestTimeout: 30 * time.Second, MaxInputBytes: 8192, InputOverflow: "Truncate",
+				EmbedderTimeout: 10 * time.Second, EmbedderConcurrency: 4,
 			}
 			tc.wantCfg(&want)
 			g.Expect(parsed).To(Equal(want))

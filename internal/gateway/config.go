@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/langgraphns"
 )
 
@@ -33,6 +35,17 @@ const (
 	DefaultMaxBodyBytes  = 8 << 20
 	// MaxBatch is the largest batch one remember call accepts.
 	MaxBatch = 1000
+	// DefaultRequestTimeout is the time every request gets, on every door.
+	DefaultRequestTimeout = 30 * time.Second
+	// DefaultEmbedderTimeout bounds one embedder call (a search query, or up to 32
+	// texts of a write).
+	DefaultEmbedderTimeout = embed.DefaultCallTimeout
+	// DefaultEmbedderConcurrency is how many embedder calls one key may have in flight.
+	DefaultEmbedderConcurrency = embed.DefaultPerCaller
+	// DefaultMaxInputBytes and DefaultInputOverflow are the embedder input limit of a
+	// store that declares none (see embed.Limit).
+	DefaultMaxInputBytes = embed.DefaultMaxInputBytes
+	DefaultInputOverflow = embed.Truncate
 )
 
 // NamespaceRule maps LangGraph namespaces to scopes (see langgraphns.Rule).
@@ -61,6 +74,15 @@ type Config struct {
 	// Embedder is Hashing or OpenAI (at EmbedderEndpoint, model EmbeddingModel,
 	// token in EnvEmbedderAPIKey).
 	Embedder, EmbedderEndpoint, EmbeddingModel string
+	// MaxInputBytes and InputOverflow limit the text of one input sent to the
+	// embedder (a memory, a query): over it, refuse with 413 text_too_long or embed a
+	// truncation (see embed.Limit). The store's spec.embedder sets them.
+	MaxInputBytes int
+	InputOverflow embed.Overflow
+	// EmbedderTimeout bounds one embedder call; EmbedderConcurrency is how many calls
+	// one key (and the background indexer) may have in flight at once.
+	EmbedderTimeout     time.Duration
+	EmbedderConcurrency int
 
 	// KeysFile is the API keys file (see KeyFile), re-read when it changes.
 	KeysFile string
@@ -72,6 +94,8 @@ type Config struct {
 	RateBurst int
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64
+	// RequestTimeout is the time every request gets, on every door (/v1, /store, /mcp).
+	RequestTimeout time.Duration
 	// NamespaceRules map LangGraph namespaces to scopes (empty: DefaultNamespaceRules).
 	NamespaceRules []NamespaceRule
 	// ShutdownGrace is how long in-flight requests get on SIGTERM.
@@ -79,7 +103,8 @@ type Config struct {
 }
 
 // Args renders the configuration as the command's arguments (after the subcommand).
-// ParseArgs(c.Args()) gives c back.
+// ParseArgs(c.Args()) gives c back, with the defaults in place of the limits left
+// zero (see WithDefaults).
 func (c Config) Args() []string {
 	args := []string{
 		"--store-namespace=" + c.StoreNamespace,
@@ -99,10 +124,16 @@ func (c Config) Args() []string {
 		"--shutdown-grace=" + c.ShutdownGrace.String(),
 	}
 	opt := func(name, v string) {
-		if v != "" {
+		if v != "" && v != "0" && v != "0s" {
 			args = append(args, name+"="+v)
 		}
 	}
+	// Unset (zero) limits are left out: the gateway takes its defaults.
+	opt("--request-timeout", c.RequestTimeout.String())
+	opt("--embedder-max-input-bytes", strconv.Itoa(c.MaxInputBytes))
+	opt("--embedder-overflow", string(c.InputOverflow))
+	opt("--embedder-timeout", c.EmbedderTimeout.String())
+	opt("--embedder-concurrency-per-key", strconv.Itoa(c.EmbedderConcurrency))
 	opt("--milvus-address", c.MilvusAddress)
 	opt("--collection", c.Collection)
 	opt("--embedder-endpoint", c.EmbedderEndpoint)
@@ -119,7 +150,7 @@ func (c Config) Args() []string {
 // ParseArgs parses the command's arguments and checks them.
 func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	var c Config
-	var rules string
+	var rules, overflow string
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.StoreNamespace, "store-namespace", "", "namespace of the MemoryStore")
@@ -142,6 +173,11 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.Float64Var(&c.RateLimit, "rate-limit", DefaultRateLimit, "requests per second per key")
 	fs.IntVar(&c.RateBurst, "rate-burst", DefaultRateBurst, "burst per key")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", DefaultRequestTimeout, "time every request gets")
+	fs.IntVar(&c.MaxInputBytes, "embedder-max-input-bytes", DefaultMaxInputBytes, "largest text of one input sent to the embedder, in bytes")
+	fs.StringVar(&overflow, "embedder-overflow", string(DefaultInputOverflow), "what happens to a longer text: Truncate (embed its first bytes) or Refuse (413 text_too_long)")
+	fs.DurationVar(&c.EmbedderTimeout, "embedder-timeout", DefaultEmbedderTimeout, "time one embedder call gets")
+	fs.IntVar(&c.EmbedderConcurrency, "embedder-concurrency-per-key", DefaultEmbedderConcurrency, "embedder calls one key may have in flight")
 	fs.StringVar(&rules, "namespace-rules", "", "LangGraph namespace rules (JSON list of {namespace, scope})")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 20*time.Second, "time in-flight requests get on SIGTERM")
 	if err := fs.Parse(args); err != nil {
@@ -150,6 +186,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	c.InputOverflow = embed.Overflow(overflow)
 	if rules != "" {
 		dec := json.NewDecoder(strings.NewReader(rules))
 		dec.DisallowUnknownFields()
@@ -158,6 +195,22 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		}
 	}
 	return c, c.Validate()
+}
+
+// WithDefaults is c with the defaults in place of the limits left zero: the request
+// and embedder timeouts, the embedder concurrency and input limit.
+func (c Config) WithDefaults() Config {
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	c.EmbedderTimeout = cmp.Or(c.EmbedderTimeout, DefaultEmbedderTimeout)
+	c.EmbedderConcurrency = cmp.Or(c.EmbedderConcurrency, DefaultEmbedderConcurrency)
+	c.MaxInputBytes = cmp.Or(c.MaxInputBytes, DefaultMaxInputBytes)
+	c.InputOverflow = cmp.Or(c.InputOverflow, DefaultInputOverflow)
+	return c
+}
+
+// InputLimit is the store's limit on the text of one embedder input.
+func (c Config) InputLimit() embed.Limit {
+	return embed.Limit{MaxInputBytes: c.MaxInputBytes, Overflow: c.InputOverflow}
 }
 
 // validateBackends checks the vector engine and embedder settings.
@@ -202,6 +255,15 @@ func (c Config) Validate() error {
 		return errors.New("--rate-limit must be > 0 and --rate-burst >= 1")
 	case c.MaxBodyBytes < 1024:
 		return errors.New("--max-body-bytes must be at least 1024")
+	case c.RequestTimeout < 0 || c.EmbedderTimeout < 0:
+		return errors.New("--request-timeout and --embedder-timeout must be positive")
+	case c.EmbedderConcurrency < 0 || c.MaxInputBytes < 0:
+		return errors.New("--embedder-concurrency-per-key and --embedder-max-input-bytes must be at least 1")
+	}
+	if c.InputOverflow != "" {
+		if _, err := embed.ParseOverflow(string(c.InputOverflow)); err != nil {
+			return fmt.Errorf("--embedder-overflow: %w", err)
+		}
 	}
 	if _, err := langgraphns.New(c.NamespaceRules); err != nil {
 		return fmt.Errorf("--namespace-rules: %w", err)

@@ -141,11 +141,11 @@ func TestPostgresDown(t *testing.T) {
 	if code != 503 {
 		t.Fatalf("readyz with PostgreSQL down: %d", code)
 	}
-	eb := e.wantError(503, CodeUnavailable, k.plain, "POST", "/v1/memories", NewMemory{Scope: "user:1", MemoryType: memory.Semantic, Content: json.RawMessage(`{"a":1}`)})
+	eb := e.wantError(503, CodeDatabaseDown, k.plain, "POST", "/v1/memories", NewMemory{Scope: "user:1", MemoryType: memory.Semantic, Content: json.RawMessage(`{"a":1}`)})
 	if eb.Error.Message == "" {
 		t.Fatal("no message")
 	}
-	e.wantError(503, CodeUnavailable, k.plain, "GET", "/v1/scopes/user:1/memories", nil)
+	e.wantError(503, CodeDatabaseDown, k.plain, "GET", "/v1/scopes/user:1/memories", nil)
 }
 
 // vectorQuery embeds text as the gateway does and asks for everything of scope.

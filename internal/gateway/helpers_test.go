@@ -94,6 +94,8 @@ type envOptions struct {
 	noService bool // provision only: the caller starts the gateway
 	// logs, when set, receives the gateway's log (JSON lines).
 	logs *syncBuffer
+	// config, when set, adjusts the gateway's configuration before it starts.
+	config func(*Config)
 }
 
 // syncBuffer collects the gateway's log.
@@ -152,6 +154,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	if o.maxBody > 0 {
 		e.cfg.MaxBodyBytes = o.maxBody
+	}
+	if o.config != nil {
+		o.config(&e.cfg)
 	}
 	e.agent = admin
 	e.agent.User, e.agent.Password = names.Role, pw.Agent

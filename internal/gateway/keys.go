@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,6 +127,9 @@ func (k *Key) Allows(scope string) bool {
 	}
 	return false
 }
+
+// AllowsAll reports whether the key may touch every scope of the store (pattern "*").
+func (k *Key) AllowsAll() bool { return slices.Contains(k.scopes, "*") }
 
 // Patterns returns the key's scope patterns.
 func (k *Key) Patterns() []string { return k.scopes }

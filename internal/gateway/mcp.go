@@ -1,18 +1,22 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 )
@@ -82,9 +86,92 @@ func (s *Server) mcpRoutes() {
 		return srv.(*mcp.Server)
 	}, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: s.cfg.MaxBodyBytes})
 	s.route("/mcp", false, func(w http.ResponseWriter, r *http.Request, k *Key) error {
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, k)))
-		return nil
+		return s.serveMCP(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, k)), h)
 	})
+}
+
+// jsonrpcCall is what serveMCP reads of a JSON-RPC message.
+type jsonrpcCall struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+}
+
+// Answers serveMCP gives itself (JSON-RPC error codes of the server range).
+const (
+	mcpCodeTimeout = -32001 // the request did not finish within its deadline
+)
+
+// serveMCP serves one /mcp request through the SDK's handler, holding it to what
+// every door promises:
+//
+//   - ping is answered (an empty result), whatever protocol version the client
+//     negotiated: the MCP base protocol requires it, and the SDK refuses it from
+//     clients on the sessionless protocol (2026-07-28);
+//   - a call always gets an answer: tools run under a deadline a little shorter than
+//     the request's (see toolCtx), and a call the SDK leaves without a response
+//     body (the request's deadline passed) is answered with a JSON-RPC error.
+func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request, h http.Handler) error {
+	var call jsonrpcCall
+	if r.Method == http.MethodPost {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				return errf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body is larger than %d bytes", tooLarge.Limit)
+			}
+			return errf(http.StatusBadRequest, CodeInvalidRequest, "request body: %v", err)
+		}
+		_ = json.Unmarshal(body, &call) // anything else (a batch, not JSON) is the SDK's to answer
+		if call.Method == "ping" && len(call.ID) > 0 {
+			return writeJSON(w, http.StatusOK, map[string]any{"jsonrpc": "2.0", "id": call.ID, "result": struct{}{}})
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	rec := &bufferedResponse{header: w.Header()}
+	h.ServeHTTP(rec, r)
+	if len(call.ID) > 0 && rec.body.Len() == 0 && (rec.code == 0 || rec.code == http.StatusOK) {
+		s.metrics.mcpUnanswered.Inc()
+		w.Header().Del("Content-Length")
+		return writeJSON(w, http.StatusOK, map[string]any{"jsonrpc": "2.0", "id": call.ID, "error": map[string]any{
+			"code": mcpCodeTimeout, "message": "timeout: the request did not finish within " + s.cfg.RequestTimeout.String()}})
+	}
+	if rec.code == 0 {
+		rec.code = http.StatusOK
+	}
+	w.WriteHeader(rec.code)
+	_, _ = w.Write(rec.body.Bytes())
+	return nil
+}
+
+// bufferedResponse holds the SDK's response until it is complete (the handler
+// answers JSON, never a stream), so that serveMCP can see whether it is empty.
+type bufferedResponse struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.code == 0 {
+		b.code = code
+	}
+}
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	return b.body.Write(p)
+}
+
+// toolCtx is the context a tool of k's server runs with. The SDK gives tools a
+// context of their own, not the request's, so the key's embedder share and the
+// request deadline are set here again; the deadline is a little shorter than the
+// request's, so the tool's answer (an error, if it ran out of time) is written before
+// the request ends.
+func (s *Server) toolCtx(ctx context.Context, k *Key) (context.Context, context.CancelFunc) {
+	budget := s.cfg.RequestTimeout - min(time.Second, s.cfg.RequestTimeout/10)
+	return context.WithTimeout(embed.WithCaller(ctx, k.Name), budget)
 }
 
 // defaultScope is the scope a tool call uses when it names none: the key's only
@@ -152,10 +239,15 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, schemaTool[mcpSearchInput, SearchResponse](&mcp.Tool{Name: "search_memories", Description: "Search memories of one scope by meaning; best first.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpSearchInput) (*mcp.CallToolResult, SearchResponse, error) {
+			ctx, cancel := s.toolCtx(ctx, k)
+			defer cancel()
 			scope := defaultScope(k, in.Scope)
 			types, err := parseTypes(in.Types)
 			if err == nil {
 				err = checkScope(k, scope)
+			}
+			if err == nil {
+				err = checkQuery(in.Query)
 			}
 			if err != nil {
 				return nil, SearchResponse{}, toolErr(err)
@@ -176,6 +268,8 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, schemaTool[mcpListInput, mcpMemories](&mcp.Tool{Name: "get_memories", Description: "List the memories of one scope, a page at a time.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpListInput) (*mcp.CallToolResult, mcpMemories, error) {
+			ctx, cancel := s.toolCtx(ctx, k)
+			defer cancel()
 			scope := defaultScope(k, in.Scope)
 			types, err := parseTypes(in.Types)
 			if err == nil {
@@ -190,6 +284,11 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 			}
 			if limit < 1 || limit > pgstore.MaxListLimit {
 				return nil, mcpMemories{}, errors.New("invalid_request: limit must be in [1, 1000]")
+			}
+			if in.After != "" {
+				if err := checkID("after", in.After); err != nil {
+					return nil, mcpMemories{}, toolErr(err)
+				}
 			}
 			items, err := s.mem.Store().List(ctx, pgstore.ListQuery{Scope: scope, Types: types, After: in.After, Limit: limit})
 			if err != nil {
@@ -207,6 +306,8 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, schemaTool[mcpIDInput, memory.Item](&mcp.Tool{Name: "get_memory", Description: "Get one memory by its memory_id.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpIDInput) (*mcp.CallToolResult, memory.Item, error) {
+			ctx, cancel := s.toolCtx(ctx, k)
+			defer cancel()
 			it, err := s.visible(ctx, k, in.MemoryID)
 			if err != nil {
 				return nil, memory.Item{}, toolErr(err)
@@ -220,6 +321,8 @@ func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, schemaTool[mcpAddInput, WriteResponse](&mcp.Tool{Name: "add_memory", Description: "Remember something about a user, session or agent.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpAddInput) (*mcp.CallToolResult, WriteResponse, error) {
+			ctx, cancel := s.toolCtx(ctx, k)
+			defer cancel()
 			content, err := contentOf(in.Text, in.Content)
 			if err != nil {
 				return nil, WriteResponse{}, err
@@ -241,6 +344,8 @@ func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, schemaTool[mcpUpdateInput, memory.Item](&mcp.Tool{Name: "update_memory", Description: "Replace a memory's content; the old value is kept in its history.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpUpdateInput) (*mcp.CallToolResult, memory.Item, error) {
+			ctx, cancel := s.toolCtx(ctx, k)
+			defer cancel()
 			content, err := contentOf(in.Text, in.Content)
 			if err != nil {
 				return nil, memory.Item{}, err
@@ -254,6 +359,8 @@ func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, schemaTool[mcpIDInput, mcpDeleted](&mcp.Tool{Name: "delete_memory", Description: "Delete one memory by its memory_id.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpIDInput) (*mcp.CallToolResult, mcpDeleted, error) {
+			ctx, cancel := s.toolCtx(ctx, k)
+			defer cancel()
 			if _, err := s.visible(ctx, k, in.MemoryID); err != nil {
 				return nil, mcpDeleted{}, toolErr(err)
 			}
@@ -265,8 +372,14 @@ func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, schemaTool[mcpForgetInput, ForgetResponse](&mcp.Tool{Name: "delete_all_memories", Description: "Forget a whole scope: every memory of it is deleted and never restored.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpForgetInput) (*mcp.CallToolResult, ForgetResponse, error) {
+			ctx, cancel := s.toolCtx(ctx, k)
+			defer cancel()
 			scope := defaultScope(k, in.Scope)
-			if err := checkScope(k, scope); err != nil {
+			err := checkScope(k, scope)
+			if err == nil {
+				err = checkReason(in.Reason)
+			}
+			if err != nil {
 				return nil, ForgetResponse{}, toolErr(err)
 			}
 			res, err := s.forgetScope(ctx, k, scope, in.Reason)

@@ -15,7 +15,9 @@ type metrics struct {
 	keyReloadErrors prometheus.Counter
 	pending         prometheus.Gauge
 	pendingOldest   prometheus.Gauge
+	pendingParked   prometheus.Gauge
 	drained         *prometheus.CounterVec
+	mcpUnanswered   prometheus.Counter
 }
 
 // newMetrics creates the metrics and registers them with reg (nil: not registered).
@@ -36,15 +38,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		keyReloadErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "memory_gateway_key_reload_errors_total",
 			Help: "Keys file reloads refused (the keys in use stay)."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "memory_gateway_pending_index",
-			Help: "Memories whose index work is pending (the background indexing backlog)."}),
+			Help: "Memories whose index work is pending (the background indexing backlog, parked work not included)."}),
+		pendingParked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "memory_gateway_pending_index_parked",
+			Help: "Memories whose index work failed for good and is parked until retried (GET /v1/index/pending?parked=true)."}),
 		pendingOldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "memory_gateway_pending_index_oldest_seconds",
 			Help: "Age of the oldest pending index work."}),
 		drained: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memory_gateway_index_drained_total",
-			Help: "Pending index work finished in the background, by result (done, failed)."}, []string{"result"}),
+			Help: "Pending index work finished in the background, by result (done, failed, parked)."}, []string{"result"}),
+		mcpUnanswered: prometheus.NewCounter(prometheus.CounterOpts{Name: "memory_gateway_mcp_unanswered_total",
+			Help: "MCP calls the SDK left without an answer in time, answered with a JSON-RPC timeout error."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.writes, m.notIndexed, m.rateLimited, m.keys,
-			m.keyReloadErrors, m.pending, m.pendingOldest, m.drained)
+			m.keyReloadErrors, m.pending, m.pendingOldest, m.pendingParked, m.drained, m.mcpUnanswered)
 	}
 	return m
 }

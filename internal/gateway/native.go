@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -25,29 +27,61 @@ type NewMemory struct {
 	MemoryType memory.Type     `json:"memory_type"`
 	Key        string          `json:"key,omitempty"`
 	Content    json.RawMessage `json:"content"`
-	// MemoryID is optional: a client-chosen ID makes a retried write idempotent.
-	MemoryID  string     `json:"memory_id,omitempty"`
-	Source    string     `json:"source,omitempty"`
-	BaseScore *float64   `json:"base_score,omitempty"`
+	// MemoryID is optional: a client-chosen ID makes a retried write idempotent. It is
+	// made unique to the scope (see storedID): the response's memory_id is the one to
+	// use afterwards.
+	MemoryID string `json:"memory_id,omitempty"`
+	Source   string `json:"source,omitempty"`
+	// BaseScore is the importance, 0..memory.MaxBaseScore (default DefaultBaseScore).
+	BaseScore *float64 `json:"base_score,omitempty" openapi:"minimum=0,maximum=1"`
+	// ExpiresAt must be in the future.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	// TTLSeconds sets expires_at relative to now.
-	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// TTLSeconds sets expires_at relative to now: 1 up to memory.MaxTTL (100 years).
+	TTLSeconds int64 `json:"ttl_seconds,omitempty" openapi:"minimum=1,maximum=3153600000"`
 }
 
 // DefaultBaseScore is a remembered memory's importance when the client gives none.
 const DefaultBaseScore = 0.5
 
-func (n NewMemory) item(now time.Time) memory.Item {
-	it := memory.Item{MemoryID: n.MemoryID, MemoryType: n.MemoryType, Scope: n.Scope, Key: n.Key,
+// item is the memory n asks for, or the field that makes it impossible: a TTL beyond
+// memory.MaxTTL (which would overflow into an expiry in the past), an expiry already
+// past, a base score outside [0, memory.MaxBaseScore], a client ID too long to carry
+// the scope's tag. Every one of them would otherwise be an acknowledged write that is
+// lost or wrong.
+func (n NewMemory) item(now time.Time) (memory.Item, error) {
+	bad := func(field, format string, args ...any) error {
+		return &memory.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	it := memory.Item{MemoryType: n.MemoryType, Scope: n.Scope, Key: n.Key,
 		Content: n.Content, Source: cmp.Or(n.Source, "gateway"), BaseScore: DefaultBaseScore, ExpiresAt: n.ExpiresAt}
+	if n.MemoryID != "" {
+		id, err := storedID(n.Scope, n.MemoryID)
+		if err != nil {
+			return it, bad("memory_id", "%v", err)
+		}
+		it.MemoryID = id
+	}
 	if n.BaseScore != nil {
+		if err := memory.ValidateBaseScore(*n.BaseScore); err != nil {
+			return it, bad("base_score", "%v", err)
+		}
 		it.BaseScore = *n.BaseScore
 	}
-	if n.TTLSeconds > 0 {
-		t := now.Add(time.Duration(n.TTLSeconds) * time.Second)
+	if n.TTLSeconds != 0 {
+		if n.ExpiresAt != nil {
+			return it, bad("ttl_seconds", "give ttl_seconds or expires_at, not both")
+		}
+		d, err := memory.TTL(float64(n.TTLSeconds))
+		if err != nil {
+			return it, bad("ttl_seconds", "%v", err)
+		}
+		t := now.Add(d)
 		it.ExpiresAt = &t
 	}
-	return it
+	if it.ExpiresAt != nil && !it.ExpiresAt.After(now) {
+		return it, bad("expires_at", "%s is not in the future: the memory would be expired on arrival", it.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return it, nil
 }
 
 // WriteResponse is one remembered memory's outcome.
@@ -75,7 +109,7 @@ type BatchResponse struct {
 // UpdateRequest changes a memory; the previous value goes to its history.
 type UpdateRequest struct {
 	Content   json.RawMessage `json:"content,omitempty"`
-	BaseScore *float64        `json:"base_score,omitempty"`
+	BaseScore *float64        `json:"base_score,omitempty" openapi:"minimum=0,maximum=1"`
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
 	Source    string          `json:"source,omitempty"`
 }
@@ -169,6 +203,8 @@ func (s *Server) nativeRoutes() {
 	s.route("POST /v1/search", false, s.search)
 	s.route("POST /v1/recall", false, s.recall)
 	s.route("POST /v1/forget", true, s.forget)
+	s.route("GET /v1/index/pending", false, s.listPending)
+	s.route("POST /v1/index/retry", true, s.retryPending)
 }
 
 // write stores items already checked against the key and returns their outcomes.
@@ -195,24 +231,24 @@ func (s *Server) write(ctx context.Context, items []memory.Item) ([]WriteRespons
 func (s *Server) newItems(k *Key, in []NewMemory) ([]memory.Item, error) {
 	now := time.Now()
 	items := make([]memory.Item, len(in))
+	at := func(i int, e *apiError) error {
+		if len(in) > 1 {
+			e.msg = "memories[" + strconv.Itoa(i) + "]: " + e.msg
+		}
+		return e
+	}
 	for i, n := range in {
 		if err := checkScope(k, n.Scope); err != nil {
-			if len(in) > 1 {
-				err.(*apiError).msg = "memories[" + strconv.Itoa(i) + "]: " + err.Error()
-			}
-			return nil, err
+			return nil, at(i, err.(*apiError))
 		}
-		if n.TTLSeconds < 0 {
-			return nil, errf(http.StatusBadRequest, CodeInvalidRequest, "ttl_seconds must not be negative")
+		it, err := n.item(now)
+		if err == nil {
+			items[i] = it
+			items[i].SetDefaults(now)
+			err = items[i].Validate()
 		}
-		items[i] = n.item(now)
-		items[i].SetDefaults(now)
-		if err := items[i].Validate(); err != nil {
-			fe := classify(err)
-			if len(in) > 1 {
-				fe.msg = "memories[" + strconv.Itoa(i) + "]: " + fe.msg
-			}
-			return nil, fe
+		if err != nil {
+			return nil, at(i, classify(err))
 		}
 	}
 	return items, nil
@@ -266,6 +302,9 @@ func (s *Server) rememberBatch(w http.ResponseWriter, r *http.Request, k *Key) e
 // memoryOf loads a memory the key may see; one outside its scopes is "not found", so
 // a key learns nothing about other scopes.
 func (s *Server) visible(ctx context.Context, k *Key, id string) (memory.Item, error) {
+	if err := checkID("memory_id", id); err != nil {
+		return memory.Item{}, err
+	}
 	it, err := s.mem.Store().Get(ctx, id)
 	if err != nil {
 		return memory.Item{}, err
@@ -310,6 +349,9 @@ func (s *Server) update(ctx context.Context, k *Key, id string, req UpdateReques
 		it.Content = req.Content
 	}
 	if req.BaseScore != nil {
+		if err := memory.ValidateBaseScore(*req.BaseScore); err != nil {
+			return memory.Item{}, classify(&memory.FieldError{Field: "base_score", Reason: err.Error()})
+		}
 		it.BaseScore = *req.BaseScore
 	}
 	if req.ExpiresAt != nil {
@@ -346,19 +388,15 @@ func (s *Server) listScope(w http.ResponseWriter, r *http.Request, k *Key) error
 		return err
 	}
 	q := r.URL.Query()
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > pgstore.MaxListLimit {
-			return errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be an integer in [1, %d]", pgstore.MaxListLimit)
-		}
-		limit = n
+	limit, after, err := pageQuery(q)
+	if err != nil {
+		return err
 	}
 	types, err := parseTypes(q["type"])
 	if err != nil {
 		return err
 	}
-	items, err := s.mem.Store().List(r.Context(), pgstore.ListQuery{Scope: scope, Types: types, After: q.Get("after"), Limit: limit})
+	items, err := s.mem.Store().List(r.Context(), pgstore.ListQuery{Scope: scope, Types: types, After: after, Limit: limit})
 	if err != nil {
 		return err
 	}
@@ -370,6 +408,25 @@ func (s *Server) listScope(w http.ResponseWriter, r *http.Request, k *Key) error
 		resp.NextAfter = items[len(items)-1].MemoryID
 	}
 	return writeJSON(w, http.StatusOK, resp)
+}
+
+// pageQuery reads a page's limit (default 100, at most pgstore.MaxListLimit) and its
+// cursor (a memory_id, checked before it reaches the database).
+func pageQuery(q url.Values) (limit int, after string, err error) {
+	limit = 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > pgstore.MaxListLimit {
+			return 0, "", errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be an integer in [1, %d]", pgstore.MaxListLimit)
+		}
+		limit = n
+	}
+	if after = q.Get("after"); after != "" {
+		if err := checkID("after", after); err != nil {
+			return 0, "", err
+		}
+	}
+	return limit, after, nil
 }
 
 func parseTypes(in []string) ([]memory.Type, error) {
@@ -448,8 +505,8 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if err := validTypes(req.Types); err != nil {
 		return err
 	}
-	if req.Query == "" {
-		return errf(http.StatusBadRequest, CodeInvalidRequest, "query is required (use /v1/recall to rank without one)")
+	if err := checkQuery(req.Query); err != nil {
+		return err
 	}
 	if req.TopK < 0 || req.TopK > service.MaxSearchK {
 		return errf(http.StatusBadRequest, CodeInvalidRequest, "top_k must be in [1, %d]", service.MaxSearchK)
@@ -479,6 +536,9 @@ func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if req.Limit < 0 || req.Limit > pgstore.MaxListLimit {
 		return errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be in [1, %d]", pgstore.MaxListLimit)
 	}
+	if err := memory.ValidateKey(req.Key); err != nil {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "key: %v", err)
+	}
 	now := time.Now()
 	res, err := s.mem.Recall(r.Context(), pgstore.RecallQuery{Scope: req.Scope, Types: req.Types, Key: req.Key,
 		Limit: req.Limit, MinScore: req.MinScore, Now: now, HalfLives: s.halfLives})
@@ -498,6 +558,9 @@ func (s *Server) forget(w http.ResponseWriter, r *http.Request, k *Key) error {
 		return err
 	}
 	if err := checkScope(k, req.Scope); err != nil {
+		return err
+	}
+	if err := checkReason(req.Reason); err != nil {
 		return err
 	}
 	res, err := s.forgetScope(r.Context(), k, req.Scope, req.Reason)

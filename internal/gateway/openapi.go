@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,8 +42,12 @@ var (
 )
 
 // customize shapes generated schemas: JSON objects for raw content, the memory type
-// enum, required fields (those without omitempty), and no unknown fields.
+// enum, required fields (those without omitempty), no unknown fields, and the bounds
+// a field's `openapi:"minimum=…,maximum=…"` tag gives.
 func customize(_ string, t reflect.Type, tag reflect.StructTag, s *openapi3.Schema) error {
+	if err := bounds(tag.Get("openapi"), s); err != nil {
+		return err
+	}
 	switch {
 	case t == rawMessageType:
 		*s = *openapi3.NewObjectSchema()
@@ -64,7 +70,29 @@ func customize(_ string, t reflect.Type, tag reflect.StructTag, s *openapi3.Sche
 	if t.Kind() == reflect.Slice && t != rawMessageType {
 		s.Nullable = false
 	}
-	_ = tag
+	return nil
+}
+
+// bounds applies "minimum=0,maximum=1" to s.
+func bounds(spec string, s *openapi3.Schema) error {
+	if spec == "" {
+		return nil
+	}
+	for _, part := range strings.Split(spec, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("openapi tag %q: %w", spec, err)
+		}
+		switch k {
+		case "minimum":
+			s.Min = &f
+		case "maximum":
+			s.Max = &f
+		default:
+			return fmt.Errorf("openapi tag %q: unknown bound %q", spec, k)
+		}
+	}
 	return nil
 }
 
@@ -132,6 +160,12 @@ func BuildOpenAPI() (*openapi3.T, error) {
 		{"POST", "/v1/search", "search", "Semantic search within one scope: the top_k most similar, ranked by effective score.", SearchRequest{}, 200, SearchResponse{}, nil},
 		{"POST", "/v1/recall", "recall", "Rank a scope's memories by effective score, optionally one type or key.", RecallRequest{}, 200, RecallResponse{}, nil},
 		{"POST", "/v1/forget", "forget", "Forget a scope: delete its memories, record a tombstone (never restored) and an audit record.", ForgetRequest{}, 200, ForgetResponse{}, nil},
+		{"GET", "/v1/index/pending", "listPendingIndex", "List the index work the background indexer still owes, parked work (failed for good) included, in memory_id order.", nil, 200, PendingResponse{},
+			openapi3.Parameters{query("scope", "the scope whose work to list; may be left out by a key allowed every scope", openapi3.NewStringSchema()),
+				query("parked", "only parked work", openapi3.NewBoolSchema()),
+				query("limit", "page size, 1..1000 (default 100)", openapi3.NewIntegerSchema().WithMin(1).WithMax(1000)),
+				query("after", "next_after of the previous page", openapi3.NewStringSchema())}},
+		{"POST", "/v1/index/retry", "retryParkedIndex", "Put parked index work back in the queue, once what made it fail is fixed.", RetryRequest{}, 200, RetryResponse{}, nil},
 		{"PUT", "/store/items", "lgPutItem", "LangGraph Store API: put an item.", lgPut{}, 204, nil, nil},
 		{"GET", "/store/items", "lgGetItem", "LangGraph Store API: get an item.", nil, 200, lgItem{},
 			openapi3.Parameters{required(query("namespace", "dot-joined namespace (or repeated)", openapi3.NewStringSchema())),

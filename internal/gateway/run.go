@@ -49,15 +49,23 @@ var (
 )
 
 // drainBatch is how much pending index work one drain step takes.
-const drainBatch = 500
+const drainBatch = 100
 
-// drainBackoff is the wait before the n-th retry of failed index work: 1 s doubling
-// to 30 s. (While the whole index is down the drainer does not try at all, see
-// drain, so an outage does not push every memory's retry far out.)
-func drainBackoff(n int) time.Duration {
-	d := time.Second << min(n-1, 5)
-	return min(d, 30*time.Second)
-}
+// Retrying failed index work (variables: tests shorten them). drainBackoff is the
+// wait before the n-th retry of one memory's work: 1 s doubling to 10 min; after
+// drainMaxAttempts failed attempts (about 40 minutes) the work is parked, listed with
+// its error until retried (GET /v1/index/pending, memoryctl pending). While a backend
+// is down (the index, PostgreSQL, the embedder not answering at all) no memory is
+// charged an attempt: the drainer itself waits, drainPause, and tries again.
+var (
+	drainMaxAttempts = 12
+	drainBackoff     = func(n int) time.Duration {
+		return min(time.Second<<min(n-1, 20), 10*time.Minute)
+	}
+	drainPause = func(n int) time.Duration {
+		return min(time.Second<<min(n-1, 20), time.Minute)
+	}
+)
 
 // Gateway is a running gateway process's parts (tests drive it in-process).
 type Gateway struct {
@@ -68,6 +76,10 @@ type Gateway struct {
 	reg    *prometheus.Registry
 	cfg    Config
 	log    *slog.Logger
+
+	// The drainer's own backoff after a backend failure (drain's goroutine only).
+	drainFailures    int
+	drainPausedUntil time.Time
 }
 
 // Open builds the gateway from its configuration: the store's pool (as the store's
@@ -76,6 +88,7 @@ type Gateway struct {
 // ready until PostgreSQL answers, and indexes what it acknowledged once the index is
 // back.
 func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gateway, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -104,6 +117,8 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 			return nil, err
 		}
 	}
+	// Every key gets its own share of the embedder, each call its time (see route).
+	emb = embed.NewBounded(emb, embed.BoundOptions{PerCaller: cfg.EmbedderConcurrency, Timeout: cfg.EmbedderTimeout})
 	li := &lazyIndex{spec: spec}
 	if cfg.VectorEngine == "Milvus" {
 		li.dial = func(ctx context.Context) (vector.Index, func(), error) {
@@ -117,7 +132,7 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		li.ix = pgindex.New(pool, cfg.Schema, spec)
 	}
 	store := pgstore.New(pool, cfg.Schema)
-	mem, err := service.New(store, li, emb)
+	mem, err := service.NewWith(store, li, emb, service.Options{InputLimit: cfg.InputLimit()})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -188,19 +203,33 @@ func (g *Gateway) Background(ctx context.Context) {
 	wg.Wait()
 }
 
-// drain works off due pending index work until none is left or an attempt fails.
+// drain works off due pending index work until none is left or a backend fails;
+// after a backend failure it waits (drainPause, growing) before trying again.
 func (g *Gateway) drain(ctx context.Context) {
+	if time.Now().Before(g.drainPausedUntil) {
+		return
+	}
 	for ctx.Err() == nil && g.index.available() {
-		res, err := g.Memory.DrainPending(ctx, drainBatch, drainMinAge, drainBackoff)
-		g.Server.metrics.drained.WithLabelValues("done").Add(float64(res.Done))
-		g.Server.metrics.drained.WithLabelValues("failed").Add(float64(res.Failed))
+		res, err := g.Memory.DrainPending(ctx, service.DrainOptions{Batch: drainBatch, MinAge: drainMinAge,
+			Retry: pgstore.RetryPolicy{Backoff: drainBackoff, MaxAttempts: drainMaxAttempts}})
+		m := g.Server.metrics
+		m.drained.WithLabelValues("done").Add(float64(res.Done))
+		m.drained.WithLabelValues("failed").Add(float64(res.Failed))
+		m.drained.WithLabelValues("parked").Add(float64(res.Parked))
+		if res.Parked > 0 {
+			g.log.Warn("background indexing parked memories that kept failing", "parked", res.Parked)
+		}
 		if err != nil {
+			g.drainFailures++
+			pause := drainPause(g.drainFailures)
+			g.drainPausedUntil = time.Now().Add(pause)
 			if ctx.Err() == nil {
-				g.log.Warn("background indexing failed; will retry", "pending", res.Failed, "error", err.Error())
+				g.log.Warn("background indexing failed; will retry", "retryIn", pause.String(), "error", err.Error())
 			}
 			return
 		}
-		if res.Done < drainBatch {
+		g.drainFailures = 0
+		if res.Done+res.Failed+res.Parked < drainBatch {
 			return
 		}
 	}
@@ -212,6 +241,7 @@ func (g *Gateway) pendingMetrics(ctx context.Context) {
 		return
 	}
 	g.Server.metrics.pending.Set(float64(st.Count))
+	g.Server.metrics.pendingParked.Set(float64(st.Parked))
 	if st.Count > 0 {
 		g.Server.metrics.pendingOldest.Set(time.Since(st.Oldest).Seconds())
 	} else {

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/langgraphns"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/service"
@@ -49,6 +50,7 @@ type Server struct {
 // NewServer builds the handler. keysFile is loaded now; a missing or invalid file is
 // an error (the gateway does not start without keys).
 func NewServer(mem *service.Memory, cfg Config, log *slog.Logger, m *metrics) (*Server, error) {
+	cfg = cfg.WithDefaults()
 	keys, err := loadKeyRing(cfg.KeysFile)
 	if err != nil {
 		return nil, err
@@ -96,7 +98,9 @@ func (s *Server) route(pattern string, write bool, h func(w http.ResponseWriter,
 		if write && k.ReadOnly {
 			return errf(http.StatusForbidden, CodeReadOnly, "key %q is read-only", k.Name)
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		// Every door gets the same deadline; the key's name picks its share of the
+		// embedder (embed.Bounded).
+		ctx, cancel := context.WithTimeout(embed.WithCaller(r.Context(), k.Name), s.cfg.RequestTimeout)
 		defer cancel()
 		r = r.WithContext(ctx)
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
@@ -182,6 +186,41 @@ func checkScope(k *Key, scope string) error {
 	}
 	if !k.Allows(scope) {
 		return errf(http.StatusForbidden, CodeScopeForbidden, "key %q may not use scope %s", k.Name, scope)
+	}
+	return nil
+}
+
+// checkID refuses what no memory_id can be (a NUL, a character outside the ID
+// alphabet, over MaxIDLen) before it reaches the database: a permanent 400, where the
+// database's refusal would read as an outage.
+func checkID(field, id string) error {
+	if err := memory.ValidateID(id); err != nil {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "%s: %v", field, err)
+	}
+	return nil
+}
+
+// maxReasonLen bounds a forget's reason (it goes to the audit record).
+const maxReasonLen = 1024
+
+func checkReason(reason string) error {
+	if err := memory.CheckText(reason); err != nil {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "reason: %v", err)
+	}
+	if len(reason) > maxReasonLen {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "reason: is %d bytes long (at most %d)", len(reason), maxReasonLen)
+	}
+	return nil
+}
+
+// checkQuery refuses a search query that cannot be searched: empty or blank, or
+// holding a NUL. Every door (native, LangGraph, MCP) uses it.
+func checkQuery(q string) error {
+	if err := memory.CheckText(q); err != nil {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "query: %v", err)
+	}
+	if strings.TrimSpace(q) == "" {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "query is required (use /v1/recall to rank without one)")
 	}
 	return nil
 }

@@ -130,3 +130,24 @@ func jsonEqual(t *testing.T, got json.RawMessage, want string) bool {
 	}
 	return mustJSON(t, a) == mustJSON(t, b)
 }
+
+// TestFastMCPClient runs a second MCP client, fastmcp's (PyPI), against /mcp: ping, the
+// tool lists of a writing and a read-only key, a memory written, found and read back,
+// and the refusals (an empty query, a NUL in an id, another key's memory and scope)
+// with the codes of the native API.
+func TestFastMCPClient(t *testing.T) {
+	integration(t)
+	venvBin(t, "python")
+	a := newKey(t, "a", false, "user:a")
+	b := newKey(t, "b", false, "user:b")
+	ro := newKey(t, "a-reader", true, "user:a")
+	g := startGateway(t, gatewayOptions{keys: []apiKey{a, b, ro}})
+	rep := runScript(t, "fastmcp_client.py", map[string]any{"url": g.url, "a": a.plain, "b": b.plain, "ro": ro.plain})
+	var id string
+	rep.data(t, "id", &id)
+	var it memory.Item
+	g.must(http.StatusOK, a.plain, "GET", "/v1/memories/"+id, nil, &it)
+	if it.Scope != "user:a" || it.Key != "spare-key" || it.Source != "mcp" {
+		t.Errorf("fastmcp's memory through the native API: %s", mustJSON(t, it))
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/gateway"
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/testutil"
@@ -147,6 +148,9 @@ type gatewayOptions struct {
 	embedder, endpoint, model string
 	// dedup is the near-duplicate threshold (0: the gateway's default; negative: off).
 	dedup float64
+	// maxInput and overflow are the embedder input limit (zero: the gateway's defaults).
+	maxInput int
+	overflow embed.Overflow
 }
 
 // gatewayProc is a running `memory-operator gateway` process.
@@ -205,7 +209,8 @@ func gatewayOver(t *testing.T, st store, o gatewayOptions) *gatewayProc {
 			Schema: st.names.Schema, VectorEngine: "Postgres", Dimension: o.dim, Metric: "COSINE",
 			Embedder: o.embedder, EmbedderEndpoint: o.endpoint, EmbeddingModel: o.model,
 			KeysFile: keysFile, DedupThreshold: o.dedup, RateLimit: 1000, RateBurst: 1000,
-			MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 2 * time.Second}
+			MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 2 * time.Second,
+			MaxInputBytes: o.maxInput, InputOverflow: o.overflow}
 		g.url = "http://" + g.cfg.Listen
 		if lastErr = g.run(bin); lastErr == nil {
 			return g

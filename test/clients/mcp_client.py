@@ -7,6 +7,7 @@ report.py); data hands memory IDs to the Go side, which checks them through the 
 API between the phases.
 """
 import json
+import warnings
 
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -14,6 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from report import check, data, expect, read_input, run
+from toolresult import result, text_of
 
 ALL_TOOLS = ["add_memory", "delete_all_memories", "delete_memory", "get_memories", "get_memory", "search_memories", "update_memory"]
 READ_TOOLS = ["get_memories", "get_memory", "search_memories"]
@@ -23,20 +25,6 @@ def connect(url, key):
     """A Client for the gateway's /mcp with the key as a bearer token."""
     http = create_mcp_http_client(headers={"Authorization": "Bearer " + key})
     return Client(streamable_http_client(url + "/mcp", http_client=http))
-
-
-def text_of(res):
-    return "".join(getattr(c, "text", "") for c in res.content)
-
-
-def result(res):
-    """A tool result's structured content, else its text parsed as JSON."""
-    if res.structured_content is not None:
-        return res.structured_content
-    try:
-        return json.loads(text_of(res))
-    except ValueError:
-        return None
 
 
 def allows_object(schema):
@@ -77,6 +65,15 @@ async def tool_error(c, name, args):
 async def main_phase(inp):
     url = inp["url"]
     async with connect(url, inp["a"]) as a, connect(url, inp["b"]) as b, connect(url, inp["ro"]) as ro:
+        # The MCP base protocol requires ping to be answered (this client speaks the
+        # sessionless 2026-07-28 protocol, whose ping the Go SDK alone would refuse).
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # deprecated in 2026-07-28, still required before
+                await a.send_ping()
+            check("ping is answered", True)
+        except MCPError as e:
+            check("ping is answered", False, "MCP error %s: %s" % (e.code, e.message), "an empty result")
         expect("list_tools: the seven tools", await tool_names(a), ALL_TOOLS)
         tools = {t.name: t for t in (await a.list_tools()).tools}
         check("add_memory's input schema has scope and text", {"scope", "text"} <= set(tools["add_memory"].input_schema.get("properties", {})),
@@ -110,6 +107,11 @@ async def main_phase(inp):
         if id2:
             s = await call(a, "search_memories", {"scope": "user:a", "query": "order shipped", "types": ["episodic"]})
             expect("search_memories with a type filter", [r["memory"]["memory_id"] for r in (s or {}).get("results", [])], [id2])
+
+        # An empty query is refused, as on the native API.
+        for q in ("", "  "):
+            err = await tool_error(a, "search_memories", {"scope": "user:a", "query": q})
+            check("search_memories with query %r: invalid_request" % q, err.startswith("invalid_request"), err, "invalid_request: ...")
 
         # get_memories and get_memory.
         g = await call(a, "get_memories", {"scope": "user:a"})

@@ -97,43 +97,62 @@ func (s *Store) IndexDone(ctx context.Context, refs []PendingRef) error {
 	return nil
 }
 
-// IndexFailed postpones refs: attempts += 1, next attempt after backoff(attempts), and
-// the error kept for inspection (operators see why; it never holds content).
-func (s *Store) IndexFailed(ctx context.Context, refs []PendingRef, cause string, backoff func(attempts int) time.Duration) error {
+// RetryPolicy decides when failed index work is tried again, and when it is parked.
+type RetryPolicy struct {
+	// Backoff is the wait before the next attempt after attempts failed ones.
+	Backoff func(attempts int) time.Duration
+	// MaxAttempts: work that failed this many times is parked; 0 means never.
+	MaxAttempts int
+}
+
+// IndexFailed records a failed attempt at refs (those whose sequence number still
+// matches): attempts += 1 and the error kept for inspection (operators see why; it
+// never holds content). Work that reached p.MaxAttempts, or all of refs when
+// permanent (it can never succeed as it is), is parked; the rest is due again after
+// p.Backoff(attempts). It returns how many were parked.
+func (s *Store) IndexFailed(ctx context.Context, refs []PendingRef, cause string, p RetryPolicy, permanent bool) (int, error) {
 	if len(refs) == 0 {
-		return nil
+		return 0, nil
 	}
 	ids, seqs := splitRefs(refs)
 	rows, err := s.pool.Query(ctx, `SELECT p.memory_id, p.attempts FROM `+s.t.indexPending+` p
 		JOIN unnest($1::text[], $2::bigint[]) AS d(id, seq) ON p.memory_id = d.id AND p.seq = d.seq`, ids, seqs)
 	if err != nil {
-		return fmt.Errorf("pgstore: index failed: %w", err)
+		return 0, fmt.Errorf("pgstore: index failed: %w", err)
 	}
 	var (
 		upIDs  []string
-		delays []float64
+		delays []*float64 // nil: park
+		parked int
 	)
 	for rows.Next() {
 		var id string
 		var attempts int
 		if err := rows.Scan(&id, &attempts); err != nil {
 			rows.Close()
-			return fmt.Errorf("pgstore: index failed: %w", err)
+			return 0, fmt.Errorf("pgstore: index failed: %w", err)
 		}
 		upIDs = append(upIDs, id)
-		delays = append(delays, backoff(attempts+1).Seconds())
+		if permanent || (p.MaxAttempts > 0 && attempts+1 >= p.MaxAttempts) {
+			delays = append(delays, nil)
+			parked++
+			continue
+		}
+		d := p.Backoff(attempts + 1).Seconds()
+		delays = append(delays, &d)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("pgstore: index failed: %w", err)
+		return 0, fmt.Errorf("pgstore: index failed: %w", err)
 	}
 	_, err = s.pool.Exec(ctx, `UPDATE `+s.t.indexPending+` p SET attempts = p.attempts + 1,
-			next_attempt_at = now() + make_interval(secs => d.delay), last_error = left($3, 500)
+			next_attempt_at = CASE WHEN d.delay IS NULL THEN 'infinity'::timestamptz ELSE now() + make_interval(secs => d.delay) END,
+			last_error = left($3, 500)
 		FROM unnest($1::text[], $2::float8[]) AS d(id, delay) WHERE p.memory_id = d.id`, upIDs, delays, cause)
 	if err != nil {
-		return fmt.Errorf("pgstore: index failed: %w", err)
+		return 0, fmt.Errorf("pgstore: index failed: %w", err)
 	}
-	return nil
+	return parked, nil
 }
 
 // DuePending returns up to limit records due for another attempt whose change is at
@@ -158,22 +177,100 @@ func (s *Store) DuePending(ctx context.Context, minAge time.Duration, limit int)
 
 // PendingStats is the size of the pending index work.
 type PendingStats struct {
+	// Count is the work still being tried (parked work not included).
 	Count int64
-	// Oldest is when the oldest record was made (zero when there is none).
+	// Oldest is when the oldest of it was recorded (zero when there is none).
 	Oldest time.Time
+	// Parked is the work that failed for good and waits for RetryParked.
+	Parked int64
 }
 
 // Pending reports the pending index work.
 func (s *Store) Pending(ctx context.Context) (PendingStats, error) {
 	var st PendingStats
 	var oldest *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT count(*), min(enqueued_at) FROM `+s.t.indexPending).Scan(&st.Count, &oldest); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT parked), min(enqueued_at) FILTER (WHERE NOT parked),
+			count(*) FILTER (WHERE parked)
+		FROM (SELECT enqueued_at, next_attempt_at = 'infinity' AS parked FROM `+s.t.indexPending+`) p`).Scan(&st.Count, &oldest, &st.Parked); err != nil {
 		return st, fmt.Errorf("pgstore: pending: %w", err)
 	}
 	if oldest != nil {
 		st.Oldest = oldest.UTC()
 	}
 	return st, nil
+}
+
+// PendingQuery selects pending index work.
+type PendingQuery struct {
+	// Scope, when set, keeps the work of that scope's memories; "" keeps all of it,
+	// including the work of memories no longer stored (their vectors' deletion).
+	Scope string
+	// ParkedOnly keeps parked work only.
+	ParkedOnly bool
+	// After is a cursor: the memory_id of the last entry of the previous page.
+	After string
+	// Limit is the page size, 1..MaxListLimit.
+	Limit int
+}
+
+// PendingEntry is one memory's pending index work.
+type PendingEntry struct {
+	MemoryID string
+	// Scope is the memory's scope ("" when the memory is no longer stored).
+	Scope      string
+	EnqueuedAt time.Time
+	// Attempts is how many attempts failed; LastError says why the last one did.
+	Attempts  int
+	LastError string
+	// Parked: failed for good, never tried again until RetryParked.
+	Parked bool
+	// NextAttemptAt is when it is due (nil when parked).
+	NextAttemptAt *time.Time
+}
+
+// ListPending returns a page of pending index work in memory_id order.
+func (s *Store) ListPending(ctx context.Context, q PendingQuery) ([]PendingEntry, error) {
+	if q.Limit < 1 || q.Limit > MaxListLimit {
+		return nil, fmt.Errorf("pgstore: list pending: limit %d outside [1, %d]", q.Limit, MaxListLimit)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT p.memory_id, coalesce(m.scope, ''), p.enqueued_at, p.attempts, p.last_error,
+			p.next_attempt_at = 'infinity', CASE WHEN p.next_attempt_at = 'infinity' THEN NULL ELSE p.next_attempt_at END
+		FROM `+s.t.indexPending+` p LEFT JOIN `+s.t.memories+` m ON m.memory_id = p.memory_id
+		WHERE ($1 = '' OR m.scope = $1) AND (NOT $2 OR p.next_attempt_at = 'infinity') AND p.memory_id > $3
+		ORDER BY p.memory_id LIMIT $4`, q.Scope, q.ParkedOnly, q.After, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list pending: %w", err)
+	}
+	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingEntry, error) {
+		var e PendingEntry
+		err := r.Scan(&e.MemoryID, &e.Scope, &e.EnqueuedAt, &e.Attempts, &e.LastError, &e.Parked, &e.NextAttemptAt)
+		e.EnqueuedAt = e.EnqueuedAt.UTC()
+		if e.NextAttemptAt != nil {
+			t := e.NextAttemptAt.UTC()
+			e.NextAttemptAt = &t
+		}
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list pending: %w", err)
+	}
+	return entries, nil
+}
+
+// RetryParked puts parked work back in the queue, due now with its attempts reset:
+// the work of ids (all parked work when ids is empty), limited to scope's memories
+// when scope is set. It returns how much it re-queued.
+func (s *Store) RetryParked(ctx context.Context, scope string, ids []string) (int64, error) {
+	if ids == nil {
+		ids = []string{}
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE `+s.t.indexPending+` p SET attempts = 0, next_attempt_at = now(), last_error = ''
+		WHERE p.next_attempt_at = 'infinity' AND (cardinality($2::text[]) = 0 OR p.memory_id = ANY($2))
+			AND ($1 = '' OR EXISTS (SELECT 1 FROM `+s.t.memories+` m WHERE m.memory_id = p.memory_id AND m.scope = $1))`, scope, ids)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: retry parked: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 func splitRefs(refs []PendingRef) ([]string, []int64) {

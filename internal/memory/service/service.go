@@ -58,8 +58,8 @@ var (
 	// its tombstone written, but its vectors could not be deleted from the index. Call
 	// Forget again to finish.
 	ErrVectorsNotDeleted = errors.New("memories deleted and tombstone written, but the vectors were not deleted from the index")
-	// ErrIndexUnavailable is wrapped by Search when the vector index failed: the
-	// memories in PostgreSQL are fine, the derived index is not answering.
+	// ErrIndexUnavailable is wrapped by Search, and by any call whose index write
+	// failed: the memories in PostgreSQL are fine, the derived index is not answering.
 	ErrIndexUnavailable = errors.New("the vector index is not answering")
 	// ErrEmbedderUnavailable is wrapped by any call whose embedding call failed.
 	ErrEmbedderUnavailable = errors.New("the embedding model is not answering")
@@ -84,10 +84,21 @@ type Memory struct {
 	store    *pgstore.Store
 	index    vector.Index
 	embedder embed.Embedder
+	limit    embed.Limit
 	// dedupSlots bounds the writers holding (or waiting for) a near-duplicate lock:
 	// each holds a pool connection for it and needs another for its queries, so
 	// unbounded they could take every connection and wait on each other forever.
 	dedupSlots chan struct{}
+}
+
+// Options adjust the memory layer.
+type Options struct {
+	// InputLimit bounds the text of every input sent to the embedder: a memory's
+	// EmbeddingText (writes, background indexing, near-duplicate checks) and a search
+	// query. Over it, Write and Search refuse with an error wrapping
+	// embed.ErrTextTooLong, or embed a truncation, as the limit's Overflow says. The
+	// zero Limit is no limit.
+	InputLimit embed.Limit
 }
 
 // New returns the memory layer over a migrated store, its vector index and the
@@ -95,6 +106,14 @@ type Memory struct {
 // differs from the index's (wrapping vector.ErrDimensionMismatch). It does not contact
 // any service.
 func New(store *pgstore.Store, index vector.Index, embedder embed.Embedder) (*Memory, error) {
+	return NewWith(store, index, embedder, Options{})
+}
+
+// NewWith is New with options.
+func NewWith(store *pgstore.Store, index vector.Index, embedder embed.Embedder, o Options) (*Memory, error) {
+	if err := o.InputLimit.Validate(); err != nil {
+		return nil, fmt.Errorf("memory service: %w", err)
+	}
 	switch {
 	case store == nil:
 		return nil, errors.New("memory service: store is nil")
@@ -106,7 +125,8 @@ func New(store *pgstore.Store, index vector.Index, embedder embed.Embedder) (*Me
 	if want, got := index.Spec().Dimension, embedder.Dimension(); want != got {
 		return nil, fmt.Errorf("memory service: %w", vector.DimensionError("embedder "+embedder.Model(), want, got))
 	}
-	return &Memory{store: store, index: index, embedder: embedder, dedupSlots: make(chan struct{}, max(1, store.PoolSize()/2))}, nil
+	return &Memory{store: store, index: index, embedder: embedder, limit: o.InputLimit,
+		dedupSlots: make(chan struct{}, max(1, store.PoolSize()/2))}, nil
 }
 
 // RememberOptions adjust Remember.
@@ -251,7 +271,11 @@ func (m *Memory) apply(ctx context.Context, ops []indexOp) error {
 			continue
 		}
 		if op.vec == nil {
-			texts = append(texts, op.item.EmbeddingText())
+			text, err := m.embedText(op.id, *op.item)
+			if err != nil {
+				return err
+			}
+			texts = append(texts, text)
 			missing = append(missing, len(entries))
 		}
 		entries = append(entries, vector.Entry{ID: op.id, Scope: op.item.Scope, Type: string(op.item.MemoryType), Vector: op.vec})
@@ -267,15 +291,23 @@ func (m *Memory) apply(ctx context.Context, ops []indexOp) error {
 	}
 	if len(entries) > 0 {
 		if err := m.index.Upsert(ctx, entries); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", ErrIndexUnavailable, err)
 		}
 	}
 	if len(deletes) > 0 {
 		if err := m.index.Delete(ctx, deletes); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", ErrIndexUnavailable, err)
 		}
 	}
 	return nil
+}
+
+// embedText is the text the embedder gets for item, stored under id: its
+// EmbeddingText within the store's input limit (an error wrapping
+// embed.ErrTextTooLong when the limit refuses it).
+func (m *Memory) embedText(id string, item memory.Item) (string, error) {
+	text, _, err := m.limit.Prepare(id, item.EmbeddingText())
+	return text, err
 }
 
 // recheck reads the memories of ops and returns the ops that no longer match what is
@@ -316,7 +348,7 @@ func (m *Memory) embed(ctx context.Context, texts []string) ([][]float32, error)
 		return nil, fmt.Errorf("%w: embedding with %s: %w", ErrEmbedderUnavailable, m.embedder.Model(), err)
 	}
 	if len(vecs) != len(texts) {
-		return nil, fmt.Errorf("embedding with %s: got %d vectors for %d texts", m.embedder.Model(), len(vecs), len(texts))
+		return nil, fmt.Errorf("%w: embedding with %s: got %d vectors for %d texts", ErrEmbedderUnavailable, m.embedder.Model(), len(vecs), len(texts))
 	}
 	return vecs, nil
 }
@@ -358,7 +390,11 @@ func (m *Memory) Search(ctx context.Context, q SearchQuery) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory service: search: %w", err)
 	}
-	vecs, err := m.embed(ctx, []string{q.Text})
+	text, _, err := m.limit.Prepare("the query", q.Text)
+	if err != nil {
+		return nil, fmt.Errorf("memory service: search: %w", err)
+	}
+	vecs, err := m.embed(ctx, []string{text})
 	if err != nil {
 		return nil, fmt.Errorf("memory service: search: %w", err)
 	}
@@ -393,24 +429,32 @@ type searchPlan struct {
 
 func (q SearchQuery) plan() (searchPlan, error) {
 	p := searchPlan{scope: q.Scope, k: q.K, now: q.Now, wantType: map[memory.Type]bool{}}
+	// Every refusal is a *memory.FieldError: it is the caller's input, never a
+	// failure of the store.
+	bad := func(field, format string, args ...any) error {
+		return &memory.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
 	if q.Scope == "" {
-		return p, errors.New("scope is required")
+		return p, bad("scope", "is required")
 	}
 	if err := memory.ValidateScope(q.Scope); err != nil {
-		return p, err
+		return p, bad("scope", "%v", err)
+	}
+	if err := memory.CheckText(q.Text); err != nil {
+		return p, bad("query", "%v", err)
 	}
 	if strings.TrimSpace(q.Text) == "" {
-		return p, errors.New("text is required (use Recall to rank without a query)")
+		return p, bad("query", "is empty (use Recall to rank without a query)")
 	}
 	if p.k == 0 {
 		p.k = DefaultSearchK
 	}
 	if p.k < 0 || p.k > MaxSearchK {
-		return p, fmt.Errorf("k must be in [1, %d], got %d", MaxSearchK, q.K)
+		return p, bad("top_k", "must be in [1, %d], got %d", MaxSearchK, q.K)
 	}
 	for _, t := range q.Types {
 		if err := t.Validate(); err != nil {
-			return p, err
+			return p, bad("types", "%v", err)
 		}
 		p.types = append(p.types, string(t))
 		p.wantType[t] = true

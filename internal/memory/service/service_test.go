@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -68,27 +69,62 @@ func TestSearchValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every refusal is the caller's input, typed as such (a *memory.FieldError naming the
+	// field), never something a caller could mistake for a failed backend.
 	for _, tc := range []struct {
-		name string
-		q    service.SearchQuery
-		want string
+		name, field, want string
+		q                 service.SearchQuery
 	}{
-		{"no scope", service.SearchQuery{Text: "x"}, "scope is required"},
-		{"bad scope kind", service.SearchQuery{Scope: "tenant:1", Text: "x"}, "unknown scope kind"},
-		{"scope injection", service.SearchQuery{Scope: `user:1" || scope != "`, Text: "x"}, "disallowed character"},
-		{"no text", service.SearchQuery{Scope: "user:1", Text: "  "}, "text is required"},
-		{"negative k", service.SearchQuery{Scope: "user:1", Text: "x", K: -1}, "k must be in [1, 100]"},
-		{"k too large", service.SearchQuery{Scope: "user:1", Text: "x", K: service.MaxSearchK + 1}, "k must be in [1, 100]"},
-		{"bad type", service.SearchQuery{Scope: "user:1", Text: "x", Types: []memory.Type{"fact"}}, `unknown memory type "fact"`},
+		{"no scope", "scope", "is required", service.SearchQuery{Text: "x"}},
+		{"bad scope kind", "scope", "unknown scope kind", service.SearchQuery{Scope: "tenant:1", Text: "x"}},
+		{"scope injection", "scope", "disallowed character", service.SearchQuery{Scope: `user:1" || scope != "`, Text: "x"}},
+		{"no text", "query", "is empty", service.SearchQuery{Scope: "user:1", Text: "  "}},
+		{"NUL in the text", "query", "NUL", service.SearchQuery{Scope: "user:1", Text: "a\x00b"}},
+		{"negative k", "top_k", "must be in [1, 100]", service.SearchQuery{Scope: "user:1", Text: "x", K: -1}},
+		{"k too large", "top_k", "must be in [1, 100]", service.SearchQuery{Scope: "user:1", Text: "x", K: service.MaxSearchK + 1}},
+		{"bad type", "types", `unknown memory type "fact"`, service.SearchQuery{Scope: "user:1", Text: "x", Types: []memory.Type{"fact"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := m.Search(t.Context(), tc.q)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Search(%+v) err = %v, want one containing %q", tc.q, err, tc.want)
+			var fe *memory.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(fe.Reason, tc.want) {
+				t.Fatalf("Search(%+v) err = %v, want a field error of %s containing %q", tc.q, err, tc.field, tc.want)
 			}
 		})
 	}
 	if n := emb.calls.Load(); n != 0 {
 		t.Errorf("invalid searches made %d embedding calls, want 0", n)
+	}
+}
+
+// TestInputLimitRefusesBeforeAnything: with overflow Refuse, a write or search whose
+// text is over the input limit is refused with embed.ErrTextTooLong naming the item,
+// before the embedder, the index or the database is touched.
+func TestInputLimitRefusesBeforeAnything(t *testing.T) {
+	emb := &countingEmbedder{Embedder: embed.NewHashing(8)}
+	m, err := service.NewWith(pgstore.New(nil, "unused"), specIndex{t, vector.Spec{Dimension: 8, Metric: vector.Cosine}}, emb,
+		service.Options{InputLimit: embed.Limit{MaxInputBytes: 64, Overflow: embed.Refuse}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := json.RawMessage(`{"text":"` + strings.Repeat("x", 100) + `"}`)
+	items := []memory.Item{
+		{Scope: "user:1", MemoryType: memory.Semantic, Content: json.RawMessage(`{"text":"short"}`), Source: "t", BaseScore: 0.5},
+		{MemoryID: "m2", Scope: "user:1", MemoryType: memory.Semantic, Content: long, Source: "t", BaseScore: 0.5},
+	}
+	_, err = m.Write(t.Context(), items, service.WriteOptions{})
+	var tl *embed.TextTooLongError
+	if !errors.As(err, &tl) || tl.ID != "m2" || !strings.Contains(err.Error(), "item 1") {
+		t.Fatalf("Write: %v, want a TextTooLongError naming item 1 (m2)", err)
+	}
+	if _, err := m.Search(t.Context(), service.SearchQuery{Scope: "user:1", Text: strings.Repeat("q", 65)}); !errors.Is(err, embed.ErrTextTooLong) {
+		t.Fatalf("Search: %v, want ErrTextTooLong", err)
+	}
+	if n := emb.calls.Load(); n != 0 {
+		t.Errorf("refused calls made %d embedding calls, want 0", n)
+	}
+	if _, err := service.NewWith(pgstore.New(nil, "unused"), specIndex{t, vector.Spec{Dimension: 8, Metric: vector.Cosine}}, emb,
+		service.Options{InputLimit: embed.Limit{MaxInputBytes: 64, Overflow: "Cut"}}); err == nil {
+		t.Error("NewWith accepted overflow Cut")
 	}
 }

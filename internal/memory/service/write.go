@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/vector"
@@ -17,8 +18,12 @@ import (
 //
 //  1. Every item is validated first; an invalid item stores nothing of the batch.
 //  2. The items are embedded in one call (needed for the near-duplicate check, and
-//     reused for the index). When the embedder fails the items are still stored: they
-//     are indexed later, without a near-duplicate check.
+//     reused for the index), each within the store's input limit (Options.InputLimit:
+//     an item over it refuses the whole call, or is embedded truncated). The embedder
+//     gets two thirds of the time left before ctx's deadline, so a slow one leaves
+//     the rest for storing. When the embedder fails the items are still stored and
+//     not embedded again in this call: they are indexed later (DrainPending), without
+//     a near-duplicate check.
 //  3. A key-less item is checked for duplicates under the (scope, type) lock of
 //     pgstore.LockScope, held across check, store and index write, so concurrent
 //     writers in any number of gateway replicas never both add the same memory: an
@@ -79,14 +84,20 @@ func (m *Memory) Write(ctx context.Context, items []memory.Item, opts WriteOptio
 	}
 	texts := make([]string, len(items))
 	for i, it := range items {
-		texts[i] = it.EmbeddingText()
+		text, err := m.embedText(it.MemoryID, it)
+		if err != nil {
+			return nil, fmt.Errorf("memory service: write: item %d: %w", i, err)
+		}
+		texts[i] = text
 	}
-	vecs, embedErr := m.embed(ctx, texts)
+	ectx, cancel := embedBudget(ctx)
+	vecs, embedErr := m.embed(ectx, texts)
+	cancel()
 	if embedErr != nil {
 		vecs = make([][]float32, len(items)) // indexed later, by the drainer
 	}
 
-	w := &writer{m: m, opts: opts, items: items, vecs: vecs, results: make([]WriteResult, len(items))}
+	w := &writer{m: m, opts: opts, items: items, vecs: vecs, embedFailed: embedErr != nil, results: make([]WriteResult, len(items))}
 	// Key-less items with a vector go through the near-duplicate check, one (scope,
 	// type) group at a time (one lock held at a time: no lock-order deadlocks).
 	var plain []int
@@ -122,14 +133,27 @@ type groupKey struct {
 	typ   memory.Type
 }
 
+// embedBudget is the context a write embeds with: two thirds of the time left
+// before ctx's deadline (none: ctx itself), the rest kept for storing.
+func embedBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)*2/3))
+}
+
 // writer is one Write call's state.
 type writer struct {
-	m       *Memory
-	opts    WriteOptions
-	items   []memory.Item
-	vecs    [][]float32
-	results []WriteResult
-	stored  []int // indices of results that are final
+	m     *Memory
+	opts  WriteOptions
+	items []memory.Item
+	vecs  [][]float32
+	// embedFailed: the embedder failed for this call; its writes are left to the
+	// drainer rather than embedded again.
+	embedFailed bool
+	results     []WriteResult
+	stored      []int // indices of results that are final
 }
 
 func (w *writer) done() []WriteResult {
@@ -170,6 +194,12 @@ func (w *writer) record(i int, res pgstore.PutResult) {
 // on failure their results say Indexed false and the work stays pending.
 func (w *writer) index(ctx context.Context, written []int, refs []pgstore.PendingRef) {
 	if len(written) == 0 {
+		return
+	}
+	if w.embedFailed {
+		for _, i := range written {
+			w.results[i].Indexed = false
+		}
 		return
 	}
 	ops := make([]indexOp, 0, len(written))
@@ -273,17 +303,26 @@ func (m *Memory) unindexed(ctx context.Context, lock *pgstore.ScopeLock, k group
 		}
 		return nil, err
 	}
-	texts := make([]string, len(pending))
-	for i, it := range pending {
-		texts[i] = it.EmbeddingText()
+	var texts []string
+	var ids []string
+	for _, it := range pending {
+		if text, err := m.embedText(it.MemoryID, it); err == nil { // one the limit refuses is never indexed
+			texts = append(texts, text)
+			ids = append(ids, it.MemoryID)
+		}
 	}
-	vecs, err := m.embed(ctx, texts)
+	if len(texts) == 0 {
+		return nil, nil
+	}
+	ectx, cancel := embedBudget(ctx)
+	defer cancel()
+	vecs, err := m.embed(ectx, texts)
 	if err != nil {
 		return nil, nil
 	}
-	out := make([]knownVector, len(pending))
-	for i, it := range pending {
-		out[i] = knownVector{it.MemoryID, vecs[i]}
+	out := make([]knownVector, len(ids))
+	for i, id := range ids {
+		out[i] = knownVector{id, vecs[i]}
 	}
 	return out, nil
 }
@@ -319,16 +358,39 @@ func (m *Memory) Delete(ctx context.Context, id, actor string) (memory.Item, err
 	return it, nil
 }
 
-// DrainResult counts what DrainPending did.
-type DrainResult struct {
-	Done, Failed int
+// DrainOptions adjust DrainPending.
+type DrainOptions struct {
+	// Batch is how much due work one call takes.
+	Batch int
+	// MinAge leaves younger work to its writer, which indexes right after committing.
+	MinAge time.Duration
+	// Retry decides when failed work is tried again and when it is parked.
+	Retry pgstore.RetryPolicy
 }
 
-// DrainPending finishes up to batch pieces of pending index work older than minAge:
-// each memory's vector is brought in line with its row (written, or deleted when the
-// row is gone or archived). Work that fails again is postponed with backoff.
-func (m *Memory) DrainPending(ctx context.Context, batch int, minAge time.Duration, backoff func(int) time.Duration) (DrainResult, error) {
-	refs, err := m.store.DuePending(ctx, minAge, batch)
+// DrainResult counts what DrainPending did.
+type DrainResult struct {
+	// Done: brought in line with its row. Failed: postponed with backoff. Parked:
+	// failed for good (past Retry.MaxAttempts, or a text the input limit refuses),
+	// never tried again until retried by hand (RetryParked) or changed.
+	Done, Failed, Parked int
+}
+
+// DrainPending finishes up to o.Batch pieces of due pending index work older than
+// o.MinAge: each memory's vector is brought in line with its row (written, or deleted
+// when the row is gone or archived).
+//
+// One memory whose work fails never holds up the others: when the batch fails and the
+// failure is the memories' own (the embedder refuses or chokes on an input while
+// still answering a probe, or the input limit refuses a text), the batch is split in
+// halves until each failing memory stands alone; the others are done, and each
+// failing one is postponed with o.Retry's backoff and parked after
+// o.Retry.MaxAttempts (at once for a text the limit refuses). When the failure is the
+// backends' (the index or PostgreSQL down, the embedder not answering at all), the
+// work is left as it is, no attempt counted, and the error returned: the caller waits
+// and calls again.
+func (m *Memory) DrainPending(ctx context.Context, o DrainOptions) (DrainResult, error) {
+	refs, err := m.store.DuePending(ctx, o.MinAge, o.Batch)
 	if err != nil || len(refs) == 0 {
 		return DrainResult{}, err
 	}
@@ -344,21 +406,112 @@ func (m *Memory) DrainPending(ctx context.Context, batch int, minAge time.Durati
 			ops = append(ops, opFor(r.MemoryID, *it))
 		}
 	}
-	if err := m.sync(ctx, ops); err != nil {
-		if ferr := m.store.IndexFailed(ctx, refs, err.Error(), backoff); ferr != nil {
-			return DrainResult{}, errors.Join(err, ferr)
+	// A text the input limit refuses can never be indexed as it is: parked at once,
+	// without costing the batch an attempt.
+	var res DrainResult
+	keep := 0
+	for i, op := range ops {
+		if op.item != nil {
+			if _, err := m.embedText(op.id, *op.item); errors.Is(err, embed.ErrTextTooLong) {
+				parked, ferr := m.store.IndexFailed(ctx, refs[i:i+1], err.Error(), o.Retry, true)
+				if ferr != nil {
+					return res, fmt.Errorf("memory service: drain: %w", ferr)
+				}
+				res.Parked += parked
+				continue
+			}
 		}
-		return DrainResult{Failed: len(refs)}, err
+		refs[keep], ops[keep] = refs[i], op
+		keep++
 	}
-	if err := m.store.IndexDone(ctx, refs); err != nil {
-		return DrainResult{}, err
+	refs, ops = refs[:keep], ops[:keep]
+	if len(ops) == 0 {
+		return res, nil
 	}
-	return DrainResult{Done: len(refs)}, nil
+	err = m.sync(ctx, ops)
+	if err != nil && !m.ownFailure(ctx, err) {
+		return res, fmt.Errorf("memory service: drain: %w", err)
+	}
+	if err := m.drainGroup(ctx, refs, ops, err, o, &res); err != nil {
+		return res, fmt.Errorf("memory service: drain: %w", err)
+	}
+	return res, nil
+}
+
+// ownFailure reports whether a failed sync failed because of its memories rather
+// than a backend: a text the input limit refuses, or an embedder failure while the
+// embedder embeds a probe text fine.
+func (m *Memory) ownFailure(ctx context.Context, err error) bool {
+	switch {
+	case errors.Is(err, embed.ErrTextTooLong):
+		return true
+	case errors.Is(err, ErrEmbedderUnavailable):
+		_, perr := m.embed(ctx, []string{"probe"})
+		return perr == nil
+	}
+	return false
+}
+
+// drainGroup finishes the work of refs (whose index states are ops); syncErr, when
+// set, is the result of syncing them already. A failing group is split in halves
+// down to single memories, which are postponed or parked.
+func (m *Memory) drainGroup(ctx context.Context, refs []pgstore.PendingRef, ops []indexOp, syncErr error, o DrainOptions, res *DrainResult) error {
+	if syncErr == nil {
+		syncErr = m.sync(ctx, ops)
+	}
+	if syncErr == nil {
+		if err := m.store.IndexDone(ctx, refs); err != nil {
+			return err
+		}
+		res.Done += len(refs)
+		return nil
+	}
+	if ctx.Err() != nil {
+		return syncErr
+	}
+	if len(refs) == 1 {
+		permanent := errors.Is(syncErr, embed.ErrTextTooLong)
+		parked, err := m.store.IndexFailed(ctx, refs, syncErr.Error(), o.Retry, permanent)
+		if err != nil {
+			return errors.Join(syncErr, err)
+		}
+		res.Parked += parked
+		res.Failed += len(refs) - parked
+		return nil
+	}
+	if errors.Is(syncErr, ErrIndexUnavailable) {
+		return syncErr // the index went away meanwhile: nothing to learn by splitting
+	}
+	half := len(refs) / 2
+	if err := m.drainGroup(ctx, refs[:half], ops[:half], nil, o, res); err != nil {
+		return err
+	}
+	return m.drainGroup(ctx, refs[half:], ops[half:], nil, o, res)
 }
 
 // Pending reports the pending index work (the backlog DrainPending works off).
 func (m *Memory) Pending(ctx context.Context) (pgstore.PendingStats, error) {
 	return m.store.Pending(ctx)
+}
+
+// PendingWork lists pending index work, parked work included (see
+// pgstore.Store.ListPending).
+func (m *Memory) PendingWork(ctx context.Context, q pgstore.PendingQuery) ([]pgstore.PendingEntry, error) {
+	entries, err := m.store.ListPending(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("memory service: %w", err)
+	}
+	return entries, nil
+}
+
+// RetryParked puts parked index work back in the queue (see
+// pgstore.Store.RetryParked), once what made it fail is fixed.
+func (m *Memory) RetryParked(ctx context.Context, scope string, ids []string) (int64, error) {
+	n, err := m.store.RetryParked(ctx, scope, ids)
+	if err != nil {
+		return 0, fmt.Errorf("memory service: %w", err)
+	}
+	return n, nil
 }
 
 // Store is the memory layer's system of record, for reads the service does not wrap.

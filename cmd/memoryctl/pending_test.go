@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/gateway"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/provision"
+	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// TestPendingListAndRetry: memoryctl shows a store's parked index work through a real
+// gateway and puts it back in the queue. The work is a memory whose text is over the
+// store's embedder input limit (overflow Refuse), stored past the gateway's door as a
+// restore of an older package stores it: the background indexer parks it at once.
+func TestPendingListAndRetry(t *testing.T) {
+	ctx := context.Background()
+	pg := testutil.PostgresParts(t)
+	admin := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	names, err := provision.NamesFor(testutil.UniqueName("ctl-"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw := provision.Passwords{Agent: "agent-" + testutil.UniqueName("pw"), Worker: "worker-" + testutil.UniqueName("pw")}
+	owner := "test/" + names.Tenant
+	if _, err := provision.EnsurePostgres(ctx, admin, names, owner, pw); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = provision.DeletePostgres(context.Background(), admin, names, owner) })
+	spec := vector.Spec{Dimension: 64, Metric: vector.Cosine}
+	if _, err := provision.EnsureVectors(ctx, admin, nil, names, spec); err != nil {
+		t.Fatal(err)
+	}
+	key, err := gateway.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keysFile := filepath.Join(t.TempDir(), gateway.KeysFileName)
+	kb, _ := json.Marshal(gateway.KeyFile{Keys: []gateway.KeyEntry{{Name: "ops", SHA256: gateway.HashKey(key), Scopes: []string{"*"}}}})
+	if err := os.WriteFile(keysFile, kb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agent := admin
+	agent.User, agent.Password = names.Role, pw.Agent
+	cfg := gateway.Config{StoreNamespace: "test", StoreName: names.Tenant, Listen: "127.0.0.1:0", Schema: names.Schema,
+		VectorEngine: "Postgres", Dimension: spec.Dimension, Metric: "COSINE", Embedder: "Hashing", KeysFile: keysFile,
+		RateLimit: 1000, RateBurst: 1000, MaxBodyBytes: 1 << 20, ShutdownGrace: time.Second,
+		MaxInputBytes: 256, InputOverflow: embed.Refuse}
+	g, err := gateway.Open(ctx, cfg, gateway.Secrets{PostgresURI: agent.URL(nil)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Serve(sctx, ln) }()
+	t.Cleanup(func() { stop(); <-done; g.Close() })
+
+	res, err := g.Memory.Store().PutQueued(ctx, memory.Item{Scope: "user:7", MemoryType: memory.Semantic, Source: "restore",
+		BaseScore: 0.5, Content: json.RawMessage(`{"text":"` + strings.Repeat("long ", 200) + `"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		st, err := g.Memory.Pending(ctx)
+		if err == nil && st.Parked == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the memory over the limit was not parked: %+v %v", st, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	t.Setenv(envGatewayURL, "http://"+ln.Addr().String())
+	t.Setenv(envGatewayKey, key)
+	var out, errOut bytes.Buffer
+	if err := runPending(ctx, []string{"list", "--parked", "-o", "json"}, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var work []gateway.PendingWork
+	if err := json.Unmarshal(out.Bytes(), &work); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(work) != 1 || work[0].MemoryID != res.MemoryID || !work[0].Parked || work[0].Scope != "user:7" ||
+		!strings.Contains(work[0].LastError, "over the store's limit of 256") {
+		t.Fatalf("parked work: %+v", work)
+	}
+	out.Reset()
+	if err := runPending(ctx, []string{"list", "--scope", "user:7"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || !strings.Contains(lines[1], res.MemoryID) || !strings.Contains(lines[1], "parked") {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	out.Reset()
+	if err := runPending(ctx, []string{"retry", "--scope", "user:7", res.MemoryID}, &out, &errOut); err != nil || strings.TrimSpace(out.String()) != "requeued 1" {
+		t.Fatalf("retry: %v %q", err, out.String())
+	}
+	// The gateway's refusals come back as errors with its code; a missing key is said.
+	if err := runPending(ctx, []string{"list", "--scope", "tenant:x"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "invalid_scope") {
+		t.Fatalf("a bad scope: %v", err)
+	}
+	t.Setenv(envGatewayKey, "")
+	if err := runPending(ctx, []string{"list"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), envGatewayKey) {
+		t.Fatalf("no key: %v", err)
+	}
+}
