@@ -317,3 +317,44 @@ func TestClassifyNamesTheDependency(t *testing.T) {
 		}
 	}
 }
+
+// TestGuaranteeClientDatesAtTheDoor: a client may date what it remembers
+// (created_at), back as far as it likes, never more than the tolerated skew ahead of
+// the server's clock: a memory dated 2099 is refused naming the field, and nothing is
+// stored. A back-dated memory written after its scope was forgotten is stored (the
+// server's clock recorded it after the tombstone), so the user can come back at once.
+func TestGuaranteeClientDatesAtTheDoor(t *testing.T) {
+	k := newTestKey(t, "k", false, "user:*")
+	e := newEnv(t, envOptions{keys: []testKey{k}})
+	mem := func(created string) string {
+		return `{"scope":"user:dated","memory_type":"episodic","content":{"said":"` + created + `"},"created_at":"` + created + `"}`
+	}
+	for _, ahead := range []string{"2099-01-01T00:00:00Z", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)} {
+		r := e.wantPermanent(400, CodeInvalidRequest, k.plain, "POST", "/v1/memories", mem(ahead))
+		if !strings.Contains(r.err.Error.Message, "created_at") || !strings.Contains(r.err.Error.Message, "after the server's clock") {
+			t.Errorf("refusal of %s: %s", ahead, r.err.Error.Message)
+		}
+		e.wantPermanent(400, CodeInvalidRequest, k.plain, "POST", "/v1/memories/batch", `{"memories":[`+mem("2020-01-01T00:00:00Z")+`,`+mem(ahead)+`]}`)
+	}
+	var l ListResponse
+	e.must(200, k.plain, "GET", "/v1/scopes/user:dated/memories", nil, &l)
+	if len(l.Memories) != 0 {
+		t.Fatalf("refused writes stored %d memories", len(l.Memories))
+	}
+	// Within the skew (a client whose clock runs a minute fast): stored as dated.
+	var w WriteResponse
+	soon := time.Now().Add(time.Minute).UTC().Truncate(time.Second)
+	e.must(201, k.plain, "POST", "/v1/memories", mem(soon.Format(time.RFC3339)), &w)
+	var it memory.Item
+	e.must(200, k.plain, "GET", "/v1/memories/"+w.MemoryID, nil, &it)
+	if !it.CreatedAt.Equal(soon) || it.RecordedAt.IsZero() || it.RecordedAt.After(time.Now()) {
+		t.Fatalf("stored %+v", it)
+	}
+	// Forgotten, then back at once with a memory dated years before the forget.
+	e.must(200, k.plain, "POST", "/v1/forget", `{"scope":"user:dated","reason":"asked"}`, nil)
+	e.must(201, k.plain, "POST", "/v1/memories", mem("2020-01-01T00:00:00Z"), &w)
+	e.must(200, k.plain, "GET", "/v1/memories/"+w.MemoryID, nil, &it)
+	if !it.CreatedAt.Equal(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("the memory after the forget: %+v", it)
+	}
+}

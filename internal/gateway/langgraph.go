@@ -96,7 +96,7 @@ func (s *Server) lgSlot(k *Key, ns []string, key string) (langgraphns.Slot, erro
 	if err != nil {
 		return langgraphns.Slot{}, errf(http.StatusUnprocessableEntity, CodeInvalidScope, "%v", err)
 	}
-	if err := checkScope(k, sl.Scope); err != nil {
+	if err := checkScope(k, &sl.Scope); err != nil {
 		return langgraphns.Slot{}, err
 	}
 	return sl, nil

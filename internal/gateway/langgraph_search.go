@@ -57,7 +57,7 @@ func (s *Server) lgSearchItems(w http.ResponseWriter, r *http.Request, k *Key) e
 	if err != nil {
 		return errf(http.StatusUnprocessableEntity, CodeInvalidScope, "%v", err)
 	}
-	if err := checkScope(k, sl.Scope); err != nil {
+	if err := checkScope(k, &sl.Scope); err != nil {
 		return err
 	}
 	sel := lgSelection{scope: sl.Scope, filter: filter, offset: req.Offset, limit: limit, now: time.Now()}

@@ -244,7 +244,7 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 			scope := defaultScope(k, in.Scope)
 			types, err := parseTypes(in.Types)
 			if err == nil {
-				err = checkScope(k, scope)
+				err = checkScope(k, &scope)
 			}
 			if err == nil {
 				err = checkQuery(in.Query)
@@ -273,7 +273,7 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 			scope := defaultScope(k, in.Scope)
 			types, err := parseTypes(in.Types)
 			if err == nil {
-				err = checkScope(k, scope)
+				err = checkScope(k, &scope)
 			}
 			if err != nil {
 				return nil, mcpMemories{}, toolErr(err)
@@ -375,7 +375,7 @@ func (s *Server) addWriteTools(srv *mcp.Server, k *Key) {
 			ctx, cancel := s.toolCtx(ctx, k)
 			defer cancel()
 			scope := defaultScope(k, in.Scope)
-			err := checkScope(k, scope)
+			err := checkScope(k, &scope)
 			if err == nil {
 				err = checkReason(in.Reason)
 			}

@@ -38,6 +38,11 @@ type NewMemory struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// TTLSeconds sets expires_at relative to now: 1 up to memory.MaxTTL (100 years).
 	TTLSeconds int64 `json:"ttl_seconds,omitempty" openapi:"minimum=1,maximum=3153600000"`
+	// CreatedAt is the memory's own time, when it was said (default now): it may be
+	// back-dated, never more than memory.MaxFutureSkew ahead of the server's clock. It
+	// ranks and displays; what a forget covers is decided by recorded_at, the
+	// server's clock.
+	CreatedAt *time.Time `json:"created_at,omitempty"`
 }
 
 // DefaultBaseScore is a remembered memory's importance when the client gives none.
@@ -54,6 +59,12 @@ func (n NewMemory) item(now time.Time) (memory.Item, error) {
 	}
 	it := memory.Item{MemoryType: n.MemoryType, Scope: n.Scope, Key: n.Key,
 		Content: n.Content, Source: cmp.Or(n.Source, "gateway"), BaseScore: DefaultBaseScore, ExpiresAt: n.ExpiresAt}
+	if n.CreatedAt != nil {
+		if n.CreatedAt.IsZero() {
+			return it, bad("created_at", "is the zero time (leave it out for now)")
+		}
+		it.CreatedAt = *n.CreatedAt // pgstore refuses one too far ahead
+	}
 	if n.MemoryID != "" {
 		id, err := storedID(n.Scope, n.MemoryID)
 		if err != nil {
@@ -238,14 +249,17 @@ func (s *Server) newItems(k *Key, in []NewMemory) ([]memory.Item, error) {
 		return e
 	}
 	for i, n := range in {
-		if err := checkScope(k, n.Scope); err != nil {
+		if err := checkScope(k, &n.Scope); err != nil {
 			return nil, at(i, err.(*apiError))
 		}
 		it, err := n.item(now)
 		if err == nil {
 			items[i] = it
 			items[i].SetDefaults(now)
-			err = items[i].Validate()
+			if err = items[i].Validate(); err == nil {
+				// The store refuses it too; here, a batch is refused whole.
+				err = items[i].CheckNotFuture(now)
+			}
 		}
 		if err != nil {
 			return nil, at(i, classify(err))
@@ -384,7 +398,7 @@ func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request, k *Key) er
 
 func (s *Server) listScope(w http.ResponseWriter, r *http.Request, k *Key) error {
 	scope := r.PathValue("scope")
-	if err := checkScope(k, scope); err != nil {
+	if err := checkScope(k, &scope); err != nil {
 		return err
 	}
 	q := r.URL.Query()
@@ -499,7 +513,7 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if err := checkScope(k, req.Scope); err != nil {
+	if err := checkScope(k, &req.Scope); err != nil {
 		return err
 	}
 	if err := validTypes(req.Types); err != nil {
@@ -527,7 +541,7 @@ func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if err := checkScope(k, req.Scope); err != nil {
+	if err := checkScope(k, &req.Scope); err != nil {
 		return err
 	}
 	if err := validTypes(req.Types); err != nil {
@@ -557,7 +571,7 @@ func (s *Server) forget(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if err := checkScope(k, req.Scope); err != nil {
+	if err := checkScope(k, &req.Scope); err != nil {
 		return err
 	}
 	if err := checkReason(req.Reason); err != nil {

@@ -57,7 +57,7 @@ func pendingScope(k *Key, scope string) (string, error) {
 	if scope == "" && k.AllowsAll() {
 		return "", nil
 	}
-	if err := checkScope(k, scope); err != nil {
+	if err := checkScope(k, &scope); err != nil {
 		if scope == "" {
 			e := err.(*apiError)
 			e.msg = "scope is required: only a key allowed every scope (\"*\") sees the whole store's pending work"

@@ -177,7 +177,11 @@ func (s *Server) limiter(name string) *rate.Limiter {
 }
 
 // checkScope refuses a scope the key does not allow, or one that is not a scope.
-func checkScope(k *Key, scope string) error {
+func checkScope(k *Key, sp *string) error {
+	// Every door takes a scope as it is spelled and stores it in NFC, so a user
+	// written composed and decomposed is one user.
+	*sp = memory.NormalizeScope(*sp)
+	scope := *sp
 	if scope == "" {
 		return errf(http.StatusBadRequest, CodeInvalidScope, "scope is required: every call names the scope it reads or writes")
 	}
