@@ -83,7 +83,7 @@ func TestMemoryRestoreEndToEndThroughTheWorker(t *testing.T) {
 	skipped := memoryv1alpha1.RestoreSkipped{
 		Denylisted: sum.Skipped.Denylisted, Tombstoned: sum.Skipped.Tombstoned, Unmapped: sum.Skipped.Unmapped,
 		Expired: sum.Skipped.Expired, Type: sum.Skipped.Type, Conflict: sum.Skipped.Conflict, Invalid: sum.Skipped.Invalid,
-		IDInUseByOtherScope: sum.Skipped.IDInUseByOtherScope,
+		IDInUseByOtherScope: sum.Skipped.IDInUseByOtherScope, TextTooLong: sum.Skipped.TextTooLong,
 	}
 	g.Expect(got.Status.Skipped).To(Equal(skipped.Total()))
 	if skipped.Total() == 0 {

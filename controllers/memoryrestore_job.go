@@ -155,6 +155,9 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 	if e := target.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI {
 		cfg.Embedder, cfg.EmbedderEndpoint = string(e.Type), e.Endpoint
 	}
+	// The store's embedder input limit, as its gateway applies it.
+	maxBytes, overflow := target.Spec.Embedder.InputLimitOrDefault()
+	cfg.EmbedderMaxInputBytes, cfg.EmbedderOverflow = int(maxBytes), string(overflow)
 	if m := spec.Mapping; m != nil {
 		for _, s := range m.Scopes {
 			cfg.ScopeMap = append(cfg.ScopeMap, worker.ScopeRule{From: s.From, To: s.To})

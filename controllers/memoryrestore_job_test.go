@@ -60,6 +60,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 	tolerations := []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "batch", Effect: corev1.TaintEffectNoSchedule}}
 	openAITarget := builderStore("Milvus", nil)
 	openAITarget.Spec.Embedder = memoryv1alpha1.EmbedderSpec{Type: memoryv1alpha1.EmbedderOpenAI, Endpoint: "http://tei:8080", Model: "bge-small",
+		MaxInputBytes: 2048, Overflow: memoryv1alpha1.OverflowRefuse,
 		APIKeySecret: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "tei-token"}, Key: "token"}}
 	openAITarget.Status.Vector.EmbeddingModel = "bge-small"
 
@@ -95,7 +96,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				ExpectManifestSHA256: manifestSHA,
 				TargetNamespace:      "team-a", TargetName: "support-bot", Tenant: "acme",
 				Schema: "mem_acme", VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
-				Embedder:  "Hashing",
+				Embedder: "Hashing", EmbedderMaxInputBytes: 8192, EmbedderOverflow: "Truncate",
 				ScopeMap:  []worker.ScopeRule{{From: "user:1024", To: "user:dbc0a3"}},
 				PrefixMap: []worker.ScopeRule{{From: "user:legacy-", To: "user:"}},
 				MapFile:   "/etc/memory-operator/mapping/users.csv", MapFormat: "csv", Unmapped: "Skip",
@@ -151,6 +152,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				TargetNamespace: "team-a", TargetName: "support-bot", Tenant: "acme",
 				Schema: "mem_acme", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme",
 				EmbeddingModel: "bge-small", Dimension: 384, Metric: "COSINE", Embedder: "OpenAI", EmbedderEndpoint: "http://tei:8080",
+				EmbedderMaxInputBytes: 2048, EmbedderOverflow: "Refuse",
 				MapFile: "/etc/memory-operator/mapping/ids", MapFormat: "jsonl", Unmapped: "Keep",
 				Denylist: []string{"user:admin", "session:*"}, Types: []string{"working", "semantic"},
 				ConflictPolicy: "Overwrite", Embeddings: "Reembed", DryRun: true, Rehydrate: true,
@@ -192,7 +194,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				Source:          worker.Destination{Endpoint: "minio:9000", Insecure: true, Bucket: "snaps", Prefix: "p/"},
 				TargetNamespace: "team-a", TargetName: "support-bot", Tenant: "acme",
 				Schema: "mem_acme", VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
-				Embedder:  "Hashing",
+				Embedder: "Hashing", EmbedderMaxInputBytes: 8192, EmbedderOverflow: "Truncate",
 				MapObject: "acme/users.ndjson", MapBucket: "maps", MapFormat: "jsonl", Unmapped: "Keep",
 				Types:          []string{"episodic", "semantic", "procedural"},
 				ConflictPolicy: "KeepNewer", Embeddings: "Reuse", AllowRepeat: true,

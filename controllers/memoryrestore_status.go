@@ -128,7 +128,7 @@ func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.Rest
 	skipped := memoryv1alpha1.RestoreSkipped{
 		Denylisted: sum.Skipped.Denylisted, Tombstoned: sum.Skipped.Tombstoned, Unmapped: sum.Skipped.Unmapped,
 		Expired: sum.Skipped.Expired, Type: sum.Skipped.Type, Conflict: sum.Skipped.Conflict, Invalid: sum.Skipped.Invalid,
-		IDInUseByOtherScope: sum.Skipped.IDInUseByOtherScope,
+		IDInUseByOtherScope: sum.Skipped.IDInUseByOtherScope, TextTooLong: sum.Skipped.TextTooLong,
 	}
 	s.FirstInvalid = sum.FirstInvalid
 	s.Skipped, s.SkippedBy = skipped.Total(), nil

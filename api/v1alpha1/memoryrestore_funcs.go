@@ -135,5 +135,5 @@ func (s *MemoryRestoreSpec) UnmappedOrDefault() UnmappedPolicy {
 
 // Total is the number of memories skipped, all reasons together.
 func (s RestoreSkipped) Total() int64 {
-	return s.Denylisted + s.Tombstoned + s.Unmapped + s.Expired + s.Type + s.Conflict + s.IDInUseByOtherScope + s.Invalid
+	return s.Denylisted + s.Tombstoned + s.Unmapped + s.Expired + s.Type + s.Conflict + s.IDInUseByOtherScope + s.Invalid + s.TextTooLong
 }

@@ -318,6 +318,10 @@ type RestoreSkipped struct {
 	// target (another user's). IDs never move between scopes, so it was not written.
 	// +optional
 	IDInUseByOtherScope int64 `json:"idInUseByOtherScope,omitempty"`
+	// TextTooLong: its vector had to be computed by the target's embedder, and its text
+	// is over the target's spec.embedder.maxInputBytes with overflow Refuse.
+	// +optional
+	TextTooLong int64 `json:"textTooLong,omitempty"`
 	// Invalid: the memory failed validation (status.firstInvalid says why), for
 	// instance content that is not a JSON object or an ID longer than 128 characters.
 	// +optional

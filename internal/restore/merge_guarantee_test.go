@@ -385,3 +385,47 @@ func TestDenylistIsNormalised(t *testing.T) {
 		}
 	}
 }
+
+// TestGuaranteeEmbedderLimitInRestores: a restore computing vectors holds the target's
+// embedder input limit as its gateway does. Under Refuse a memory whose text is over
+// it is not restored (counted textTooLong), in the dry run and the run alike; under
+// Truncate it is restored and indexed on its text's first bytes; a memory whose
+// package vector is reused sends no text, and is restored under either.
+func TestGuaranteeEmbedderLimitInRestores(t *testing.T) {
+	e := newEnv(t)
+	long := item("long", "user:1", memory.Episodic, "", `{"text":"`+strings.Repeat("ünïcödé ", 2000)+`"}`, day)
+	items := []memory.Item{long, item("short", "user:1", memory.Semantic, "", `{"v":1}`, day), item("other", "user:2", memory.Semantic, "", `{"v":2}`, day)}
+	pkg := e.writePackage(t, "p/limit/", items, pkgOptions{key: testKey})
+	limit := func(o embed.Overflow) embed.Limit { return embed.Limit{MaxInputBytes: 1000, Overflow: o} }
+
+	dst := e.newStore(t)
+	res := dryThenReal(t, dst, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: embed.NewHashing(dim),
+		EmbedLimit: limit(embed.Refuse)}, nil)
+	if res.Skipped.TextTooLong != 1 || res.Restored != 2 || res.Vectors != 2 {
+		t.Fatalf("under Refuse: %+v", res)
+	}
+
+	dst = e.newStore(t)
+	res = dryThenReal(t, dst, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: embed.NewHashing(dim),
+		EmbedLimit: limit(embed.Truncate)}, nil)
+	if res.Skipped.TextTooLong != 0 || res.Restored != 3 || res.Vectors != 3 {
+		t.Fatalf("under Truncate: %+v", res)
+	}
+	cut, truncated, err := limit(embed.Truncate).Prepare("long", long.EmbeddingText())
+	if err != nil || !truncated || len(cut) > 1000 {
+		t.Fatalf("Prepare: %d bytes, %v, %v", len(cut), truncated, err)
+	}
+	want, _ := embed.NewHashing(dim).Embed(context.Background(), []string{cut})
+	if got := dst.vectorsOf(t)["long"]; !vectorsClose(got, vector.Normalize(want[0])) && !vectorsClose(got, want[0]) {
+		t.Fatalf("the long memory's vector is not the truncated text's")
+	}
+
+	// Its package vector reused: nothing is sent to the embedder, nothing refused.
+	withVec := e.writePackage(t, "p/limit-reuse/", withVectors(t, items), pkgOptions{key: testKey, embedding: hashingEmbedding})
+	dst = e.newStore(t)
+	res = dryThenReal(t, dst, restore.Options{Reader: withVec, Target: dst.Store, Index: dst.index, Embedder: embed.NewHashing(dim),
+		Embeddings: restore.Reuse, EmbedLimit: limit(embed.Refuse)}, nil)
+	if res.Skipped.TextTooLong != 0 || res.Restored != 3 || res.Embedded != 0 {
+		t.Fatalf("reusing package vectors under Refuse: %+v", res)
+	}
+}

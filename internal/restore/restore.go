@@ -101,6 +101,12 @@ type Options struct {
 	// package vectors can be reused, and Reembed uses it. Required unless the
 	// embeddings policy is Defer.
 	Embedder embed.Embedder
+	// EmbedLimit is the target store's limit on the text sent to its embedder
+	// (spec.embedder.maxInputBytes and overflow; the zero Limit is none). A memory
+	// whose vector is computed here gets it from its text's first MaxInputBytes bytes
+	// under Truncate; under Refuse it is not restored (Skipped.TextTooLong), as the
+	// gateway would refuse it. One whose package vector is reused is not affected.
+	EmbedLimit embed.Limit
 	// Mapping renames scopes; nil keeps every scope.
 	Mapping *Mapper
 	// Denylist names package scopes (before mapping) never restored: exact scopes,
@@ -182,11 +188,14 @@ type Skipped struct {
 	IDInUseByOtherScope int64 `json:"idInUseByOtherScope,omitempty"`
 	// Invalid: the item failed validation (Result.FirstInvalid says why).
 	Invalid int64 `json:"invalid,omitempty"`
+	// TextTooLong: its vector had to be computed here, and its text is over the
+	// target's embedder input limit with overflow Refuse (Options.EmbedLimit).
+	TextTooLong int64 `json:"textTooLong,omitempty"`
 }
 
 // Total is the number of skipped items.
 func (s Skipped) Total() int64 {
-	return s.Denylisted + s.Tombstoned + s.Unmapped + s.Expired + s.Type + s.Conflict + s.IDInUseByOtherScope + s.Invalid
+	return s.Denylisted + s.Tombstoned + s.Unmapped + s.Expired + s.Type + s.Conflict + s.IDInUseByOtherScope + s.Invalid + s.TextTooLong
 }
 
 func (s *Skipped) add(o Skipped) {
@@ -198,6 +207,7 @@ func (s *Skipped) add(o Skipped) {
 	s.Conflict += o.Conflict
 	s.IDInUseByOtherScope += o.IDInUseByOtherScope
 	s.Invalid += o.Invalid
+	s.TextTooLong += o.TextTooLong
 }
 
 // Result is what a restore did (in a dry run: would have done). Every item read is
@@ -319,6 +329,9 @@ func (o *Options) check() error {
 	}
 	if o.Actor == "" {
 		o.Actor = "restore"
+	}
+	if err := o.EmbedLimit.Validate(); err != nil {
+		return fmt.Errorf("restore: %w", err)
 	}
 	o.Parallelism = max(1, min(o.Parallelism, o.Target.PoolSize()/2))
 	return nil

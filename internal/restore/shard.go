@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/snapshot"
@@ -27,6 +28,7 @@ const (
 	reasonConflict
 	reasonInvalid
 	reasonIDInOtherScope
+	reasonTextTooLong
 )
 
 func (s *Skipped) inc(r reason) {
@@ -47,6 +49,8 @@ func (s *Skipped) inc(r reason) {
 		s.Invalid++
 	case reasonIDInOtherScope:
 		s.IDInUseByOtherScope++
+	case reasonTextTooLong:
+		s.TextTooLong++
 	}
 }
 
@@ -168,6 +172,9 @@ func (sh *shardRun) add(ctx context.Context, p pgstore.PreparedItem) error {
 		return nil
 	case it.ExpiresAt != nil && !it.ExpiresAt.After(sh.r.o.Now):
 		sh.skip(sc, reasonExpired)
+		return nil
+	case p.Err() == nil && sh.r.refusesText(it):
+		sh.skip(sc, reasonTextTooLong)
 		return nil
 	}
 	it.Scope = sc.target
@@ -452,6 +459,22 @@ func finalValues(res *pgstore.MergeResult, eligible func(i int) bool) []int {
 	return out
 }
 
+// refusesText reports whether the item's vector would be computed here from a text
+// the target's embedder input limit refuses (overflow Refuse): such an item is not
+// restored, in the run and the dry run alike. Archived items get no vector; items
+// whose package vector is reused send no text.
+func (r *runner) refusesText(it *memory.Item) bool {
+	l := r.o.EmbedLimit
+	if l.MaxInputBytes <= 0 || l.Overflow == embed.Truncate || r.o.Index == nil || r.plan.fallback == Defer || it.ArchivedAt != nil {
+		return false
+	}
+	if r.plan.reuse && usableVector(r.o.Index.Spec(), it.Embedding) {
+		return false
+	}
+	_, _, err := l.Prepare(it.MemoryID, it.EmbeddingText())
+	return err != nil
+}
+
 // usableVector reports whether a package vector can go into the index as it is: the
 // index's dimension and, under COSINE, not the zero vector (which has no direction).
 // Items are validated, so its components are finite. Any other vector is computed
@@ -489,6 +512,15 @@ func (r *runner) vectorWork(b *mergeBatch, res *pgstore.MergeResult) vectorWork 
 
 func (r *runner) applyVectors(ctx context.Context, w vectorWork) error {
 	ix, emb := r.o.Index, r.o.Embedder
+	for i, text := range w.texts {
+		// Under Truncate, the embedder sees the text's first MaxInputBytes bytes
+		// (refused texts never got here: refusesText).
+		prepared, _, err := r.o.EmbedLimit.Prepare(w.entries[w.embedAt[i]].ID, text)
+		if err != nil {
+			return fmt.Errorf("embedding with %s: %w", emb.Model(), err)
+		}
+		w.texts[i] = prepared
+	}
 	for start := 0; start < len(w.texts); start += maxEmbedTexts {
 		end := min(start+maxEmbedTexts, len(w.texts))
 		vecs, err := emb.Embed(ctx, w.texts[start:end])

@@ -83,7 +83,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 
 	detail := newDetailUpload(ctx, objects, cfg.DetailKey)
 	res, err := restore.Run(ctx, restore.Options{
-		Reader: reader, Written: pkg.imported != nil, Target: target, Index: index, Embedder: embedder,
+		Reader: reader, Written: pkg.imported != nil, Target: target, Index: index, Embedder: embedder, EmbedLimit: cfg.embedLimit(),
 		Mapping: mapper, Denylist: cfg.Denylist, Types: types, Now: ro.Now,
 		Conflict: restore.ConflictPolicy(cfg.ConflictPolicy), Embeddings: restore.EmbeddingsPolicy(cfg.Embeddings),
 		DryRun: cfg.DryRun, Rehydrate: cfg.Rehydrate, AllowMerge: cfg.AllowMerge, IntoExisting: cfg.IntoExisting, Parallelism: restoreParallelism, Detail: detail,
@@ -192,7 +192,7 @@ func summarize(res *restore.Result, manifestSHA string) RestoreSummary {
 		Skipped: SkippedCount{
 			Denylisted: res.Skipped.Denylisted, Tombstoned: res.Skipped.Tombstoned, Unmapped: res.Skipped.Unmapped,
 			Expired: res.Skipped.Expired, Type: res.Skipped.Type, Conflict: res.Skipped.Conflict, Invalid: res.Skipped.Invalid,
-			IDInUseByOtherScope: res.Skipped.IDInUseByOtherScope,
+			IDInUseByOtherScope: res.Skipped.IDInUseByOtherScope, TextTooLong: res.Skipped.TextTooLong,
 		},
 		FirstInvalid: truncateUTF8(res.FirstInvalid, maxFirstInvalid),
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/importer"
 	"github.com/amemory/memory-operator/internal/memory"
 )
@@ -93,6 +94,10 @@ type RestoreConfig struct {
 	// Embedder is Hashing or OpenAI (at EmbedderEndpoint, model EmbeddingModel, token in
 	// EnvEmbedderAPIKey): what re-embedding uses.
 	Embedder, EmbedderEndpoint string
+	// EmbedderMaxInputBytes and EmbedderOverflow are the target store's limit on the
+	// text sent to its embedder (0: none; Truncate or Refuse), as its gateway applies it.
+	EmbedderMaxInputBytes int
+	EmbedderOverflow      string
 
 	ScopeMap  []ScopeRule
 	PrefixMap []ScopeRule
@@ -178,6 +183,10 @@ func (c RestoreConfig) Args() []string {
 	opt("--milvus-address", c.MilvusAddress)
 	opt("--collection", c.Collection)
 	opt("--embedder-endpoint", c.EmbedderEndpoint)
+	if c.EmbedderMaxInputBytes > 0 {
+		args = append(args, fmt.Sprintf("--embedder-max-input-bytes=%d", c.EmbedderMaxInputBytes))
+	}
+	opt("--embedder-overflow", c.EmbedderOverflow)
 	opt("--map-scopes", joinRules(c.ScopeMap))
 	opt("--map-prefixes", joinRules(c.PrefixMap))
 	opt("--map-file", c.MapFile)
@@ -232,6 +241,8 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
 	fs.StringVar(&c.Embedder, "embedder", "Hashing", "Hashing or OpenAI")
 	fs.StringVar(&c.EmbedderEndpoint, "embedder-endpoint", "", "base URL of an OpenAI-compatible embedder")
+	fs.IntVar(&c.EmbedderMaxInputBytes, "embedder-max-input-bytes", 0, "the target's limit on the text sent to its embedder, in bytes (0: none)")
+	fs.StringVar(&c.EmbedderOverflow, "embedder-overflow", "", "over the limit: Truncate (embed the text's first bytes) or Refuse (the memory is not restored)")
 	fs.StringVar(&scopeMap, "map-scopes", "", "comma-separated from=to scope renames")
 	fs.StringVar(&prefixMap, "map-prefixes", "", "comma-separated from=to scope prefix renames")
 	fs.StringVar(&c.MapFile, "map-file", "", "scope map file (CSV or JSON lines)")
@@ -305,6 +316,9 @@ func (c RestoreConfig) check() error {
 	}
 	if c.Embedder == "OpenAI" && (c.EmbedderEndpoint == "" || c.EmbeddingModel == "") {
 		return errors.New("the OpenAI embedder needs --embedder-endpoint and --embedding-model")
+	}
+	if err := c.embedLimit().Validate(); err != nil {
+		return fmt.Errorf("--embedder-max-input-bytes, --embedder-overflow: %w", err)
 	}
 	return c.checkMap()
 }
@@ -471,6 +485,8 @@ type SkippedCount struct {
 	Invalid    int64 `json:"invalid,omitempty"`
 	// IDInUseByOtherScope: the memory's ID is another scope's memory in the target.
 	IDInUseByOtherScope int64 `json:"idInUseByOtherScope,omitempty"`
+	// TextTooLong: over the target's embedder input limit, with overflow Refuse.
+	TextTooLong int64 `json:"textTooLong,omitempty"`
 }
 
 // maxFirstInvalid and maxSummaryError bound RestoreSummary.FirstInvalid and Error, so
@@ -514,7 +530,7 @@ func ParseRestoreSummary(msg string) (RestoreSummary, error) {
 		return RestoreSummary{}, fmt.Errorf("restore summary: embeddings %q is not one of %s", s.Embeddings, strings.Join(embeddingsPolicies, ", "))
 	}
 	counts := []int64{s.Read, s.Restored, s.Unchanged, s.Tombstones, s.Forgotten, s.Scopes, s.MappedScopes, s.Vectors, s.Rehydrated, int64(s.Shards), s.Skipped.Denylisted,
-		s.Skipped.Tombstoned, s.Skipped.Unmapped, s.Skipped.Expired, s.Skipped.Type, s.Skipped.Conflict, s.Skipped.Invalid, s.Skipped.IDInUseByOtherScope}
+		s.Skipped.Tombstoned, s.Skipped.Unmapped, s.Skipped.Expired, s.Skipped.Type, s.Skipped.Conflict, s.Skipped.Invalid, s.Skipped.IDInUseByOtherScope, s.Skipped.TextTooLong}
 	for t, n := range s.RestoredByType {
 		if !memory.Type(t).Valid() {
 			return RestoreSummary{}, fmt.Errorf("restore summary: unknown memory type %q", t)
@@ -525,4 +541,9 @@ func ParseRestoreSummary(msg string) (RestoreSummary, error) {
 		return RestoreSummary{}, errors.New("restore summary: a negative count")
 	}
 	return s, nil
+}
+
+// embedLimit is the target's embedder input limit.
+func (c RestoreConfig) embedLimit() embed.Limit {
+	return embed.Limit{MaxInputBytes: c.EmbedderMaxInputBytes, Overflow: embed.Overflow(c.EmbedderOverflow)}
 }

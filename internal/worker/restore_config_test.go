@@ -126,7 +126,7 @@ func TestRestoreSummaryRoundTrip(t *testing.T) {
 	big := RestoreSummary{ManifestSHA256: testSHA, FormatVersion: 99, PackageID: strings.Repeat("f", 32), Shards: 1 << 30,
 		DryRun: true, Embeddings: "Reembed", Restored: maxInt, Scopes: maxInt, MappedScopes: maxInt, Vectors: maxInt, Rehydrated: maxInt,
 		RestoredByType: map[string]int64{"working": maxInt, "episodic": maxInt, "semantic": maxInt, "procedural": maxInt},
-		Skipped:        SkippedCount{maxInt, maxInt, maxInt, maxInt, maxInt, maxInt, maxInt, maxInt},
+		Skipped:        SkippedCount{maxInt, maxInt, maxInt, maxInt, maxInt, maxInt, maxInt, maxInt, maxInt},
 		FirstInvalid:   truncateUTF8(strings.Repeat("\x01", 2*maxFirstInvalid), maxFirstInvalid),
 		DetailKey:      strings.Repeat("k", 1024)}
 	if _, err := big.TerminationMessage(); err != nil {
