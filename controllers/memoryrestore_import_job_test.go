@@ -51,7 +51,7 @@ func TestImportJobBuilder(t *testing.T) {
 			RestoreNamespace: "team-a", RestoreName: "migrate", RestoreUID: restoreUID,
 			TargetNamespace: "team-a", TargetName: "support-bot", Tenant: "acme",
 			Schema: "mem_acme", VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
-			Embedder: "Hashing", Unmapped: "Keep", Types: []string{"episodic", "semantic", "procedural"},
+			Embedder: "Hashing", EmbedderMaxInputBytes: 8192, EmbedderOverflow: "Truncate", Unmapped: "Keep", Types: []string{"episodic", "semantic", "procedural"},
 			ConflictPolicy: "KeepNewer", Embeddings: "Reuse", Import: &ic,
 		}
 	}
