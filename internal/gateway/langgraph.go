@@ -205,22 +205,37 @@ func (s *Server) lgItemOf(it memory.Item, score *float32) (lgItem, bool) {
 // maxNamespaceScan bounds the (scope, key) pairs a namespace listing reads.
 const maxNamespaceScan = 200_000
 
-func (s *Server) lgListNamespaces(w http.ResponseWriter, r *http.Request, k *Key) error {
-	var req lgListNamespaces
-	if err := decode(r, &req); err != nil {
-		return err
-	}
+// check refuses a listing's bad paging and labels, and returns its limit.
+func (req lgListNamespaces) check() (int, error) {
 	limit := 100
 	if req.Limit != nil {
 		limit = *req.Limit
 	}
 	if limit < 1 || limit > 10_000 || req.Offset < 0 || req.Offset > MaxLGOffset || (req.MaxDepth != nil && *req.MaxDepth < 1) {
-		return errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "limit must be in [1, 10000], offset in [0, %d], max_depth >= 1", MaxLGOffset)
+		return 0, errf(http.StatusUnprocessableEntity, CodeInvalidRequest, "limit must be in [1, 10000], offset in [0, %d], max_depth >= 1", MaxLGOffset)
 	}
 	if err := lgCheckLabels("prefix", req.Prefix); err != nil {
+		return 0, err
+	}
+	return limit, lgCheckLabels("suffix", req.Suffix)
+}
+
+// page is out[offset:offset+limit], never nil.
+func page(out [][]string, offset, limit int) [][]string {
+	if offset >= len(out) {
+		return [][]string{}
+	}
+	out = out[offset:]
+	return out[:min(limit, len(out))]
+}
+
+func (s *Server) lgListNamespaces(w http.ResponseWriter, r *http.Request, k *Key) error {
+	var req lgListNamespaces
+	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if err := lgCheckLabels("suffix", req.Suffix); err != nil {
+	limit, err := req.check()
+	if err != nil {
 		return err
 	}
 	pairs, err := s.mem.Store().ScopeKeys(r.Context(), "", "[", maxNamespaceScan)
@@ -246,18 +261,7 @@ func (s *Server) lgListNamespaces(w http.ResponseWriter, r *http.Request, k *Key
 		}
 	}
 	slices.SortFunc(out, func(a, b []string) int { return slices.Compare(a, b) })
-	if req.Offset >= len(out) {
-		out = nil
-	} else {
-		out = out[req.Offset:]
-	}
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	if out == nil {
-		out = [][]string{}
-	}
-	return writeJSON(w, http.StatusOK, lgNamespacesResponse{Namespaces: out})
+	return writeJSON(w, http.StatusOK, lgNamespacesResponse{Namespaces: page(out, req.Offset, limit)})
 }
 
 // matches applies the listing's prefix and suffix, "*" matching any one label.

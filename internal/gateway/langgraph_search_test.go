@@ -101,7 +101,6 @@ func (f *lgFixture) exact(prefix []string, query string, admit func(lgValue) boo
 	type cand struct {
 		id  string
 		hit lgHit
-		vec []float32
 	}
 	var cands []cand
 	var texts []string

@@ -279,54 +279,17 @@ func (r *runner) checkNoMerge(ctx context.Context, claims []claim) error {
 // ID and value (content hash). The package is read again only for the scopes that
 // land on such targets.
 func (r *runner) checkLiveTargets(ctx context.Context, live []renaming) error {
-	if len(live) == 0 {
-		return nil
-	}
-	pairs := make([]pgstore.ScopeRename, len(live))
-	for i, rn := range live {
-		pairs[i] = pgstore.ScopeRename{Source: rn.source, Target: rn.target}
-	}
-	known, err := r.o.Target.KnownRenames(ctx, r.source, pairs)
-	if err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	if len(known) > 0 {
-		isKnown := make(map[pgstore.ScopeRename]bool, len(known))
-		for _, k := range known {
-			isKnown[k] = true
-		}
-		live = slices.DeleteFunc(live, func(rn renaming) bool { return isKnown[pgstore.ScopeRename{Source: rn.source, Target: rn.target}] })
-		if len(live) == 0 {
-			return nil
-		}
+	live, err := r.unknownRenames(ctx, live)
+	if err != nil || len(live) == 0 {
+		return err
 	}
 	sources := make(map[string]bool, len(live))
 	for _, rn := range live {
 		sources[rn.source] = true
 	}
-	ids := map[string][]pgstore.OwnMemory{} // package scope -> its memories
-	for _, sh := range r.o.Reader.Manifest().Shards {
-		if !shardHoldsAny(sh, sources) {
-			continue
-		}
-		collect := func(it memory.Item) error {
-			if !sources[it.Scope] {
-				return nil
-			}
-			if h, err := it.ContentHash(); err == nil { // an invalid item is never written
-				ids[it.Scope] = append(ids[it.Scope], pgstore.OwnMemory{ID: it.MemoryID, Hash: h})
-			}
-			return nil
-		}
-		var err error
-		if r.pins != nil {
-			err = r.o.Reader.(verifiablePackage).ShardItemsPinned(ctx, sh, r.pins, collect)
-		} else {
-			err = r.o.Reader.ShardItems(ctx, sh, collect)
-		}
-		if err != nil {
-			return fmt.Errorf("restore: reading the package's memory IDs: %w", err)
-		}
+	own, err := r.packageMemories(ctx, sources)
+	if err != nil {
+		return err
 	}
 	byTarget := map[string][]string{}
 	var targets []string
@@ -339,19 +302,18 @@ func (r *runner) checkLiveTargets(ctx context.Context, live []renaming) error {
 	slices.Sort(targets)
 	var refused []string
 	for _, target := range targets {
-		var own []pgstore.OwnMemory
+		var theirs []pgstore.OwnMemory
 		for _, src := range byTarget[target] {
-			own = append(own, ids[src]...)
+			theirs = append(theirs, own[src]...)
 		}
-		n, first, err := r.o.Target.ForeignMemories(ctx, target, own)
+		n, first, err := r.o.Target.ForeignMemories(ctx, target, theirs)
 		if err != nil {
 			return fmt.Errorf("restore: %w", err)
 		}
-		if n == 0 {
-			continue
+		if n > 0 {
+			srcs := slices.Compact(slices.Sorted(slices.Values(byTarget[target])))
+			refused = append(refused, fmt.Sprintf("%s to %s, which holds %d memories of its own (%s, ...)", strings.Join(srcs, " and "), target, n, first))
 		}
-		srcs := slices.Compact(slices.Sorted(slices.Values(byTarget[target])))
-		refused = append(refused, fmt.Sprintf("%s to %s, which holds %d memories of its own (%s, ...)", strings.Join(srcs, " and "), target, n, first))
 	}
 	if len(refused) == 0 {
 		return nil
@@ -364,6 +326,57 @@ func (r *runner) checkLiveTargets(ctx context.Context, live []renaming) error {
 		"two people's memories (and let one's tombstone forget the other's); nothing was written: %s. Map them to scopes of their own, "+
 		"or set mapping.intoExisting (or allowMerge) to restore into them on purpose",
 		n, strings.Join(refused, "; "))
+}
+
+// unknownRenames leaves out of live the renamings an earlier restore from the same
+// source store recorded in the target (pgstore.KnownRenames).
+func (r *runner) unknownRenames(ctx context.Context, live []renaming) ([]renaming, error) {
+	if len(live) == 0 {
+		return nil, nil
+	}
+	pairs := make([]pgstore.ScopeRename, len(live))
+	for i, rn := range live {
+		pairs[i] = pgstore.ScopeRename{Source: rn.source, Target: rn.target}
+	}
+	known, err := r.o.Target.KnownRenames(ctx, r.source, pairs)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	isKnown := make(map[pgstore.ScopeRename]bool, len(known))
+	for _, k := range known {
+		isKnown[k] = true
+	}
+	return slices.DeleteFunc(live, func(rn renaming) bool { return isKnown[pgstore.ScopeRename{Source: rn.source, Target: rn.target}] }), nil
+}
+
+// packageMemories reads, from the shards that hold them, the IDs and content hashes of
+// the items of the package scopes given.
+func (r *runner) packageMemories(ctx context.Context, scopes map[string]bool) (map[string][]pgstore.OwnMemory, error) {
+	own := map[string][]pgstore.OwnMemory{}
+	collect := func(it memory.Item) error {
+		if !scopes[it.Scope] {
+			return nil
+		}
+		if h, err := it.ContentHash(); err == nil { // an invalid item is never written
+			own[it.Scope] = append(own[it.Scope], pgstore.OwnMemory{ID: it.MemoryID, Hash: h})
+		}
+		return nil
+	}
+	for _, sh := range r.o.Reader.Manifest().Shards {
+		if !shardHoldsAny(sh, scopes) {
+			continue
+		}
+		var err error
+		if r.pins != nil {
+			err = r.o.Reader.(verifiablePackage).ShardItemsPinned(ctx, sh, r.pins, collect)
+		} else {
+			err = r.o.Reader.ShardItems(ctx, sh, collect)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("restore: reading the package's memory IDs: %w", err)
+		}
+	}
+	return own, nil
 }
 
 // shardHoldsAny reports whether the shard's scope range holds one of scopes.

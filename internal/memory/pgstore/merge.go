@@ -509,39 +509,20 @@ func (s *Store) mergeRound(ctx context.Context, tx pgx.Tx, sql string, round int
 	var race bool
 	for qrows.Next() {
 		var (
-			ord                                              int32
-			dest                                             string
-			idInUse, otherScope, tombstoned, existed, sameEx bool
-			written, inserted, pkgValue                      bool
+			ord  int32
+			dest string
+			f    mergeFacts
 		)
-		if err := qrows.Scan(&ord, &dest, &idInUse, &otherScope, &tombstoned, &existed, &sameEx, &written, &inserted, &pkgValue); err != nil {
+		if err := qrows.Scan(&ord, &dest, &f.idInUse, &f.otherScope, &f.tombstoned, &f.existed, &f.sameExisting,
+			&f.written, &f.inserted, &f.pkgValue); err != nil {
 			qrows.Close()
 			return err
 		}
 		pos := rows[ord].pos
-		var o MergeOutcome
-		switch {
-		case tombstoned:
-			o = MergeTombstoned
-		case idInUse && otherScope:
-			o = MergeIDInOtherScope
-		case idInUse:
-			o = MergeIDInUse
-		case written && inserted:
-			o = MergeInserted
-		case written && pkgValue:
-			o = MergeReplaced
-		case written:
-			o = MergeKept
-		case existed && sameEx:
-			o = MergeUnchanged
-		case existed:
-			o = MergeSkipped
-		default:
-			// Expected an insert, but a memory with this ID appeared meanwhile in
-			// another scope or slot: look again.
-			race = true
-		}
+		o := f.outcome()
+		// 0: expected an insert, but a memory with this ID appeared meanwhile in
+		// another scope or slot: look again.
+		race = race || o == 0
 		res.Outcomes[pos] = o
 		if o != MergeTombstoned && o != MergeIDInUse && o != MergeIDInOtherScope {
 			res.IDs[pos] = dest
@@ -554,6 +535,35 @@ func (s *Store) mergeRound(ctx context.Context, tx pgx.Tx, sql string, round int
 		return errMergeRace
 	}
 	return nil
+}
+
+// mergeFacts are what the merge statement reports of one staged row.
+type mergeFacts struct {
+	idInUse, otherScope, tombstoned, existed, sameExisting bool
+	written, inserted, pkgValue                            bool
+}
+
+// outcome is the row's MergeOutcome, 0 when the facts contradict each other (a race).
+func (f mergeFacts) outcome() MergeOutcome {
+	switch {
+	case f.tombstoned:
+		return MergeTombstoned
+	case f.idInUse && f.otherScope:
+		return MergeIDInOtherScope
+	case f.idInUse:
+		return MergeIDInUse
+	case f.written && f.inserted:
+		return MergeInserted
+	case f.written && f.pkgValue:
+		return MergeReplaced
+	case f.written:
+		return MergeKept
+	case f.existed && f.sameExisting:
+		return MergeUnchanged
+	case f.existed:
+		return MergeSkipped
+	}
+	return 0
 }
 
 // tsJSON renders a timestamptz as a JSON string the way Go's time.Time marshals a UTC

@@ -20,10 +20,12 @@ func liteString(expr string) (string, int, bool) {
 	quote := expr[0]
 	var b strings.Builder
 	for i := 1; i < len(expr); i++ {
-		switch c := expr[i]; {
-		case c == quote:
+		c := expr[i]
+		if c == quote {
 			return b.String(), i + 1, true
-		case c == '\\':
+		}
+		switch c {
+		case '\\':
 			if i+1 >= len(expr) {
 				return "", 0, false
 			}
@@ -40,7 +42,7 @@ func liteString(expr string) (string, int, bool) {
 			default:
 				return "", 0, false
 			}
-		case c == '\n' || c == '\r':
+		case '\n', '\r':
 			return "", 0, false
 		default:
 			b.WriteByte(c)

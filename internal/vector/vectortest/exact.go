@@ -90,21 +90,26 @@ func testScoreIDs(t *testing.T, h Harness) {
 			}
 			top := search(t, idx, vector.Query{Scope: "user:y", Vector: qv, K: 10})
 			expectHits(t, score(vector.Query{Scope: "user:y", Vector: qv, K: 10}, all), ids(top), scores(top))
-			// Validation.
-			for _, bad := range []struct {
-				q   vector.Query
-				ids []string
-			}{
-				{vector.Query{Scope: "", Vector: qv}, []string{"mem-0000"}},
-				{vector.Query{Scope: "user:x", Vector: qv, K: -1}, []string{"mem-0000"}},
-				{vector.Query{Scope: "user:x", Vector: qv[:3]}, []string{"mem-0000"}},
-				{vector.Query{Scope: "user:x", Vector: qv}, []string{`a"b`}},
-			} {
-				if _, err := sc.ScoreIDs(context.Background(), bad.q, bad.ids); err == nil {
-					t.Errorf("ScoreIDs(%+v, %q) accepted", bad.q, bad.ids)
-				}
-			}
+			checkScoreIDsRefuses(t, sc, qv)
 		})
+	}
+}
+
+// checkScoreIDsRefuses: ScoreIDs validates its query and IDs as Search does.
+func checkScoreIDsRefuses(t *testing.T, sc vector.Scorer, qv []float32) {
+	t.Helper()
+	for _, bad := range []struct {
+		q   vector.Query
+		ids []string
+	}{
+		{vector.Query{Scope: "", Vector: qv}, []string{"mem-0000"}},
+		{vector.Query{Scope: "user:x", Vector: qv, K: -1}, []string{"mem-0000"}},
+		{vector.Query{Scope: "user:x", Vector: qv[:3]}, []string{"mem-0000"}},
+		{vector.Query{Scope: "user:x", Vector: qv}, []string{`a"b`}},
+	} {
+		if _, err := sc.ScoreIDs(context.Background(), bad.q, bad.ids); err == nil {
+			t.Errorf("ScoreIDs(%+v, %q) accepted", bad.q, bad.ids)
+		}
 	}
 }
 
