@@ -369,3 +369,23 @@ func TestReadsVersion2Packages(t *testing.T) {
 		})
 	}
 }
+
+// A writer leaves out a recorded_at equal to created_at (absent reads as created_at)
+// and writes one that differs; both read back as they mean.
+func TestRecordedAtWrittenWhenItDiffers(t *testing.T) {
+	obj := newBucket(t)
+	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	same := memory.Item{MemoryID: "same", MemoryType: memory.Semantic, Scope: "user:1", Content: json.RawMessage(`{"v":1}`),
+		Source: "t", BaseScore: 0.5, CreatedAt: at, UpdatedAt: at, RecordedAt: at}
+	later := same
+	later.MemoryID, later.Content, later.RecordedAt = "later", json.RawMessage(`{"v":2}`), at.Add(time.Second)
+	writePackage(t, obj, baseOptions("rec"), []memory.Item{later, same}, nil)
+	r, err := Open(context.Background(), obj, "rec", &testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readItems(t, r)
+	if len(got) != 2 || got[0].MemoryID != "later" || !got[0].RecordedAt.Equal(later.RecordedAt) || !got[1].RecordedAt.IsZero() {
+		t.Fatalf("items %+v", got)
+	}
+}

@@ -330,6 +330,11 @@ func (w *Writer) Add(ctx context.Context, it memory.Item) error {
 	if err := w.check(&it); err != nil {
 		return err
 	}
+	if it.RecordedAt.Equal(it.CreatedAt) {
+		// Absent reads as created_at: most memories (written with the server's
+		// clock as their own time, imported, restored from version 2) carry none.
+		it.RecordedAt = time.Time{}
+	}
 	// Encode before touching any state, so that an item that cannot be encoded
 	// leaves the writer as it was.
 	buf, err := appendItem(w.buf[:0], &it)

@@ -164,11 +164,13 @@ CREATE TABLE {{t "scope_renames"}} (
 	// before now: they still cover everything their scope held at the forget, and
 	// nothing recorded since. Agents cannot set recorded_at (provision grants them no
 	// column privilege on it); a change of a memory's value by such a role is
-	// recorded now, by the trigger.
+	// recorded now, by the trigger. The default is the writing statement's start (a
+	// write's statements follow its lock, forget.go), which a write that gives no
+	// created_at takes as its created_at too (Put), and which lets COPY batch rows.
 	`
 ALTER TABLE {{t "memories"}} ADD COLUMN recorded_at timestamptz;
 UPDATE {{t "memories"}} SET recorded_at = least(created_at, now());
-ALTER TABLE {{t "memories"}} ALTER COLUMN recorded_at SET DEFAULT clock_timestamp(),
+ALTER TABLE {{t "memories"}} ALTER COLUMN recorded_at SET DEFAULT statement_timestamp(),
 	ALTER COLUMN recorded_at SET NOT NULL;
 
 WITH future AS (

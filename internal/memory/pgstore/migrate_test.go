@@ -116,7 +116,7 @@ func TestMigrate(t *testing.T) {
 		"memories | expires_at | timestamp with time zone | YES | ",
 		"memories | archived_at | timestamp with time zone | YES | ",
 		"memories | history | jsonb | NO | '[]'::jsonb",
-		"memories | recorded_at | timestamp with time zone | NO | clock_timestamp()",
+		"memories | recorded_at | timestamp with time zone | NO | statement_timestamp()",
 		"restores | restore_uid | text | NO | ",
 		"restores | restore_name | text | NO | ",
 		"restores | package_id | text | NO | ",

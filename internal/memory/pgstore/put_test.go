@@ -334,3 +334,26 @@ func TestGuaranteeValidationMatchesPostgres(t *testing.T) {
 		}
 	}
 }
+
+// A memory its writer does not date takes the server's clock for its own time: its
+// created_at and updated_at are exactly its recorded_at. One the writer dates keeps
+// its date, and is recorded by the server's clock all the same.
+func TestPutUndatedTakesTheServersClock(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	undated := item("undated", "user:1", memory.Semantic, "", `{"v":1}`, 1, 0)
+	undated.CreatedAt, undated.UpdatedAt = time.Time{}, time.Time{}
+	mustPut(t, s, undated, Inserted)
+	got, err := s.Get(ctx, "undated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.CreatedAt.Equal(got.RecordedAt) || !got.UpdatedAt.Equal(got.RecordedAt) || time.Since(got.RecordedAt) > time.Minute {
+		t.Fatalf("undated memory: created %s, updated %s, recorded %s", got.CreatedAt, got.UpdatedAt, got.RecordedAt)
+	}
+	dated := item("dated", "user:1", memory.Semantic, "", `{"v":2}`, 1, day) // a day before the fixed clock
+	mustPut(t, s, dated, Inserted)
+	if got, err = s.Get(ctx, "dated"); err != nil || !got.CreatedAt.Equal(dated.CreatedAt) || !got.RecordedAt.After(dated.CreatedAt) {
+		t.Fatalf("dated memory: %+v, %v", got, err)
+	}
+}

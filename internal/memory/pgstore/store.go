@@ -153,6 +153,9 @@ type beginner interface {
 // index work it owes (see pending.go) in the same transaction.
 func (s *Store) putVia(ctx context.Context, db beginner, item memory.Item, queue bool) (PutResult, error) {
 	now := time.Now()
+	// A memory its writer does not date takes the time the store records it, by
+	// the server's clock: its created_at and updated_at are its recorded_at.
+	serverDated := item.CreatedAt.IsZero() && item.UpdatedAt.IsZero()
 	item.SetDefaults(now)
 	normalizeTimes(&item)
 	item.RecordedAt = time.Time{} // the server's to set
@@ -172,7 +175,7 @@ func (s *Store) putVia(ctx context.Context, db beginner, item memory.Item, queue
 			return err
 		}
 		var err error
-		if res, err = s.put(ctx, tx, item, hash); err != nil || !queue || res.Outcome == Unchanged {
+		if res, err = s.put(ctx, tx, item, hash, serverDated); err != nil || !queue || res.Outcome == Unchanged {
 			return err
 		}
 		res.Pending, err = s.enqueue(ctx, tx, res.MemoryID)
@@ -239,7 +242,7 @@ func (s *Store) lockRow(ctx context.Context, tx pgx.Tx, where string, args ...an
 // suffices (the winner's row is visible to the next statement), the rest is margin.
 const putAttempts = 4
 
-func (s *Store) put(ctx context.Context, tx pgx.Tx, it memory.Item, hash []byte) (PutResult, error) {
+func (s *Store) put(ctx context.Context, tx pgx.Tx, it memory.Item, hash []byte, serverDated bool) (PutResult, error) {
 	for range putAttempts {
 		var cur *lockedRow
 		var err error
@@ -280,12 +283,17 @@ func (s *Store) put(ctx context.Context, tx pgx.Tx, it memory.Item, hash []byte)
 		if err != nil {
 			return PutResult{}, err
 		}
+		var created, updated any = it.CreatedAt, it.UpdatedAt
+		if serverDated {
+			created, updated = nil, nil // the statement's time, which recorded_at takes too
+		}
 		var id string
 		err = tx.QueryRow(ctx, `INSERT INTO `+s.t.memories+` (`+writeCols+`, content_hash)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::timestamptz, statement_timestamp()), coalesce($9::timestamptz, statement_timestamp()),
+				$10, $11, $12, $13)
 			ON CONFLICT DO NOTHING RETURNING memory_id`,
 			it.MemoryID, string(it.MemoryType), it.Scope, nullable(it.Key), []byte(it.Content), it.Source,
-			it.BaseScore, it.CreatedAt, it.UpdatedAt, it.ExpiresAt, it.ArchivedAt, history, hash).Scan(&id)
+			it.BaseScore, created, updated, it.ExpiresAt, it.ArchivedAt, history, hash).Scan(&id)
 		if err == nil {
 			return PutResult{MemoryID: id, Outcome: Inserted}, nil
 		}
