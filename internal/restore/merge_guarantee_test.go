@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/restore"
 	"github.com/amemory/memory-operator/internal/snapshot"
+	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
 )
@@ -294,24 +293,11 @@ func TestGuaranteeLiveScopeFoundPastABatch(t *testing.T) {
 // bucket under prefix.
 func (e *env) uploadDir(t testing.TB, dir, prefix string) {
 	t.Helper()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+	testutil.EachFile(t, dir, func(rel string, b []byte) {
+		if _, err := e.obj.Put(context.Background(), prefix+rel, bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
 		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		_, err = e.obj.Put(context.Background(), prefix+filepath.ToSlash(rel), bytes.NewReader(b))
-		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestGuaranteeWhoseClockForgets: what a package's tombstone covers in the target is

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/testutil"
 )
 
 func TestUpgradeChainMatchesFormatVersion(t *testing.T) {
@@ -111,25 +110,32 @@ func TestManifestVersionProbe(t *testing.T) {
 // uploadFixture copies a package from testdata into the bucket under prefix.
 func uploadFixture(t *testing.T, obj Objects, dir, prefix string) {
 	t.Helper()
-	root := filepath.Join("testdata", dir)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		putObject(t, obj, prefix+filepath.ToSlash(rel), b)
-		return nil
-	})
+	testutil.EachFile(t, filepath.Join("testdata", dir), func(rel string, b []byte) { putObject(t, obj, prefix+rel, b) })
+}
+
+// readFixture uploads a fixture package, opens it, checks it was stored in version
+// (12 items in 4 shards, upgraded to FormatVersion) and verifies it, and returns its
+// items and tombstones.
+func readFixture(t *testing.T, obj Objects, dir string, key *Key, version int) (*Reader, []memory.Item, []memory.Tombstone) {
+	t.Helper()
+	ctx := context.Background()
+	uploadFixture(t, obj, dir, dir+"/")
+	r, err := Open(ctx, obj, dir, key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := r.Manifest()
+	if r.StoredFormatVersion() != version || m.FormatVersion != FormatVersion || m.Counts.Items != 12 || len(m.Shards) != 4 {
+		t.Fatalf("stored %d, manifest %+v", r.StoredFormatVersion(), m)
+	}
+	var tombs []memory.Tombstone
+	if err := r.Tombstones(ctx, func(tb memory.Tombstone) error { tombs = append(tombs, tb); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r, readItems(t, r), tombs
 }
 
 // Packages written by the last version 1 writer are read through the upgrade chain:
@@ -143,19 +149,7 @@ func TestReadsVersion1Packages(t *testing.T) {
 		key *Key
 	}{{"v1-encrypted", &testKey}, {"v1-plain", nil}} {
 		t.Run(tc.dir, func(t *testing.T) {
-			uploadFixture(t, obj, tc.dir, tc.dir+"/")
-			r, err := Open(ctx, obj, tc.dir, tc.key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := r.Manifest()
-			if r.StoredFormatVersion() != 1 || m.FormatVersion != FormatVersion || m.Counts.Items != 12 || len(m.Shards) != 4 {
-				t.Fatalf("stored %d, manifest %+v", r.StoredFormatVersion(), m)
-			}
-			var got []memory.Tombstone
-			if err := r.Tombstones(ctx, func(tb memory.Tombstone) error { got = append(got, tb); return nil }); err != nil {
-				t.Fatal(err)
-			}
+			r, items, got := readFixture(t, obj, tc.dir, tc.key, 1)
 			want := []memory.Tombstone{
 				{Scope: "user:2", ForgottenAt: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)},
 				{Scope: "user:9", ForgottenAt: time.Date(2026, 2, 1, 12, 0, 0, 0, time.UTC), Reason: "gdpr"},
@@ -163,13 +157,9 @@ func TestReadsVersion1Packages(t *testing.T) {
 			if !slices.Equal(got, want) || r.TombstoneCount() != 2 {
 				t.Fatalf("tombstones %+v (count %d), want %+v", got, r.TombstoneCount(), want)
 			}
-			if err := r.Verify(ctx); err != nil {
-				t.Fatal(err)
-			}
 			if err := r.VerifyChecksums(ctx); err != nil {
 				t.Fatal(err)
 			}
-			items := readItems(t, r)
 			if len(items) != 12 || items[0].MemoryID != "v1-u0-m0" || items[11].Scope != "user:3" || items[0].Source != "v1@test" {
 				t.Fatalf("items %+v", items)
 			}
@@ -331,33 +321,18 @@ func TestReaderRefusesMissingRequiredMembers(t *testing.T) {
 // it as created_at, at most createdAt) and their tombstones.
 func TestReadsVersion2Packages(t *testing.T) {
 	obj := newBucket(t)
-	ctx := context.Background()
 	for _, tc := range []struct {
 		dir string
 		key *Key
 	}{{"v2-encrypted", &testKey}, {"v2-plain", nil}} {
 		t.Run(tc.dir, func(t *testing.T) {
-			uploadFixture(t, obj, tc.dir, tc.dir+"/")
-			r, err := Open(ctx, obj, tc.dir, tc.key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := r.Manifest()
-			if r.StoredFormatVersion() != 2 || m.FormatVersion != FormatVersion || m.Counts.Items != 12 || len(m.Shards) != 4 ||
-				!m.CreatedAt.Equal(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)) {
-				t.Fatalf("stored %d, manifest %+v", r.StoredFormatVersion(), m)
-			}
-			var got []memory.Tombstone
-			if err := r.Tombstones(ctx, func(tb memory.Tombstone) error { got = append(got, tb); return nil }); err != nil {
-				t.Fatal(err)
+			r, items, got := readFixture(t, obj, tc.dir, tc.key, 2)
+			if !r.Manifest().CreatedAt.Equal(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)) {
+				t.Fatalf("manifest %+v", r.Manifest())
 			}
 			if len(got) != 2 || got[0].Scope != "user:2" || got[1].Reason != "gdpr" {
 				t.Fatalf("tombstones %+v", got)
 			}
-			if err := r.Verify(ctx); err != nil {
-				t.Fatal(err)
-			}
-			items := readItems(t, r)
 			if len(items) != 12 || items[0].MemoryID != "v2-u0-m0" || items[0].Source != "v2@test" {
 				t.Fatalf("items %+v", items)
 			}
