@@ -84,12 +84,12 @@ func (e *env) wantPermanent(status int, code, key, method, path string, body any
 	return r
 }
 
-// TestPermanentErrorsAre4xx: every input that cannot succeed is refused at the door
+// TestGuaranteePermanentErrorsAre4xx: every input that cannot succeed is refused at the door
 // with a 4xx and no Retry-After, on every handler of the native API and every MCP tool:
 // NUL and other characters no ID can hold in ids and cursors, NUL in keys and reasons,
 // a blank query. None of them reaches PostgreSQL, whose refusal would otherwise be
 // answered 503 "database not answering" with Retry-After (retried forever).
-func TestPermanentErrorsAre4xx(t *testing.T) {
+func TestGuaranteePermanentErrorsAre4xx(t *testing.T) {
 	k := newTestKey(t, "k", false, "user:*")
 	e := newEnv(t, envOptions{keys: []testKey{k}, logs: &syncBuffer{}})
 	var w WriteResponse
@@ -154,10 +154,10 @@ func TestPermanentErrorsAre4xx(t *testing.T) {
 	}
 }
 
-// TestOverflowRefused: a TTL that would overflow into an expiry in the past and a base
+// TestGuaranteeOverflowRefused: a TTL that would overflow into an expiry in the past and a base
 // score above the documented cap are refused on every native route that takes them,
 // and nothing is stored; the largest TTL allowed gives an expiry in the future.
-func TestOverflowRefused(t *testing.T) {
+func TestGuaranteeOverflowRefused(t *testing.T) {
 	k := newTestKey(t, "k", false, "user:*")
 	e := newEnv(t, envOptions{keys: []testKey{k}})
 	mem := func(extra string) string {
@@ -194,11 +194,11 @@ func TestOverflowRefused(t *testing.T) {
 	e.must(200, k.plain, "PATCH", "/v1/memories/"+w.MemoryID, `{"base_score":1}`, nil)
 }
 
-// TestNoExistenceOracle: a key learns nothing about other scopes from a client-chosen
+// TestGuaranteeNoExistenceOracle: a key learns nothing about other scopes from a client-chosen
 // memory_id. Writing an ID that another scope already uses answers exactly as writing
 // an unused one (201, inserted), touches nothing of the other scope, and a retry or an
 // echo of the returned ID is idempotent.
-func TestNoExistenceOracle(t *testing.T) {
+func TestGuaranteeNoExistenceOracle(t *testing.T) {
 	ka := newTestKey(t, "a", false, "user:a")
 	kb := newTestKey(t, "b", false, "user:b")
 	e := newEnv(t, envOptions{keys: []testKey{ka, kb}})
@@ -288,10 +288,10 @@ func TestOpenAPIBoundsAreTheLimits(t *testing.T) {
 	}
 }
 
-// TestClassifyNamesTheDependency: each failure is answered with the code of what
+// TestGuaranteeClassifyNamesTheDependency: each failure is answered with the code of what
 // failed, 4xx ones without Retry-After, and an error of no dependency is a 500, never
 // "the database is not answering".
-func TestClassifyNamesTheDependency(t *testing.T) {
+func TestGuaranteeClassifyNamesTheDependency(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		err        error

@@ -90,13 +90,13 @@ func TestEmbedderInputLimit(t *testing.T) {
 	})
 }
 
-// TestEmbedderSharePerKey: one key cannot hold the embedder for the others. While
+// TestGuaranteeEmbedderSharePerKey: one key cannot hold the embedder for the others. While
 // an embedder holds key a's searches, a has exactly its share (2) of calls at the
 // embedder (the rest wait for a's own calls, not anyone else's), and key b's searches
 // and writes go through. With a short embedder timeout, each of a's held calls fails
 // in time with a 503 or 429 and Retry-After, and a's write is acknowledged (stored,
 // indexed later) rather than refused as a database failure.
-func TestEmbedderSharePerKey(t *testing.T) {
+func TestGuaranteeEmbedderSharePerKey(t *testing.T) {
 	ka := newTestKey(t, "a", false, "user:a")
 	kb := newTestKey(t, "b", false, "user:b")
 	searches := func(e *env, n int) chan response {
@@ -174,14 +174,14 @@ func withDrainRetry(t *testing.T, maxAttempts int) {
 	t.Cleanup(func() { drainBackoff, drainPause, drainMaxAttempts = b, p, m })
 }
 
-// TestDrainerParksWhatKeepsFailing: a memory the embedder cannot embed never holds
+// TestGuaranteeDrainerParksWhatKeepsFailing: a memory the embedder cannot embed never holds
 // up the others' background indexing. Written in one batch with two good memories
 // (the write's embedding fails, so all three are left to the drainer), the good ones
 // become searchable, and the bad one is retried with backoff and then parked: listed
 // with its error through the API, counted by a metric, retried by hand on request,
 // and indexed once it is rewritten. An embedder outage meanwhile charges no memory an
 // attempt.
-func TestDrainerParksWhatKeepsFailing(t *testing.T) {
+func TestGuaranteeDrainerParksWhatKeepsFailing(t *testing.T) {
 	withDrainRetry(t, 3)
 	f := newFaultEmbedder(t)
 	k := newTestKey(t, "k", false, "*")
@@ -275,10 +275,10 @@ func TestDrainerParksWhatKeepsFailing(t *testing.T) {
 	}
 }
 
-// TestMCPAnswersEveryCall: ping is answered on either protocol generation the clients
+// TestGuaranteeMCPAnswersEveryCall: ping is answered on either protocol generation the clients
 // speak, an empty query is refused as on the native API, and a call the embedder
 // holds past the request deadline gets a JSON-RPC answer in time, never an empty body.
-func TestMCPAnswersEveryCall(t *testing.T) {
+func TestGuaranteeMCPAnswersEveryCall(t *testing.T) {
 	f := newFaultEmbedder(t)
 	k := newTestKey(t, "k", false, "user:m")
 	e := newEnv(t, envOptions{keys: []testKey{k}, config: func(c *Config) {
@@ -347,9 +347,9 @@ func TestMCPAnswersEveryCall(t *testing.T) {
 	t.Logf("two calls held by the embedder answered in %s (request timeout 3s each)", time.Since(start).Round(time.Millisecond))
 }
 
-// TestMCPNeverAnswersEmpty: a call the MCP handler leaves without a body (as the SDK
+// TestGuaranteeMCPNeverAnswersEmpty: a call the MCP handler leaves without a body (as the SDK
 // does when the request's context ends first) is answered with a JSON-RPC error.
-func TestMCPNeverAnswersEmpty(t *testing.T) {
+func TestGuaranteeMCPNeverAnswersEmpty(t *testing.T) {
 	s := &Server{cfg: Config{}.WithDefaults(), metrics: newMetrics(nil)}
 	silent := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Length", "0")

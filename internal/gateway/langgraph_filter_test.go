@@ -111,10 +111,10 @@ func TestLangGraphFilterSemantics(t *testing.T) {
 	}
 }
 
-// TestLangGraphFiltersThroughTheAPI: the filters of issue 20 through the Store API,
+// TestGuaranteeLangGraphFiltersThroughTheAPI: the filters of issue 20 through the Store API,
 // with and without a query: nested fields and $in/$nin select what they say, numbers
 // compare as numbers, and a filter that is not one is a 422.
-func TestLangGraphFiltersThroughTheAPI(t *testing.T) {
+func TestGuaranteeLangGraphFiltersThroughTheAPI(t *testing.T) {
 	k := newTestKey(t, "k", false, "*")
 	e := newEnv(t, envOptions{keys: []testKey{k}})
 	for key, v := range map[string]string{

@@ -8,11 +8,11 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
-// TestLangGraphListNamespacesWildcards: "*" in a list_namespaces prefix or suffix
+// TestGuaranteeLangGraphListNamespacesWildcards: "*" in a list_namespaces prefix or suffix
 // matches any one label, as LangGraph's MatchCondition does, with max_depth, offset and
 // limit applied after matching; the listing never shows a scope the key does not
 // allow.
-func TestLangGraphListNamespacesWildcards(t *testing.T) {
+func TestGuaranteeLangGraphListNamespacesWildcards(t *testing.T) {
 	all := newTestKey(t, "all", false, "*")
 	u1 := newTestKey(t, "u1", false, "user:u1")
 	e := newEnv(t, envOptions{keys: []testKey{all, u1}})
@@ -58,12 +58,12 @@ func TestLangGraphListNamespacesWildcards(t *testing.T) {
 	}
 }
 
-// TestLangGraphRefusesWhatCannotBeStored: NUL (and invalid UTF-8) in a namespace
+// TestGuaranteeLangGraphRefusesWhatCannotBeStored: NUL (and invalid UTF-8) in a namespace
 // label, a key, a query or a filter is the 4xx every door gives it (memory.CheckText),
 // never a 503 from the database; a TTL that would overflow into a memory expired on
 // arrival is refused as the native door refuses it (memory.TTL), and the longest TTL
 // allowed is stored with an expiry in the future.
-func TestLangGraphRefusesWhatCannotBeStored(t *testing.T) {
+func TestGuaranteeLangGraphRefusesWhatCannotBeStored(t *testing.T) {
 	k := newTestKey(t, "k", false, "*")
 	e := newEnv(t, envOptions{keys: []testKey{k}})
 	ns := []string{"memories", "u1"}

@@ -174,12 +174,12 @@ func same(got, want []lgHit) string {
 	return ""
 }
 
-// TestLangGraphSearchNarrowsBeforeRanking: a search in a sub-namespace ranks the
+// TestGuaranteeLangGraphSearchNarrowsBeforeRanking: a search in a sub-namespace ranks the
 // items of that sub-namespace (and of the filter), not the top hits of the whole
 // scope narrowed afterwards. The case of issue 20: 150 items elsewhere in the scope
 // are more similar to the query than any family item, and the family search must
 // still return its 3 best.
-func TestLangGraphSearchNarrowsBeforeRanking(t *testing.T) {
+func TestGuaranteeLangGraphSearchNarrowsBeforeRanking(t *testing.T) {
 	forEachEngine(t, testLangGraphSearchNarrowsBeforeRanking)
 }
 
@@ -227,10 +227,10 @@ func testLangGraphSearchNarrowsBeforeRanking(t *testing.T, engine string) {
 	}
 }
 
-// TestLangGraphSearchPagingExact: in a scope of thousands, paging is exact at any
+// TestGuaranteeLangGraphSearchPagingExact: in a scope of thousands, paging is exact at any
 // depth (with and without a query, with a selective filter), limit is honoured above
 // 100, and the bounds are refused with 422, never answered short or with a 5xx.
-func TestLangGraphSearchPagingExact(t *testing.T) {
+func TestGuaranteeLangGraphSearchPagingExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes thousands of memories")
 	}

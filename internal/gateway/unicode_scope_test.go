@@ -10,12 +10,12 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
-// TestUnicodeScopes: scopes in any language work through every door as they are
+// TestGuaranteeUnicodeScopes: scopes in any language work through every door as they are
 // written: remember, list (the scope in the path, '/' escaped as %2F), search,
 // recall, forget, a key's prefix pattern, and LangGraph namespaces whose user label
 // is Unicode; on both vector engines. A refused scope is logged escaped: the
 // gateway's log stays one JSON object per line.
-func TestUnicodeScopes(t *testing.T) {
+func TestGuaranteeUnicodeScopes(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, engine string) {
 		admin := newTestKey(t, "admin", false, "*")
 		zoe := newTestKey(t, "zoe", false, "user:zoë*")
@@ -91,7 +91,7 @@ func TestUnicodeScopes(t *testing.T) {
 	})
 }
 
-// TestGatewayNormalisesScopes: a scope spelled decomposed (as macOS and some input
+// TestGuaranteeGatewayNormalisesScopes: a scope spelled decomposed (as macOS and some input
 // methods write "zoë": e and U+0308) is the same scope as its composed spelling on
 // every door, as the importers and restore mappings treat it: the gateway
 // NFC-normalises the scope it receives (memory.NormalizeScope) before it checks and
@@ -100,7 +100,7 @@ func TestUnicodeScopes(t *testing.T) {
 // (checkScope normalising, and the handlers using the normalised scope): until
 // then the native doors answer 400 invalid_scope "not in Unicode normalization form
 // NFC". The LangGraph door already normalises (internal/langgraphns).
-func TestGatewayNormalisesScopes(t *testing.T) {
+func TestGuaranteeGatewayNormalisesScopes(t *testing.T) {
 	admin := newTestKey(t, "admin", false, "*")
 	e := newEnv(t, envOptions{keys: []testKey{admin}})
 	k := admin.plain

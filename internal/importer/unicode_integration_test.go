@@ -107,12 +107,12 @@ func writeUnicodeSource(t *testing.T) map[string]LangGraphSource {
 // of an object name (shards are numbered), so no scope needs encoding for a key.
 var packageObject = regexp.MustCompile(`^pkg/(manifest\.json|[a-z-]+\.jsonl\.zst\.sealed|shards/[0-9]+\.jsonl\.zst\.sealed)$`)
 
-// TestImportUnicodeIdentities: LangGraph data whose users and threads are named in
+// TestGuaranteeImportUnicodeIdentities: LangGraph data whose users and threads are named in
 // any language (written by LangGraph itself, read by both readers) imports into a
 // package whose object names hold no scope, and restores into PostgreSQL with the
 // embedded index and with Milvus: every memory in the scope of its user or thread,
 // one scope per user whatever the spelling, each scope's vectors its own.
-func TestImportUnicodeIdentities(t *testing.T) {
+func TestGuaranteeImportUnicodeIdentities(t *testing.T) {
 	srcs := writeUnicodeSource(t)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, testutil.PostgresDSN(t))

@@ -354,9 +354,9 @@ func TestGuaranteeWhoseClockForgets(t *testing.T) {
 	}
 }
 
-// TestDenylistIsNormalised: a denylist entry spelled decomposed (NFD) matches the
+// TestGuaranteeDenylistIsNormalised: a denylist entry spelled decomposed (NFD) matches the
 // package's scope, which is NFC, exactly and as a prefix.
-func TestDenylistIsNormalised(t *testing.T) {
+func TestGuaranteeDenylistIsNormalised(t *testing.T) {
 	e := newEnv(t)
 	pkg := e.writePackage(t, "p/deny-nfc/", []memory.Item{
 		item("z1", "user:zoë", memory.Semantic, "", `{"v":1}`, day),

@@ -265,11 +265,11 @@ func TestGuaranteeTombstonesScale(t *testing.T) {
 	}
 }
 
-// TestReaderRefusesMissingRequiredMembers: the reader is as strict as the format
+// TestGuaranteeReaderRefusesMissingRequiredMembers: the reader is as strict as the format
 // document: a manifest without a required member (createdAt, tombstones,
 // tombstones.count, counts.items, ...) or with a string formatVersion is refused,
 // naming the member, instead of being read as if it were there.
-func TestReaderRefusesMissingRequiredMembers(t *testing.T) {
+func TestGuaranteeReaderRefusesMissingRequiredMembers(t *testing.T) {
 	obj := newBucket(t)
 	ctx := context.Background()
 	tamperFixture(t, obj, "plain", nil)

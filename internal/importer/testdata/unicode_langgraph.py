@@ -1,6 +1,6 @@
 """Writes LangGraph checkpoints and store items whose users and threads are named in
 any language, with LangGraph itself (langgraph-checkpoint-sqlite, -postgres), for
-TestImportUnicodeIdentities. Threads and items are given as JSON on stdin:
+TestGuaranteeImportUnicodeIdentities. Threads and items are given as JSON on stdin:
 
   {"threads": [{"thread_id": "...", "user_id": "..." | null, "turns": ["...", ...]}],
    "items": [{"namespace": [...], "key": "...", "value": {...}}]}

@@ -304,12 +304,12 @@ func TestStoreWithoutMigrationFails(t *testing.T) {
 	}
 }
 
-// TestMigrateToTheServersClock: a store written under the old rule (tombstones by
+// TestGuaranteeMigrateToTheServersClock: a store written under the old rule (tombstones by
 // created_at, a client's 2099 date pushing its scope's tombstone to 2099) keeps,
 // after migration 7, exactly what it held and what its tombstones covered: rows are
 // recorded no later than they were created (and than now), a tombstone in the future
 // comes back to just before now, and the user can come back.
-func TestMigrateToTheServersClock(t *testing.T) {
+func TestGuaranteeMigrateToTheServersClock(t *testing.T) {
 	pool := testPool(t)
 	ctx := t.Context()
 	schema := testutil.UniqueName("t_")

@@ -34,11 +34,11 @@ func unicodeScopes(n int) []string {
 	return out
 }
 
-// TestUnicodeScopesAsSQLParameters: scopes in any language are parameters everywhere
+// TestGuaranteeUnicodeScopesAsSQLParameters: scopes in any language are parameters everywhere
 // the store takes them: each memory stays in its scope for list, export (in byte
 // order, as packages need), prefix export and scope listing (prefixes, not
 // patterns) and forget, which removes its scope alone.
-func TestUnicodeScopesAsSQLParameters(t *testing.T) {
+func TestGuaranteeUnicodeScopesAsSQLParameters(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := t.Context()
 	scopes := unicodeScopes(300)

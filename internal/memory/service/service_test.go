@@ -97,10 +97,10 @@ func TestSearchValidation(t *testing.T) {
 	}
 }
 
-// TestInputLimitRefusesBeforeAnything: with overflow Refuse, a write or search whose
+// TestGuaranteeInputLimitRefusesBeforeAnything: with overflow Refuse, a write or search whose
 // text is over the input limit is refused with embed.ErrTextTooLong naming the item,
 // before the embedder, the index or the database is touched.
-func TestInputLimitRefusesBeforeAnything(t *testing.T) {
+func TestGuaranteeInputLimitRefusesBeforeAnything(t *testing.T) {
 	emb := &countingEmbedder{Embedder: embed.NewHashing(8)}
 	m, err := service.NewWith(pgstore.New(nil, "unused"), specIndex{t, vector.Spec{Dimension: 8, Metric: vector.Cosine}}, emb,
 		service.Options{InputLimit: embed.Limit{MaxInputBytes: 64, Overflow: embed.Refuse}})
