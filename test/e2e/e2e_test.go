@@ -80,6 +80,9 @@ type suite struct {
 	s3    *minio.Client
 	http  *http.Client
 	start time.Time
+	// ids are the memory_ids the gateway gave the memories the test named (a client's
+	// ID is made unique to its scope).
+	ids map[string]string
 }
 
 func newSuite(t *testing.T) *suite {

@@ -387,16 +387,18 @@ func (s *suite) gatewayThroughService() {
 	if code != http.StatusOK || len(written.Results) != 4 {
 		t.Fatalf("batch write through the Service: %d %+v", code, written)
 	}
-	for _, r := range written.Results {
-		if r.Outcome != "inserted" || !r.Indexed {
+	s.ids = map[string]string{}
+	for i, r := range written.Results {
+		if r.Outcome != "inserted" || !r.Indexed || !strings.HasSuffix(r.MemoryID, fmt.Sprintf(".e2e-%d", i+1)) {
 			t.Fatalf("write %s: %+v", r.MemoryID, r)
 		}
+		s.ids[fmt.Sprintf("e2e-%d", i+1)] = r.MemoryID
 	}
 	var found searchResponse
 	if code := s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:1024", "query": "refund order", "top_k": 2}, &found); code != http.StatusOK {
 		t.Fatalf("search: %d", code)
 	}
-	if ids := found.ids(); len(ids) == 0 || ids[0] != "e2e-2" || found.Results[0].Similarity <= 0 {
+	if ids := found.ids(); len(ids) == 0 || ids[0] != s.ids["e2e-2"] || found.Results[0].Similarity <= 0 {
 		t.Fatalf("search user:1024 for a refund: %+v", found)
 	}
 	// The rows behind it, in the store's own schema.
@@ -507,7 +509,8 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"e2e-1@user:dbc0a3", "e2e-2@user:dbc0a3", "e2e-3@user:2048", "e2e-4@agent:support"}
+	want := []string{s.ids["e2e-1"] + "@user:dbc0a3", s.ids["e2e-2"] + "@user:dbc0a3", s.ids["e2e-3"] + "@user:2048", s.ids["e2e-4"] + "@agent:support"}
+	slices.Sort(want) // by memory_id, as the query orders them
 	if !slices.Equal(got, want) {
 		t.Fatalf("acme-v2 holds %v, want %v", got, want)
 	}
