@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
+
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/gateway"
 	"github.com/amemory/memory-operator/internal/memory"
@@ -76,17 +78,10 @@ func TestPendingListAndRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	NewWithT(t).Eventually(func() (int64, error) {
 		st, err := g.Memory.Pending(ctx)
-		if err == nil && st.Parked == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the memory over the limit was not parked: %+v %v", st, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return st.Parked, err
+	}, 90*time.Second, 200*time.Millisecond).Should(Equal(int64(1)), "the memory over the limit was not parked")
 
 	t.Setenv(envGatewayURL, "http://"+ln.Addr().String())
 	t.Setenv(envGatewayKey, key)

@@ -129,11 +129,8 @@ func (it Item) validateIdentity() error {
 		return fieldErr("scope", "%v", err)
 	}
 	if it.Key != "" {
-		if err := validateText(it.Key, MaxKeyLen); err != nil {
+		if err := ValidateKey(it.Key); err != nil {
 			return fieldErr("key", "%v", err)
-		}
-		if strings.TrimSpace(it.Key) != it.Key {
-			return fieldErr("key", "has leading or trailing whitespace")
 		}
 	}
 	return nil

@@ -44,8 +44,9 @@
 // Options.Now (Expired). The rest are merged under their mapped scope: an invalid
 // item is skipped (Invalid); an item a tombstone covers — the target's, which by then
 // include the package's, mapped — is skipped (Tombstoned; see pgstore's forget.go: a
-// tombstone covers the memories of its scope created at or before it, and a memory
-// created later is kept); a conflict with a stored memory follows the conflict
+// tombstone covers the memories of its scope recorded at or before it, by the store's
+// clock, and a memory recorded later is kept; a restored memory keeps the recorded_at
+// its source gave it, at most the package's cut); a conflict with a stored memory follows the conflict
 // policy (see pgstore.ConflictPolicy), the target's memory being kept counting as
 // Conflict. Archived items are restored as archived (and get no vector).
 //

@@ -86,7 +86,8 @@ type Manifest struct {
 // MaxInlineTombstones when written by this code; any number when upgraded from
 // version 1) or, beyond that, in a sealed object of JSON lines. Either way they are
 // one per scope, in strictly increasing scope order, and a tombstone covers the
-// memories of its scope created at or before its forgotten_at. Read them with
+// memories of its scope recorded at or before its forgotten_at (an item without
+// recorded_at: its created_at, at most the package's createdAt). Read them with
 // Reader.Tombstones.
 type TombstoneSet struct {
 	Count int64 `json:"count"`

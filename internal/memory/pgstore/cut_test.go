@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,7 +23,15 @@ func TestGuaranteeCutTimeIsTheSnapshots(t *testing.T) {
 	ctx := t.Context()
 	const writers, forgetters, scopes, cuts = 6, 2, 8, 5
 	var (
-		stop  atomic.Bool
+		stop atomic.Bool
+		// writes counts acknowledged writes: the forgets and the cuts are paced by it,
+		// not by the clock, so each lands amid writes however fast the machine is.
+		writes atomic.Int64
+		paced  = func(n int64) {
+			for target := writes.Load() + n; writes.Load() < target && !stop.Load(); {
+				runtime.Gosched()
+			}
+		}
 		wg    sync.WaitGroup
 		errMu sync.Mutex
 		first error
@@ -44,6 +53,7 @@ func TestGuaranteeCutTimeIsTheSnapshots(t *testing.T) {
 					fail(err)
 					return
 				}
+				writes.Add(1)
 			}
 		})
 	}
@@ -55,7 +65,7 @@ func TestGuaranteeCutTimeIsTheSnapshots(t *testing.T) {
 					fail(err)
 					return
 				}
-				time.Sleep(2 * time.Millisecond)
+				paced(5)
 			}
 		})
 	}
@@ -66,7 +76,7 @@ func TestGuaranteeCutTimeIsTheSnapshots(t *testing.T) {
 	}
 	var views []cutView
 	for range cuts {
-		time.Sleep(150 * time.Millisecond)
+		paced(150)
 		v := cutView{memories: map[string]time.Time{}, tombstones: map[string]time.Time{}}
 		err := s.ReadCut(ctx, func(ctx context.Context, c *Cut) error {
 			v.at = c.Time

@@ -28,11 +28,12 @@
 //     still holds. Rehydrate un-archives in place and then writes the vectors back.
 //   - Forget deletes the rows, writes the tombstone and the audit record in one
 //     transaction (pgstore.Forget), then deletes the scope from the index and writes
-//     back the vectors of memories created since (a returning user's, which the
+//     back the vectors of memories recorded since (a returning user's, which the
 //     tombstone does not cover). If that fails the error wraps ErrVectorsNotDeleted;
 //     calling Forget again finishes the job (every step is idempotent).
-//   - A memory created at or before its scope's tombstone is refused
-//     (pgstore.ErrForgotten): it belongs to what was forgotten.
+//   - A write after its scope was forgotten is recorded by the server's clock after
+//     the tombstone, so it is stored (new consent), whatever its created_at; only a
+//     tombstone ahead of the server's clock refuses it (pgstore.ErrForgotten).
 package service
 
 import (
