@@ -53,5 +53,11 @@ func (t Type) Validate() error {
 	return nil
 }
 
+// Foldable reports whether near-duplicate writes of this type reinforce one memory
+// instead of adding another: facts and preferences (semantic) and ways of doing
+// things (procedural) restated are the same knowledge; episodes and working memory
+// are events, and two events are never one because a model finds them alike.
+func (t Type) Foldable() bool { return t == Semantic || t == Procedural }
+
 // String returns the type's name.
 func (t Type) String() string { return string(t) }

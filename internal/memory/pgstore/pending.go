@@ -347,11 +347,28 @@ func (l *ScopeLock) PendingIn(ctx context.Context, scope string, typ memory.Type
 
 // Reinforce raises a memory's base score by boost (capped at 1) and sets its
 // updated_at to now: a near-duplicate write counts as the memory being mentioned
-// again (its age restarts). Content and history are unchanged, so is its vector.
-func (l *ScopeLock) Reinforce(ctx context.Context, id string, boost float64, now time.Time) (memory.Item, error) {
+// again (its age restarts). The near-duplicate's own content goes to the memory's
+// history (as a revision superseded at now), unless the memory already holds that
+// content there or as its value: whatever was said stays recoverable, and a fact
+// restated a thousand times in the same words adds one entry. The memory's content,
+// and so its vector, is unchanged.
+func (l *ScopeLock) Reinforce(ctx context.Context, id string, folded memory.Item, boost float64, now time.Time) (memory.Item, error) {
+	at := now.UTC().Truncate(time.Microsecond)
+	updated := folded.UpdatedAt
+	if updated.IsZero() {
+		updated = at
+	}
+	rev, err := historyJSON([]memory.Revision{{Content: folded.Content, Source: folded.Source, BaseScore: folded.BaseScore,
+		UpdatedAt: updated.UTC().Truncate(time.Microsecond), SupersededAt: at}})
+	if err != nil {
+		return memory.Item{}, fmt.Errorf("pgstore: reinforce %q: %w", id, err)
+	}
 	it, err := scanItem(l.conn.QueryRow(ctx, `UPDATE `+l.s.t.memories+`
-		SET base_score = least(1.0, base_score + $2), updated_at = greatest(updated_at, $3)
-		WHERE memory_id = $1 AND archived_at IS NULL RETURNING `+memoryCols, id, boost, now.UTC().Truncate(time.Microsecond)))
+		SET base_score = least(1.0, base_score + $2), updated_at = greatest(updated_at, $3),
+			history = CASE WHEN content = $4::jsonb->0->'content'
+				OR history @> jsonb_build_array(jsonb_build_object('content', $4::jsonb->0->'content'))
+				THEN history ELSE history || $4::jsonb END
+		WHERE memory_id = $1 AND archived_at IS NULL RETURNING `+memoryCols, id, boost, at, rev))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return memory.Item{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}

@@ -24,12 +24,17 @@ import (
 //     the rest for storing. When the embedder fails the items are still stored and
 //     not embedded again in this call: they are indexed later (DrainPending), without
 //     a near-duplicate check.
-//  3. A key-less item is checked for duplicates under the (scope, type) lock of
-//     pgstore.LockScope, held across check, store and index write, so concurrent
-//     writers in any number of gateway replicas never both add the same memory: an
-//     exact duplicate (same content hash) is Unchanged; a memory at least
-//     DedupThreshold similar (in the index, or still pending indexing) is reinforced
-//     (base score + DedupBoost, updated_at = now) instead of copied.
+//  3. A key-less fact or procedure (memory.Type.Foldable: semantic and procedural
+//     memories, never an episode or working memory) is checked for duplicates under
+//     the (scope, type) lock of pgstore.LockScope, held across check, store and index
+//     write, so concurrent writers in any number of gateway replicas never both add
+//     the same memory: an exact duplicate (same content hash) is Unchanged; a memory
+//     at least DedupThreshold similar (in the index, or still pending indexing) is
+//     reinforced (base score + DedupBoost, updated_at = now, the write's content kept
+//     in its history) instead of copied. "I live in Beijing" said three times is one
+//     fact mentioned three times (seed 003, 5.3); two episodes are two events however
+//     alike a model finds them, so episodes and working memories are only ever
+//     checked for exact duplicates (pgstore's unique content hash).
 //  4. Each stored change records its index work in the same transaction
 //     (pgstore.PutQueued): once Write returns, the write is durable and will be
 //     searchable, whatever happens to the index or this process.
@@ -39,8 +44,9 @@ import (
 
 // Outcomes of Write beyond pgstore's.
 const (
-	// Reinforced: a near-duplicate of an existing memory; that memory's base score
-	// and updated_at were raised instead of storing a copy.
+	// Reinforced: a near-duplicate of an existing fact or procedure; that memory's
+	// base score and updated_at were raised instead of storing a copy, and the
+	// write's content was added to its history (WriteResult.MemoryID names it).
 	Reinforced pgstore.Outcome = "reinforced"
 )
 
@@ -50,8 +56,10 @@ const DefaultDedupBoost = 0.1
 
 // WriteOptions adjust Write.
 type WriteOptions struct {
-	// DedupThreshold > 0 turns on the near-duplicate check for key-less items: a
-	// similarity (as the index scores it; cosine for COSINE) at or above it reinforces.
+	// DedupThreshold > 0 turns on the near-duplicate check for key-less items of the
+	// foldable types (memory.Type.Foldable): a similarity (as the index scores it;
+	// cosine for COSINE) at or above it reinforces. Calibrate it to the model: a
+	// threshold below what the model scores distinct texts folds different facts.
 	DedupThreshold float64
 	// DedupBoost is added to a reinforced memory's base score (0: DefaultDedupBoost).
 	DedupBoost float64
@@ -103,7 +111,7 @@ func (m *Memory) Write(ctx context.Context, items []memory.Item, opts WriteOptio
 	var plain []int
 	groups := map[groupKey][]int{}
 	for i, it := range items {
-		if opts.DedupThreshold > 0 && it.Key == "" && vecs[i] != nil && it.ArchivedAt == nil {
+		if opts.DedupThreshold > 0 && it.Key == "" && it.MemoryType.Foldable() && vecs[i] != nil && it.ArchivedAt == nil {
 			k := groupKey{it.Scope, it.MemoryType}
 			groups[k] = append(groups[k], i)
 		} else {
@@ -258,7 +266,7 @@ func (w *writer) dedupGroup(ctx context.Context, k groupKey, idx []int) error {
 		}
 		best, sim := w.m.nearest(ctx, k, w.vecs[i], unindexed)
 		if best != "" && float64(sim) >= w.opts.DedupThreshold {
-			if _, err := lock.Reinforce(ctx, best, w.opts.DedupBoost, time.Now()); err == nil {
+			if _, err := lock.Reinforce(ctx, best, it, w.opts.DedupBoost, time.Now()); err == nil {
 				w.results[i] = WriteResult{MemoryID: best, Outcome: Reinforced, Indexed: true, Similarity: sim}
 				w.stored = append(w.stored, i)
 				continue
