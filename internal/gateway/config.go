@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,6 +90,9 @@ type Config struct {
 	// DedupThreshold: a write at least this similar to a memory of the same scope and
 	// type reinforces it instead of adding a copy; 0 turns near-duplicate detection off.
 	DedupThreshold float64
+	// MinSimilarity, when set, is the least similarity a search result may have
+	// (seed 003, 7.1 uses 0.7 for its model); a request's min_similarity overrides it.
+	MinSimilarity *float64
 	// RateLimit (requests per second) and RateBurst apply per API key.
 	RateLimit float64
 	RateBurst int
@@ -127,6 +131,9 @@ func (c Config) Args() []string {
 		if v != "" && v != "0" && v != "0s" {
 			args = append(args, name+"="+v)
 		}
+	}
+	if c.MinSimilarity != nil {
+		args = append(args, "--min-similarity="+strconv.FormatFloat(*c.MinSimilarity, 'g', -1, 64))
 	}
 	// Unset (zero) limits are left out: the gateway takes its defaults.
 	opt("--request-timeout", c.RequestTimeout.String())
@@ -170,6 +177,14 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "embedding model name")
 	fs.StringVar(&c.KeysFile, "keys-file", "", "API keys file (JSON), re-read when it changes")
 	fs.Float64Var(&c.DedupThreshold, "dedup-threshold", DefaultDedup, "near-duplicate similarity (0: off)")
+	fs.Func("min-similarity", "least similarity of a search result (default: none)", func(v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("%q is not a finite number", v)
+		}
+		c.MinSimilarity = &f
+		return nil
+	})
 	fs.Float64Var(&c.RateLimit, "rate-limit", DefaultRateLimit, "requests per second per key")
 	fs.IntVar(&c.RateBurst, "rate-burst", DefaultRateBurst, "burst per key")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body")

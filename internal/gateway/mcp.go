@@ -41,6 +41,7 @@ type (
 		Query         string   `json:"query" jsonschema:"what to look for"`
 		Types         []string `json:"types,omitempty" jsonschema:"memory types to search (default: all)"`
 		TopK          int      `json:"top_k,omitempty" jsonschema:"how many results, 1..100 (default 10)"`
+		Mode          string   `json:"mode,omitempty" jsonschema:"hybrid (default: meaning and words), dense (meaning only) or lexical (words only)"`
 		MinSimilarity *float64 `json:"min_similarity,omitempty" jsonschema:"leave out results less similar than this"`
 	}
 	mcpListInput struct {
@@ -236,7 +237,7 @@ func schemaTool[In, Out any](t *mcp.Tool) *mcp.Tool {
 
 // addReadTools registers the tools every key gets.
 func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
-	mcp.AddTool(srv, schemaTool[mcpSearchInput, SearchResponse](&mcp.Tool{Name: "search_memories", Description: "Search memories of one scope by meaning; best first.",
+	mcp.AddTool(srv, schemaTool[mcpSearchInput, SearchResponse](&mcp.Tool{Name: "search_memories", Description: "Search memories of one scope by meaning and by words; best first, each result saying why.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpSearchInput) (*mcp.CallToolResult, SearchResponse, error) {
 			ctx, cancel := s.toolCtx(ctx, k)
@@ -252,14 +253,11 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 			if err != nil {
 				return nil, SearchResponse{}, toolErr(err)
 			}
-			if in.TopK < 0 || in.TopK > 100 {
-				return nil, SearchResponse{}, errors.New("invalid_request: top_k must be in [1, 100]")
+			q := searchQuery{scope: scope, query: in.Query, mode: in.Mode, types: types, topK: in.TopK, minSimilarity: in.MinSimilarity}
+			if err := q.check(); err != nil {
+				return nil, SearchResponse{}, toolErr(err)
 			}
-			minSim := -1e9
-			if in.MinSimilarity != nil {
-				minSim = *in.MinSimilarity
-			}
-			res, err := s.searchScope(ctx, scope, in.Query, types, in.TopK, minSim)
+			res, err := s.searchScope(ctx, q)
 			if err != nil {
 				return nil, SearchResponse{}, toolErr(err)
 			}

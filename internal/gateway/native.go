@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"time"
 
@@ -132,30 +131,53 @@ type ListResponse struct {
 	NextAfter string `json:"next_after"`
 }
 
-// SearchRequest is a semantic search within one scope.
+// SearchRequest is a search within one scope.
 type SearchRequest struct {
-	Scope         string        `json:"scope"`
-	Query         string        `json:"query"`
-	Types         []memory.Type `json:"types,omitempty"`
-	TopK          int           `json:"top_k,omitempty"`
-	MinSimilarity *float64      `json:"min_similarity,omitempty"`
+	Scope string        `json:"scope"`
+	Query string        `json:"query"`
+	Types []memory.Type `json:"types,omitempty"`
+	TopK  int           `json:"top_k,omitempty"`
+	// Mode: hybrid (default: meaning and words, fused), dense (meaning only) or
+	// lexical (words only, BM25).
+	Mode string `json:"mode,omitempty" openapi:"enum=hybrid|dense|lexical"`
+	// MinSimilarity leaves out results less similar than this to the query, whichever
+	// channel found them (default: the store's --min-similarity, if any).
+	MinSimilarity *float64 `json:"min_similarity,omitempty"`
 }
 
 // SearchResult is a memory with why it was returned.
 type SearchResult struct {
 	Memory memory.Item `json:"memory"`
-	// Similarity to the query (cosine for COSINE stores).
-	Similarity float32 `json:"similarity"`
+	// Similarity to the query (cosine for COSINE stores); left out when unknown (a
+	// lexical search without min_similarity does not embed the query).
+	Similarity *float32 `json:"similarity,omitempty"`
 	// EffectiveScore is base_score decayed by age with the type's half-life.
 	EffectiveScore float64 `json:"effective_score"`
 	// AgeSeconds is the time since updated_at.
 	AgeSeconds float64 `json:"age_seconds"`
-	// Relevance is the ranking key: the similarity rescaled to the results' range
-	// (the best 1, the least similar 0) times the effective score.
+	// Relevance is the fused relevance: the sum over the channels that found the
+	// memory of 1/(60 + its rank there).
 	Relevance float64 `json:"relevance"`
+	// Score is the ranking key: relevance × (1 + 0.01 × effective_score), so
+	// importance and freshness order near-ties and never bury a more relevant memory.
+	Score float64 `json:"score"`
+	// Why names the channels that found the memory and its ranks there.
+	Why SearchWhy `json:"why"`
 }
 
-// SearchResponse lists results, best first (by relevance).
+// SearchWhy is how a search result was found.
+type SearchWhy struct {
+	// Channels: "dense" (the vector index), "lexical" (BM25 over its words), or both.
+	Channels []string `json:"channels"`
+	// DenseRank and LexicalRank are its 1-based ranks in those channels.
+	DenseRank   int `json:"dense_rank,omitempty"`
+	LexicalRank int `json:"lexical_rank,omitempty"`
+	// LexicalScore is its BM25 score; MatchedTerms how many distinct query terms it has.
+	LexicalScore float64 `json:"lexical_score,omitempty"`
+	MatchedTerms int     `json:"matched_terms,omitempty"`
+}
+
+// SearchResponse lists results, best first (by score).
 type SearchResponse struct {
 	Results []SearchResult `json:"results"`
 }
@@ -466,46 +488,53 @@ func validTypes(ts []memory.Type) error {
 
 // searchScope runs a semantic search as the seeds do: the top_k most similar (at least
 // minSim) are loaded with their scores, then ranked by relevance (see SearchResult).
-func (s *Server) searchScope(ctx context.Context, scope, query string, types []memory.Type, topK int, minSim float64) ([]SearchResult, error) {
-	hits, err := s.mem.Search(ctx, service.SearchQuery{Scope: scope, Text: query, Types: types, K: topK})
+// searchQuery is a search's parameters, as every door takes them.
+type searchQuery struct {
+	scope, query, mode string
+	types              []memory.Type
+	topK               int
+	minSimilarity      *float64
+}
+
+// check validates what the service does not: the mode's name and top_k's range
+// (with the door's message).
+func (q searchQuery) check() error {
+	if _, err := service.ParseSearchMode(q.mode); err != nil {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "mode: %v", err)
+	}
+	if q.topK < 0 || q.topK > service.MaxSearchK {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "top_k must be in [1, %d]", service.MaxSearchK)
+	}
+	if ms := q.minSimilarity; ms != nil && (math.IsNaN(*ms) || math.IsInf(*ms, 0)) {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "min_similarity must be a finite number")
+	}
+	return nil
+}
+
+// searchScope runs a search for any door and says why each result was returned.
+func (s *Server) searchScope(ctx context.Context, q searchQuery) ([]SearchResult, error) {
+	minSim := q.minSimilarity
+	if minSim == nil {
+		minSim = s.cfg.MinSimilarity
+	}
+	now := time.Now()
+	hits, err := s.mem.Search(ctx, service.SearchQuery{Scope: q.scope, Text: q.query, Types: q.types, K: q.topK,
+		Mode: service.SearchMode(q.mode), MinSimilarity: minSim, HalfLives: s.halfLives, Now: now})
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	out := make([]SearchResult, 0, len(hits))
-	for _, h := range hits {
-		if float64(h.Similarity) < minSim {
-			continue
+	out := make([]SearchResult, len(hits))
+	for i, h := range hits {
+		out[i] = SearchResult{Memory: h.Item, EffectiveScore: h.Why.EffectiveScore, AgeSeconds: max(0, now.Sub(h.Item.UpdatedAt).Seconds()),
+			Relevance: h.Why.Relevance, Score: h.Why.Score,
+			Why: SearchWhy{Channels: h.Why.Channels(), DenseRank: h.Why.DenseRank, LexicalRank: h.Why.LexicalRank,
+				LexicalScore: h.Why.LexicalScore, MatchedTerms: h.Why.MatchedTerms}}
+		if h.Why.HasSimilarity {
+			sim := h.Similarity
+			out[i].Similarity = &sim
 		}
-		out = append(out, SearchResult{Memory: h.Item, Similarity: h.Similarity,
-			EffectiveScore: s.halfLives.Score(h.Item, now), AgeSeconds: max(0, now.Sub(h.Item.UpdatedAt).Seconds())})
 	}
-	rankResults(out)
 	return out, nil
-}
-
-// rankResults sets each result's Relevance and sorts them best first.
-func rankResults(out []SearchResult) {
-	lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
-	for _, r := range out {
-		lo, hi = min(lo, r.Similarity), max(hi, r.Similarity)
-	}
-	// Similarity is rescaled to the candidates' own range before it meets the score:
-	// models differ widely in how they spread similarities (multilingual-e5 puts
-	// unrelated sentences at 0.85 and exact matches at 0.95), and on a raw product a
-	// small boost of importance would outweigh the difference between the right
-	// memory and a wrong one. The best match keeps its full weight; a decayed or
-	// unimportant one ranks below an equally good fresh one.
-	for i := range out {
-		rel := 1.0
-		if hi > lo {
-			rel = float64(out[i].Similarity-lo) / float64(hi-lo)
-		}
-		out[i].Relevance = rel * out[i].EffectiveScore
-	}
-	slices.SortStableFunc(out, func(a, b SearchResult) int {
-		return cmp.Or(cmp.Compare(b.Relevance, a.Relevance), cmp.Compare(b.Similarity, a.Similarity))
-	})
 }
 
 func (s *Server) search(w http.ResponseWriter, r *http.Request, k *Key) error {
@@ -522,14 +551,11 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if err := checkQuery(req.Query); err != nil {
 		return err
 	}
-	if req.TopK < 0 || req.TopK > service.MaxSearchK {
-		return errf(http.StatusBadRequest, CodeInvalidRequest, "top_k must be in [1, %d]", service.MaxSearchK)
+	q := searchQuery{scope: req.Scope, query: req.Query, mode: req.Mode, types: req.Types, topK: req.TopK, minSimilarity: req.MinSimilarity}
+	if err := q.check(); err != nil {
+		return err
 	}
-	minSim := -1e9
-	if req.MinSimilarity != nil {
-		minSim = *req.MinSimilarity
-	}
-	res, err := s.searchScope(r.Context(), req.Scope, req.Query, req.Types, req.TopK, minSim)
+	res, err := s.searchScope(r.Context(), q)
 	if err != nil {
 		return err
 	}

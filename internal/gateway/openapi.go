@@ -43,7 +43,7 @@ var (
 
 // customize shapes generated schemas: JSON objects for raw content, the memory type
 // enum, required fields (those without omitempty), no unknown fields, and the bounds
-// a field's `openapi:"minimum=…,maximum=…"` tag gives.
+// a field's `openapi:"minimum=…,maximum=…"` tag gives, or its `openapi:"enum=a|b"`.
 func customize(_ string, t reflect.Type, tag reflect.StructTag, s *openapi3.Schema) error {
 	if err := bounds(tag.Get("openapi"), s); err != nil {
 		return err
@@ -73,9 +73,15 @@ func customize(_ string, t reflect.Type, tag reflect.StructTag, s *openapi3.Sche
 	return nil
 }
 
-// bounds applies "minimum=0,maximum=1" to s.
+// bounds applies "minimum=0,maximum=1" (or "enum=a|b|c") to s.
 func bounds(spec string, s *openapi3.Schema) error {
 	if spec == "" {
+		return nil
+	}
+	if v, ok := strings.CutPrefix(spec, "enum="); ok {
+		for _, e := range strings.Split(v, "|") {
+			s.Enum = append(s.Enum, e)
+		}
 		return nil
 	}
 	for _, part := range strings.Split(spec, ",") {

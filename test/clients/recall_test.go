@@ -151,16 +151,16 @@ func recallCheck(t *testing.T, endpoint, model string, dedup float64) {
 				}
 			}
 			if got := names[res[0].Memory.MemoryID]; got != c.want {
-				t.Errorf("%q (key %s): the top result is %s (%s, similarity %.3f), want %s; all: %s", c.query, key.entry.Name, got, res[0].Memory.Content, res[0].Similarity, c.want, ranking(res, names))
+				t.Errorf("%q (key %s): the top result is %s (%s, similarity %.3f), want %s; all: %s", c.query, key.entry.Name, got, res[0].Memory.Content, *res[0].Similarity, c.want, ranking(res, names))
 			}
 			if key.entry.Name != keyA.entry.Name {
 				continue
 			}
 			runnerUp := "-"
 			if len(res) > 1 {
-				runnerUp = fmt.Sprintf("%s (%.3f)", names[res[1].Memory.MemoryID], res[1].Similarity)
+				runnerUp = fmt.Sprintf("%s (%.3f)", names[res[1].Memory.MemoryID], *res[1].Similarity)
 			}
-			fmt.Fprintf(&table, "%-24s | %-18s | %-10.3f | %-8.3f | %-27s | %s\n", c.scenario, names[res[0].Memory.MemoryID], res[0].Similarity, res[0].EffectiveScore, runnerUp, c.query)
+			fmt.Fprintf(&table, "%-24s | %-18s | %-10.3f | %-8.3f | %-27s | %s\n", c.scenario, names[res[0].Memory.MemoryID], *res[0].Similarity, res[0].EffectiveScore, runnerUp, c.query)
 		}
 		// The same questions in user B's scope find only B's memories.
 		for _, r := range search(keyB, userB, c.query) {
@@ -189,7 +189,7 @@ func recallCheck(t *testing.T, endpoint, model string, dedup float64) {
 func ranking(res []gateway.SearchResult, names map[string]string) string {
 	var parts []string
 	for _, r := range res {
-		parts = append(parts, fmt.Sprintf("%s %.3f×%.3f", names[r.Memory.MemoryID], r.Similarity, r.EffectiveScore))
+		parts = append(parts, fmt.Sprintf("%s %.3f×%.3f", names[r.Memory.MemoryID], *r.Similarity, r.EffectiveScore))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -20,9 +20,10 @@
 //     Unchanged and skip the index, so the repair is an explicit retry with
 //     RememberOptions{Reindex: true}, which re-embeds and re-upserts Unchanged memories
 //     too. (The index has no "is this vector present" call to decide that cheaply.)
-//   - Search embeds the query, searches the index confined to one scope, and loads the
-//     hits from PostgreSQL, dropping archived, expired and deleted memories, so a stale
-//     vector can hide a result but never surface a forgotten or archived one.
+//   - Search (search.go) fuses two channels, the vector index and the lexical index
+//     in PostgreSQL, each confined to one scope, and loads the candidates from
+//     PostgreSQL in one query, dropping archived, expired and deleted memories, so a
+//     stale vector can hide a result but never surface a forgotten or archived one.
 //   - Archival (the archive worker) marks memories archived in PostgreSQL first and
 //     deletes their vectors after; Search drops archived memories whatever the index
 //     still holds. Rehydrate un-archives in place and then writes the vectors back.
@@ -70,8 +71,8 @@ var (
 const (
 	// DefaultSearchK is the number of results Search returns when K is not set.
 	DefaultSearchK = 10
-	// MaxSearchK is the largest K Search accepts. Each hit is loaded from PostgreSQL
-	// by its primary key (see Search), so K stays small.
+	// MaxSearchK is the largest K Search accepts (each channel reads a few times K
+	// candidates; LangGraph's SearchRanked pages deeper).
 	MaxSearchK = 100
 )
 
@@ -352,161 +353,6 @@ func (m *Memory) embed(ctx context.Context, texts []string) ([][]float32, error)
 		return nil, fmt.Errorf("%w: embedding with %s: got %d vectors for %d texts", ErrEmbedderUnavailable, m.embedder.Model(), len(vecs), len(texts))
 	}
 	return vecs, nil
-}
-
-// SearchQuery is a similarity search inside one scope.
-type SearchQuery struct {
-	// Scope is required: a search never crosses scopes.
-	Scope string
-	// Text is what to look for; it is embedded with the store's embedder.
-	Text string
-	// Types restricts the memory types; empty means all.
-	Types []memory.Type
-	// K is the maximum number of results, 1..MaxSearchK; 0 means DefaultSearchK.
-	K int
-	// Now is the time expiry is judged against; zero means time.Now().
-	Now time.Time
-}
-
-// Result is one search result.
-type Result struct {
-	Item memory.Item
-	// Similarity is the index's score, higher is more similar (for COSINE, the cosine
-	// similarity; see vector.Hit).
-	Similarity float32
-}
-
-// Search returns up to K live memories of q.Scope most similar to q.Text, most
-// similar first (the index's order). Memories that are archived, expired at q.Now
-// (expires_at <= Now) or no longer stored are left out; when that leaves fewer than
-// K, the index is asked again for more hits (up to 4K+16 in all), so stale vectors do
-// not crowd out live memories.
-//
-// Each hit is loaded by primary key with pgstore.Store.Get, not with one multi-row
-// query: pgstore has no multi-get and this package does not duplicate its table
-// layout and row decoding. With K at most MaxSearchK those are a few index-only
-// lookups, and a search stops loading as soon as it has K live results.
-func (m *Memory) Search(ctx context.Context, q SearchQuery) ([]Result, error) {
-	p, err := q.plan()
-	if err != nil {
-		return nil, fmt.Errorf("memory service: search: %w", err)
-	}
-	text, _, err := m.limit.Prepare("the query", q.Text)
-	if err != nil {
-		return nil, fmt.Errorf("memory service: search: %w", err)
-	}
-	vecs, err := m.embed(ctx, []string{text})
-	if err != nil {
-		return nil, fmt.Errorf("memory service: search: %w", err)
-	}
-
-	limit := min(4*p.k+16, vector.MaxK)
-	loaded := map[string]*memory.Item{} // nil: not a live memory of this search
-	fetch := p.k
-	for {
-		hits, err := m.index.Search(ctx, vector.Query{Scope: q.Scope, Types: p.types, Vector: vecs[0], K: fetch})
-		if err != nil {
-			return nil, fmt.Errorf("memory service: search: %w: %w", ErrIndexUnavailable, err)
-		}
-		out, err := m.liveResults(ctx, p, hits, loaded)
-		if err != nil {
-			return nil, fmt.Errorf("memory service: search: %w", err)
-		}
-		if len(out) == p.k || len(hits) < fetch || fetch >= limit {
-			return out, nil
-		}
-		fetch = min(2*fetch, limit)
-	}
-}
-
-// searchPlan is a validated SearchQuery with its defaults applied.
-type searchPlan struct {
-	scope    string
-	k        int
-	types    []string
-	wantType map[memory.Type]bool
-	now      time.Time
-}
-
-func (q SearchQuery) plan() (searchPlan, error) {
-	p := searchPlan{scope: q.Scope, k: q.K, now: q.Now, wantType: map[memory.Type]bool{}}
-	// Every refusal is a *memory.FieldError: it is the caller's input, never a
-	// failure of the store.
-	bad := func(field, format string, args ...any) error {
-		return &memory.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
-	}
-	if q.Scope == "" {
-		return p, bad("scope", "is required")
-	}
-	if err := memory.ValidateScope(q.Scope); err != nil {
-		return p, bad("scope", "%v", err)
-	}
-	if err := memory.CheckText(q.Text); err != nil {
-		return p, bad("query", "%v", err)
-	}
-	if strings.TrimSpace(q.Text) == "" {
-		return p, bad("query", "is empty (use Recall to rank without a query)")
-	}
-	if p.k == 0 {
-		p.k = DefaultSearchK
-	}
-	if p.k < 0 || p.k > MaxSearchK {
-		return p, bad("top_k", "must be in [1, %d], got %d", MaxSearchK, q.K)
-	}
-	for _, t := range q.Types {
-		if err := t.Validate(); err != nil {
-			return p, bad("types", "%v", err)
-		}
-		p.types = append(p.types, string(t))
-		p.wantType[t] = true
-	}
-	if p.now.IsZero() {
-		p.now = time.Now()
-	}
-	return p, nil
-}
-
-// liveResults loads the hits (caching them in loaded) and keeps, in order, up to p.k
-// that are live memories of the search's scope and types.
-func (m *Memory) liveResults(ctx context.Context, p searchPlan, hits []vector.Hit, loaded map[string]*memory.Item) ([]Result, error) {
-	out := make([]Result, 0, p.k)
-	seen := map[string]bool{}
-	for _, h := range hits {
-		if seen[h.ID] {
-			continue
-		}
-		seen[h.ID] = true
-		it, ok := loaded[h.ID]
-		if !ok {
-			var err error
-			if it, err = m.load(ctx, h.ID); err != nil {
-				return nil, err
-			}
-			if it != nil && !p.admits(it) {
-				it = nil
-			}
-			loaded[h.ID] = it
-		}
-		if it != nil {
-			out = append(out, Result{Item: *it, Similarity: h.Score})
-			if len(out) == p.k {
-				break
-			}
-		}
-	}
-	return out, nil
-}
-
-// admits repeats the index's scope and type filter (a result never crosses a tenant
-// boundary, whatever the index returns) and drops archived and expired memories.
-func (p searchPlan) admits(it *memory.Item) bool {
-	switch {
-	case it.Scope != p.scope, len(p.wantType) > 0 && !p.wantType[it.MemoryType]:
-		return false
-	case it.ArchivedAt != nil, it.ExpiresAt != nil && !it.ExpiresAt.After(p.now):
-		return false
-	}
-	return true
 }
 
 // load returns the stored memory, or nil when it no longer exists.
