@@ -220,7 +220,7 @@ func TestIsolation(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if strings.Join(names, ",") != "get_memories,get_memory,search_memories" {
+	if strings.Join(names, ",") != "get_memories,get_memory,recall_context,search_memories" {
 		t.Fatalf("read-only key's tools: %v", names)
 	}
 }

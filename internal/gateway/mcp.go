@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +44,19 @@ type (
 		TopK          int      `json:"top_k,omitempty" jsonschema:"how many results, 1..100 (default 10)"`
 		Mode          string   `json:"mode,omitempty" jsonschema:"hybrid (default: meaning and words), dense (meaning only) or lexical (words only)"`
 		MinSimilarity *float64 `json:"min_similarity,omitempty" jsonschema:"leave out results less similar than this"`
+	}
+	mcpRecallInput struct {
+		Scope        string   `json:"scope,omitempty" jsonschema:"scope to search in; may be left out when the key allows exactly one scope"`
+		Query        string   `json:"query" jsonschema:"what to look for"`
+		SessionScope string   `json:"session_scope,omitempty" jsonschema:"scope of the conversation whose latest turns to return (default: scope)"`
+		RecentTurns  int      `json:"recent_turns,omitempty" jsonschema:"how many of the latest working and episodic memories to return raw, 1..100 (default 5)"`
+		Types        []string `json:"types,omitempty" jsonschema:"memory types to search (default: all)"`
+		TopK         int      `json:"top_k,omitempty" jsonschema:"how many search results besides the turns, 1..100 (default 10)"`
+		Mode         string   `json:"mode,omitempty" jsonschema:"hybrid (default), dense or lexical"`
+	}
+	mcpWindow struct {
+		Recent  []memory.Item  `json:"recent"`
+		Results []SearchResult `json:"results"`
 	}
 	mcpListInput struct {
 		Scope string   `json:"scope,omitempty" jsonschema:"scope to list; may be left out when the key allows exactly one scope"`
@@ -216,6 +230,10 @@ func (s *Server) mcpServer(k *Key) *mcp.Server {
 
 var yes, no = true, false
 
+// defaultRecentTurns is how many turns recall_context returns unless told (seed 000,
+// 4.4: "the last 5 turns raw").
+const defaultRecentTurns = 5
+
 // mcpTypeSchemas fixes what the SDK's schema inference gets wrong for us: memory
 // content (json.RawMessage) is a JSON object, not an array of bytes.
 var mcpTypeSchemas = map[reflect.Type]*jsonschema.Schema{reflect.TypeFor[json.RawMessage](): {Type: "object"}}
@@ -262,6 +280,39 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 				return nil, SearchResponse{}, toolErr(err)
 			}
 			return nil, SearchResponse{Results: res}, nil
+		})
+	mcp.AddTool(srv, schemaTool[mcpRecallInput, mcpWindow](&mcp.Tool{Name: "recall_context", Description: "The latest turns of a conversation, raw, plus what a search finds for the query (never repeating a turn): the context to answer with.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpRecallInput) (*mcp.CallToolResult, mcpWindow, error) {
+			ctx, cancel := s.toolCtx(ctx, k)
+			defer cancel()
+			scope := defaultScope(k, in.Scope)
+			session := cmp.Or(in.SessionScope, scope)
+			types, err := parseTypes(in.Types)
+			if err == nil {
+				err = checkScope(k, &scope)
+			}
+			if err == nil {
+				err = checkScope(k, &session)
+			}
+			if err == nil {
+				err = checkQuery(in.Query)
+			}
+			q := searchQuery{scope: scope, query: in.Query, mode: in.Mode, types: types, topK: in.TopK}
+			if err == nil {
+				err = q.check()
+			}
+			if err != nil {
+				return nil, mcpWindow{}, toolErr(err)
+			}
+			recent, res, err := s.window(ctx, q, session, cmp.Or(in.RecentTurns, defaultRecentTurns))
+			if err != nil {
+				return nil, mcpWindow{}, toolErr(err)
+			}
+			if recent == nil {
+				recent = []memory.Item{}
+			}
+			return nil, mcpWindow{Recent: recent, Results: res}, nil
 		})
 	mcp.AddTool(srv, schemaTool[mcpListInput, mcpMemories](&mcp.Tool{Name: "get_memories", Description: "List the memories of one scope, a page at a time.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),

@@ -182,24 +182,41 @@ type SearchResponse struct {
 	Results []SearchResult `json:"results"`
 }
 
-// RecallRequest ranks a scope's memories without a query.
+// RecallRequest ranks a scope's memories by effective score, or, with a query, is a
+// search; either may come with the latest turns of a session (a recall window).
 type RecallRequest struct {
 	Scope    string        `json:"scope"`
 	Types    []memory.Type `json:"types,omitempty"`
 	Key      string        `json:"key,omitempty"`
 	Limit    int           `json:"limit,omitempty"`
 	MinScore float64       `json:"min_score,omitempty"`
+	// Query, when set, makes the results a search (as /v1/search: top_k, mode and
+	// min_similarity apply; key, limit and min_score do not).
+	Query         string   `json:"query,omitempty"`
+	TopK          int      `json:"top_k,omitempty"`
+	Mode          string   `json:"mode,omitempty" openapi:"enum=hybrid|dense|lexical"`
+	MinSimilarity *float64 `json:"min_similarity,omitempty"`
+	// RecentTurns, when set, also returns the session's latest working and episodic
+	// memories, raw, oldest first (recent); results then never repeat them.
+	RecentTurns int `json:"recent_turns,omitempty" openapi:"minimum=0,maximum=100"`
+	// SessionScope is the scope of those turns (default: scope).
+	SessionScope string `json:"session_scope,omitempty"`
 }
 
-// RecallResult is a recalled memory.
+// RecallResult is a recalled memory; a recall with a query says why, as a search.
 type RecallResult struct {
 	Memory         memory.Item `json:"memory"`
 	EffectiveScore float64     `json:"effective_score"`
 	AgeSeconds     float64     `json:"age_seconds"`
+	Similarity     *float32    `json:"similarity,omitempty"`
+	Relevance      float64     `json:"relevance,omitempty"`
+	Score          float64     `json:"score,omitempty"`
+	Why            *SearchWhy  `json:"why,omitempty"`
 }
 
-// RecallResponse lists results, best first.
+// RecallResponse lists results, best first, and the recent turns asked for.
 type RecallResponse struct {
+	Recent  []memory.Item  `json:"recent,omitempty"`
 	Results []RecallResult `json:"results"`
 }
 
@@ -511,18 +528,38 @@ func (q searchQuery) check() error {
 	return nil
 }
 
-// searchScope runs a search for any door and says why each result was returned.
-func (s *Server) searchScope(ctx context.Context, q searchQuery) ([]SearchResult, error) {
+// serviceQuery is q as the memory service takes it, the store's defaults applied.
+func (s *Server) serviceQuery(q searchQuery, now time.Time) service.SearchQuery {
 	minSim := q.minSimilarity
 	if minSim == nil {
 		minSim = s.cfg.MinSimilarity
 	}
+	return service.SearchQuery{Scope: q.scope, Text: q.query, Types: q.types, K: q.topK,
+		Mode: service.SearchMode(q.mode), MinSimilarity: minSim, HalfLives: s.halfLives, Now: now}
+}
+
+// searchScope runs a search for any door and says why each result was returned.
+func (s *Server) searchScope(ctx context.Context, q searchQuery) ([]SearchResult, error) {
 	now := time.Now()
-	hits, err := s.mem.Search(ctx, service.SearchQuery{Scope: q.scope, Text: q.query, Types: q.types, K: q.topK,
-		Mode: service.SearchMode(q.mode), MinSimilarity: minSim, HalfLives: s.halfLives, Now: now})
+	hits, err := s.mem.Search(ctx, s.serviceQuery(q, now))
 	if err != nil {
 		return nil, err
 	}
+	return searchResults(hits, now), nil
+}
+
+// window is a search with the session's latest turns (see service.Memory.Window).
+func (s *Server) window(ctx context.Context, q searchQuery, session string, turns int) ([]memory.Item, []SearchResult, error) {
+	now := time.Now()
+	recent, hits, err := s.mem.Window(ctx, service.WindowQuery{Session: session, Turns: turns, Search: s.serviceQuery(q, now)})
+	if err != nil {
+		return nil, nil, err
+	}
+	return recent, searchResults(hits, now), nil
+}
+
+// searchResults says why each result was returned.
+func searchResults(hits []service.Result, now time.Time) []SearchResult {
 	out := make([]SearchResult, len(hits))
 	for i, h := range hits {
 		out[i] = SearchResult{Memory: h.Item, EffectiveScore: h.Why.EffectiveScore, AgeSeconds: max(0, now.Sub(h.Item.UpdatedAt).Seconds()),
@@ -534,7 +571,7 @@ func (s *Server) searchScope(ctx context.Context, q searchQuery) ([]SearchResult
 			out[i].Similarity = &sim
 		}
 	}
-	return out, nil
+	return out
 }
 
 func (s *Server) search(w http.ResponseWriter, r *http.Request, k *Key) error {
@@ -573,6 +610,24 @@ func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if err := validTypes(req.Types); err != nil {
 		return err
 	}
+	if req.RecentTurns < 0 || req.RecentTurns > pgstore.MaxRecentTurns {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "recent_turns must be in [0, %d]", pgstore.MaxRecentTurns)
+	}
+	session := cmp.Or(req.SessionScope, req.Scope)
+	if req.SessionScope != "" {
+		if req.RecentTurns == 0 {
+			return errf(http.StatusBadRequest, CodeInvalidRequest, "session_scope needs recent_turns")
+		}
+		if err := checkScope(k, &session); err != nil {
+			return err
+		}
+	}
+	if req.Query != "" {
+		return s.recallSearch(r.Context(), w, req, session)
+	}
+	if req.TopK != 0 || req.Mode != "" || req.MinSimilarity != nil {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "top_k, mode and min_similarity need a query")
+	}
 	if req.Limit < 0 || req.Limit > pgstore.MaxListLimit {
 		return errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be in [1, %d]", pgstore.MaxListLimit)
 	}
@@ -580,14 +635,61 @@ func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
 		return errf(http.StatusBadRequest, CodeInvalidRequest, "key: %v", err)
 	}
 	now := time.Now()
+	var out RecallResponse
+	shown := map[string]bool{}
+	if req.RecentTurns > 0 {
+		turns, err := s.mem.Store().Recent(r.Context(), pgstore.RecentQuery{Scope: session, Limit: req.RecentTurns, Now: now})
+		if err != nil {
+			return err
+		}
+		out.Recent = turns
+		for _, t := range turns {
+			shown[t.MemoryID] = true
+		}
+	}
+	limit := cmp.Or(req.Limit, pgstore.DefaultRecallLimit)
 	res, err := s.mem.Recall(r.Context(), pgstore.RecallQuery{Scope: req.Scope, Types: req.Types, Key: req.Key,
-		Limit: req.Limit, MinScore: req.MinScore, Now: now, HalfLives: s.halfLives})
+		Limit: limit + len(shown), MinScore: req.MinScore, Now: now, HalfLives: s.halfLives})
 	if err != nil {
 		return err
 	}
-	out := RecallResponse{Results: make([]RecallResult, len(res))}
-	for i, sc := range res {
-		out.Results[i] = RecallResult{Memory: sc.Item, EffectiveScore: sc.Score, AgeSeconds: max(0, now.Sub(sc.UpdatedAt).Seconds())}
+	out.Results = make([]RecallResult, 0, min(len(res), limit))
+	for _, sc := range res {
+		if !shown[sc.MemoryID] && len(out.Results) < limit {
+			out.Results = append(out.Results, RecallResult{Memory: sc.Item, EffectiveScore: sc.Score, AgeSeconds: max(0, now.Sub(sc.UpdatedAt).Seconds())})
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// recallSearch is a recall with a query: a search, with the session's latest turns
+// when asked for.
+func (s *Server) recallSearch(ctx context.Context, w http.ResponseWriter, req RecallRequest, session string) error {
+	if req.Key != "" || req.Limit != 0 || req.MinScore != 0 {
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "key, limit and min_score rank without a query; with a query use top_k (and min_similarity)")
+	}
+	if err := checkQuery(req.Query); err != nil {
+		return err
+	}
+	q := searchQuery{scope: req.Scope, query: req.Query, mode: req.Mode, types: req.Types, topK: req.TopK, minSimilarity: req.MinSimilarity}
+	if err := q.check(); err != nil {
+		return err
+	}
+	var out RecallResponse
+	var found []SearchResult
+	var err error
+	if req.RecentTurns > 0 {
+		out.Recent, found, err = s.window(ctx, q, session, req.RecentTurns)
+	} else {
+		found, err = s.searchScope(ctx, q)
+	}
+	if err != nil {
+		return err
+	}
+	out.Results = make([]RecallResult, len(found))
+	for i, f := range found {
+		out.Results[i] = RecallResult{Memory: f.Memory, EffectiveScore: f.EffectiveScore, AgeSeconds: f.AgeSeconds,
+			Similarity: f.Similarity, Relevance: f.Relevance, Score: f.Score, Why: &found[i].Why}
 	}
 	return writeJSON(w, http.StatusOK, out)
 }

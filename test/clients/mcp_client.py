@@ -17,8 +17,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from report import check, data, expect, read_input, run
 from toolresult import result, text_of
 
-ALL_TOOLS = ["add_memory", "delete_all_memories", "delete_memory", "get_memories", "get_memory", "search_memories", "update_memory"]
-READ_TOOLS = ["get_memories", "get_memory", "search_memories"]
+ALL_TOOLS = ["add_memory", "delete_all_memories", "delete_memory", "get_memories", "get_memory", "recall_context", "search_memories", "update_memory"]
+READ_TOOLS = ["get_memories", "get_memory", "recall_context", "search_memories"]
 
 
 def connect(url, key):
@@ -74,7 +74,7 @@ async def main_phase(inp):
             check("ping is answered", True)
         except MCPError as e:
             check("ping is answered", False, "MCP error %s: %s" % (e.code, e.message), "an empty result")
-        expect("list_tools: the seven tools", await tool_names(a), ALL_TOOLS)
+        expect("list_tools: the eight tools", await tool_names(a), ALL_TOOLS)
         tools = {t.name: t for t in (await a.list_tools()).tools}
         check("add_memory's input schema has scope and text", {"scope", "text"} <= set(tools["add_memory"].input_schema.get("properties", {})),
               tools["add_memory"].input_schema, "properties scope and text")
@@ -104,6 +104,16 @@ async def main_phase(inp):
               [r["memory"]["scope"] for r in (s or {}).get("results", [])], "only user:a")
         check("search_memories results carry a similarity", all(isinstance(r.get("similarity"), (int, float)) for r in (s or {}).get("results", [])) and bool(hits),
               (s or {}).get("results"), "a similarity on each")
+        check("search_memories results say why (channels)", all(set(r.get("why", {}).get("channels", [])) <= {"dense", "lexical"} and r["why"]["channels"] for r in (s or {}).get("results", [])) and bool(hits),
+              (s or {}).get("results"), "why.channels on each")
+        # A word only one memory has is found by the lexical channel.
+        s = await call(a, "search_memories", {"scope": "user:a", "query": "A1024", "mode": "lexical"})
+        expect("search_memories mode lexical finds the order by its number", [r["memory"]["memory_id"] for r in (s or {}).get("results", [])], [id2])
+        # recall_context: the latest turns raw (the episodic memory), and search results that never repeat them.
+        rc = await call(a, "recall_context", {"scope": "user:a", "query": "green tea order", "recent_turns": 3})
+        expect("recall_context recent turns", [m["memory_id"] for m in (rc or {}).get("recent", [])], [id2])
+        check("recall_context results never repeat a turn", id2 not in [r["memory"]["memory_id"] for r in (rc or {}).get("results", [])] and bool((rc or {}).get("results")),
+              (rc or {}).get("results"), "results without " + str(id2))
         if id2:
             s = await call(a, "search_memories", {"scope": "user:a", "query": "order shipped", "types": ["episodic"]})
             expect("search_memories with a type filter", [r["memory"]["memory_id"] for r in (s or {}).get("results", [])], [id2])
@@ -153,7 +163,7 @@ async def main_phase(inp):
               [r["memory"]["scope"] for r in (s or {}).get("results", [])], ["user:b"])
 
         # A read-only key lists only the read tools, and they work.
-        expect("read-only key: the three read tools", await tool_names(ro), READ_TOOLS)
+        expect("read-only key: the four read tools", await tool_names(ro), READ_TOOLS)
         g = await call(ro, "get_memories", {"scope": "user:a"})
         expect("read-only get_memories", sorted((m["memory_id"] for m in (g or {}).get("memories", [])), key=str), sorted([id1, id2], key=str))
         try:

@@ -94,3 +94,50 @@ func (s *Store) ScopeKeys(ctx context.Context, scopePrefix, keyMark string, limi
 	}
 	return out, nil
 }
+
+// MaxRecentTurns is the most turns Recent returns.
+const MaxRecentTurns = 100
+
+// RecentQuery asks for a scope's latest turns.
+type RecentQuery struct {
+	// Scope is required (a session's scope, "session:<id>", or a user's).
+	Scope string
+	// Types restricts the memory types; empty means working and episodic (the
+	// turns of a conversation, not the facts distilled from it).
+	Types []memory.Type
+	// Limit is how many turns, 1..MaxRecentTurns.
+	Limit int
+	// Now is the time expiry is judged against; zero means time.Now().
+	Now time.Time
+}
+
+// Recent returns the scope's Limit latest live memories of the query's types by
+// created_at (the time the turn was said), oldest first, as a transcript reads; ties
+// by memory_id. Seed 000 (4.4) reads "the last 5 turns raw, then recall from the
+// store": this is the first half.
+func (s *Store) Recent(ctx context.Context, q RecentQuery) ([]memory.Item, error) {
+	types := q.Types
+	if len(types) == 0 {
+		types = []memory.Type{memory.Working, memory.Episodic}
+	}
+	where, args, err := liveFilter(q.Scope, types, "", q.Now)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: recent: %w", err)
+	}
+	if q.Limit < 1 || q.Limit > MaxRecentTurns {
+		return nil, fmt.Errorf("pgstore: recent: limit must be in [1, %d], got %d", MaxRecentTurns, q.Limit)
+	}
+	args = append(args, q.Limit)
+	rows, err := s.pool.Query(ctx, `SELECT * FROM (SELECT `+memoryCols+` FROM `+s.t.memories+`
+		WHERE `+strings.Join(where, ` AND `)+`
+		ORDER BY created_at DESC, memory_id DESC LIMIT $`+strconv.Itoa(len(args))+`) latest
+		ORDER BY created_at, memory_id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: recent: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (memory.Item, error) { return scanItem(r) })
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: recent: %w", err)
+	}
+	return items, nil
+}

@@ -241,7 +241,7 @@ type search struct {
 	m      *Memory
 	q      SearchQuery
 	p      searchPlan
-	vec    []float32             // the query's embedding, once computed
+	vec    []float32               // the query's embedding, once computed
 	loaded map[string]*memory.Item // nil: not a live memory of this search
 	found  map[string]*candidate
 }
@@ -450,4 +450,63 @@ func (s *search) similarities(ctx context.Context, cands []*candidate) error {
 		}
 	}
 	return nil
+}
+
+// WindowQuery is a recall window: a session's latest turns, raw, plus what a search
+// finds for the query (seed 000, 4.4: "the last 5 turns raw, then recall from the
+// store").
+type WindowQuery struct {
+	// Session is the scope whose latest turns are returned; empty means
+	// Search.Scope.
+	Session string
+	// Turns is how many (1..pgstore.MaxRecentTurns); its memories are the working
+	// and episodic ones, or TurnTypes when set.
+	Turns     int
+	TurnTypes []memory.Type
+	// Search is the search; its results never repeat a turn.
+	Search SearchQuery
+}
+
+// Window returns the session's latest turns (oldest first) and up to Search.K search
+// results that are not among them, best first. One snapshot of neither is promised:
+// the two are read one after the other.
+func (m *Memory) Window(ctx context.Context, q WindowQuery) (turns []memory.Item, results []Result, err error) {
+	session := cmp.Or(q.Session, q.Search.Scope)
+	if err := memory.ValidateScope(session); err != nil {
+		return nil, nil, fmt.Errorf("memory service: recall window: %w", &memory.FieldError{Field: "session_scope", Reason: err.Error()})
+	}
+	if q.Turns < 1 || q.Turns > pgstore.MaxRecentTurns {
+		return nil, nil, fmt.Errorf("memory service: recall window: %w", &memory.FieldError{Field: "recent_turns", Reason: fmt.Sprintf("must be in [1, %d], got %d", pgstore.MaxRecentTurns, q.Turns)})
+	}
+	sq := q.Search
+	p, err := sq.plan()
+	if err != nil {
+		return nil, nil, fmt.Errorf("memory service: recall window: %w", err)
+	}
+	turns, err = m.store.Recent(ctx, pgstore.RecentQuery{Scope: session, Types: q.TurnTypes, Limit: q.Turns, Now: p.now})
+	if err != nil {
+		return nil, nil, fmt.Errorf("memory service: recall window: %w", err)
+	}
+	// Search deeper by as many turns as came back, so dropping them still leaves K.
+	shown := make(map[string]bool, len(turns))
+	for _, t := range turns {
+		shown[t.MemoryID] = true
+	}
+	sq.K, sq.Now = min(p.k+len(turns), MaxSearchK+pgstore.MaxRecentTurns), p.now
+	s := &search{m: m, q: sq, p: p, loaded: map[string]*memory.Item{}, found: map[string]*candidate{}}
+	s.p.k = sq.K
+	if err := s.run(ctx); err != nil {
+		return nil, nil, fmt.Errorf("memory service: recall window: %w", err)
+	}
+	all, err := s.results(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("memory service: recall window: %w", err)
+	}
+	results = make([]Result, 0, p.k)
+	for _, r := range all {
+		if !shown[r.Item.MemoryID] && len(results) < p.k {
+			results = append(results, r)
+		}
+	}
+	return turns, results, nil
 }
