@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -151,4 +152,30 @@ func TestRecallWindow(t *testing.T) {
 		})
 	}
 	e.wantError(http.StatusForbidden, CodeScopeForbidden, k.plain, "POST", "/v1/recall", RecallRequest{Scope: "user:1", SessionScope: "session:other", RecentTurns: 2, Query: "x"})
+}
+
+// TestGuaranteeRelevanceDecidesThroughTheGateway: through the native API, an old,
+// unimportant memory that says what was asked comes first, ahead of fresh, important
+// ones that do not. The gateway's ranking before multiplied the similarity by the
+// effective score and buried it (decayed to nothing after two years).
+func TestGuaranteeRelevanceDecidesThroughTheGateway(t *testing.T) {
+	k := newTestKey(t, "k", false, "user:*")
+	e := newEnv(t, envOptions{keys: []testKey{k}})
+	write := func(text string, base float64, at time.Time) string {
+		var w WriteResponse
+		e.must(201, k.plain, "POST", "/v1/memories", NewMemory{Scope: "user:1", MemoryType: memory.Episodic, CreatedAt: &at, BaseScore: &base,
+			Content: json.RawMessage(`{"text":` + mustJSON(t, text) + `}`)}, &w)
+		return w.MemoryID
+	}
+	old := write("we moved the kayak trip to the lake district in september", 0.05, time.Now().Add(-2*365*24*time.Hour))
+	for i := range 12 {
+		write(fmt.Sprintf("fresh chat %d about the weather and the trip home", i), 1, time.Now().Add(-time.Minute))
+	}
+	for _, mode := range []string{"", "dense", "lexical"} {
+		var res SearchResponse
+		e.must(200, k.plain, "POST", "/v1/search", SearchRequest{Scope: "user:1", Query: "kayak trip lake district", Mode: mode, TopK: 5}, &res)
+		if len(res.Results) == 0 || res.Results[0].Memory.MemoryID != old {
+			t.Errorf("mode %q: results %s; want the old relevant memory %s first", mode, mustJSON(t, res.Results), old)
+		}
+	}
 }
