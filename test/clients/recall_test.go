@@ -92,7 +92,7 @@ const e5Dedup = 0.95
 
 // recallCheck provisions a store with the e5 embedder and runs the check table.
 func recallCheck(t *testing.T, endpoint, model string, dedup float64) {
-	keyA := newKey(t, "user-a", false, userA)
+	keyA := newKey(t, "user-a", false, userA, emptySession) // emptySession: see searchDoors
 	keyB := newKey(t, "user-b", false, userB)
 	admin := newKey(t, "admin", false, "user:*")
 	g := startGateway(t, gatewayOptions{keys: []apiKey{keyA, keyB, admin}, dim: e5Dimension,
@@ -161,6 +161,16 @@ func recallCheck(t *testing.T, endpoint, model string, dedup float64) {
 				runnerUp = fmt.Sprintf("%s (%.3f)", names[res[1].Memory.MemoryID], *res[1].Similarity)
 			}
 			fmt.Fprintf(&table, "%-24s | %-18s | %-10.3f | %-8.3f | %-27s | %s\n", c.scenario, names[res[0].Memory.MemoryID], *res[0].Similarity, res[0].EffectiveScore, runnerUp, c.query)
+		}
+		// Every door that searches finds it first too.
+		for _, d := range searchDoors(t, g, keyA) {
+			if ids := d.search(t, userA, c.query); len(ids) == 0 || names[ids[0]] != c.want {
+				first := "nothing"
+				if len(ids) > 0 {
+					first = names[ids[0]]
+				}
+				t.Errorf("%q through %s: the top result is %s, want %s", c.query, d.name, first, c.want)
+			}
 		}
 		// The same questions in user B's scope find only B's memories.
 		for _, r := range search(keyB, userB, c.query) {
