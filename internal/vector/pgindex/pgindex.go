@@ -268,54 +268,24 @@ func (ix *Index) DeleteScope(ctx context.Context, scope string) error {
 	return nil
 }
 
-// scoreExpr is the per-row score over the pairs u(a, b) of stored and query
-// components, in double precision: the dot product for COSINE (both sides
-// normalised) and IP, the negated Euclidean distance for L2.
-func scoreExpr(m vector.Metric) string {
-	if m == vector.L2 {
-		return `-sqrt(sum((u.a::float8 - u.b::float8) ^ 2))`
-	}
-	return `sum(u.a::float8 * u.b::float8)`
-}
-
 // Search returns the K entries of q.Scope (and q.Types) with the highest score,
 // best first; ties are ordered by memory_id.
 func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, error) {
 	if err := vector.ValidateQuery(ix.spec, q); err != nil {
 		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 	}
-	args := []any{q.Scope, vector.Prepare(ix.spec.Metric, q.Vector), q.K, ix.spec.Dimension}
+	query := vector.Prepare(ix.spec.Metric, q.Vector)
+	args := []any{q.Scope, ix.spec.Dimension}
 	typeFilter := ""
 	if len(q.Types) > 0 {
-		typeFilter = ` AND v.memory_type = ANY($5::text[])`
+		typeFilter = ` AND v.memory_type = ANY($3::text[])`
 		args = append(args, q.Types)
 	}
-	sql := `SELECT memory_id, score FROM (
-		SELECT v.memory_id, (SELECT ` + scoreExpr(ix.spec.Metric) + ` FROM unnest(v.embedding, $2::real[]) AS u(a, b)) AS score
-		FROM ` + ix.table + ` v
-		WHERE v.scope = $1` + typeFilter + ` AND cardinality(v.embedding) = $4
-	) s ORDER BY score DESC, memory_id LIMIT $3`
-	hits, err := ix.queryHits(ctx, sql, args...)
+	hits, err := ix.scoreRows(ctx, query, q.K, `SELECT v.memory_id, v.embedding FROM `+ix.table+` v
+		WHERE v.scope = $1`+typeFilter+` AND cardinality(v.embedding) = $2`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 	}
 	return hits, nil
 }
 
-// queryHits runs a query of (memory_id, score) rows.
-func (ix *Index) queryHits(ctx context.Context, sql string, args ...any) ([]vector.Hit, error) {
-	rows, err := ix.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (vector.Hit, error) {
-		var h vector.Hit
-		var score float64
-		err := r.Scan(&h.ID, &score)
-		if score == 0 {
-			score = 0 // -0 from a negated zero distance
-		}
-		h.Score = float32(score)
-		return h, err
-	})
-}

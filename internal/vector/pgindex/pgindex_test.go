@@ -19,12 +19,12 @@ import (
 )
 
 // connect opens a pool as the workers and the gateway do (RegisterVectorCodec).
-func connect(t *testing.T) *pgxpool.Pool {
+func connect(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	return connectWith(t, pgindex.RegisterVectorCodec)
 }
 
-func connectWith(t *testing.T, afterConnect func(context.Context, *pgx.Conn) error) *pgxpool.Pool {
+func connectWith(t testing.TB, afterConnect func(context.Context, *pgx.Conn) error) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testutil.PostgresDSN(t))
 	if err != nil {
@@ -41,7 +41,7 @@ func connectWith(t *testing.T, afterConnect func(context.Context, *pgx.Conn) err
 
 // newSchema creates a schema holding the two tables the store migrations create,
 // with exactly their DDL, and drops it when the test ends.
-func newSchema(t *testing.T, pool *pgxpool.Pool, name string) string {
+func newSchema(t testing.TB, pool *pgxpool.Pool, name string) string {
 	t.Helper()
 	ctx := context.Background()
 	s := pgx.Identifier{name}.Sanitize()
