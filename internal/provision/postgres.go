@@ -237,6 +237,12 @@ var Privileges = map[string]map[string][]string{
 		"tombstones":        {"SELECT", "INSERT"},
 		"audit_log":         {"INSERT"},
 		"index_pending":     {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		// The lexical index (pgstore's lexical.go): Put rewrites a memory's
+		// postings, a search makes those a bulk write left owed, and a delete of
+		// memories removes theirs (a trigger running as the deleting role).
+		"memory_terms":      {"SELECT", "INSERT", "DELETE"},
+		"term_docs":         {"SELECT", "INSERT", "DELETE"},
+		"term_pending":      {"SELECT", "INSERT", "DELETE"},
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
 	},
@@ -251,6 +257,11 @@ var Privileges = map[string]map[string][]string{
 		"archive_runs":      {"SELECT", "INSERT", "UPDATE"},
 		"restores":          {"SELECT", "INSERT", "UPDATE"},
 		"scope_renames":     {"SELECT", "INSERT"},
+		// Restores and imports mark the scopes owed postings, may make them
+		// (IndexPendingTerms), and purges and forgets remove them.
+		"memory_terms":      {"SELECT", "INSERT", "DELETE"},
+		"term_docs":         {"SELECT", "INSERT", "DELETE"},
+		"term_pending":      {"SELECT", "INSERT", "DELETE"},
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
 	},
