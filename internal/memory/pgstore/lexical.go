@@ -36,11 +36,18 @@
 // so statistics do not move with a request's filters; the filters choose among the
 // ranked memories. Ties go by memory_id.
 //
-// Cost. A search reads the postings of its terms in the scope (a frequent term's
-// postings are most of them), sorts the candidates and checks the best ones against
-// memories until K are live; N and avgdl are an index scan of the scope's term_docs
-// (linear in the scope: about 5 ms at 10^5 memories, so some 50 ms at 10^6, where a
-// counter row per scope would be the next step). BenchmarkLexicalSearch measures it.
+// Cost. A search reads every posting of its terms in the scope (term at a time:
+// a frequent term's postings are a good part of the scope), scores and sorts the
+// candidates, and checks the best against memories until K are live; N and avgdl
+// are an index scan of the scope's term_docs, linear in the scope. Measured here
+// (BenchmarkLexicalSearch, 2 shared cores, PostgreSQL 15): at 1,000 memories a
+// search takes 1-3 ms; at 100,000, 11 ms for a rare term (8 ms of it the
+// statistics), 90 ms for a term in a third of the memories, 300 ms for a
+// six-term question of frequent words. At 10^6 memories in one scope the
+// statistics alone would be some 80 ms and frequent terms seconds: a per-scope
+// counter row and pruning (WAND/MaxScore over impact-ordered postings) are the
+// next steps. Catching up a scope costs about 70 µs per memory (100,000 in 7 s,
+// TestLexicalSearchScale), once; forgetting it about 14 µs per memory.
 
 package pgstore
 

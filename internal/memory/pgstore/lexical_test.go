@@ -465,7 +465,7 @@ func TestLexicalSearchScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100k memories")
 	}
-	s, _ := newStore(t)
+	s, pool := newStore(t)
 	items := scaleItems("user:big", 100_000)
 	loadScale(t, s, items)
 	start := time.Now()
@@ -477,6 +477,15 @@ func TestLexicalSearchScale(t *testing.T) {
 	for _, q := range []string{"oat milk berlin turn42", "jazz refund"} {
 		want := refBM25(items, q)
 		sameHits(t, search(t, s, LexicalQuery{Scope: "user:big", Text: q, K: 10}), want[:10])
+	}
+	// Forgetting the scope removes its million postings in one statement's trigger.
+	start = time.Now()
+	if _, err := s.Forget(t.Context(), "user:big", "test", "test"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("forgetting 100k memories took %s", time.Since(start))
+	if n := countRows(t, pool, s.t.memoryTerms, "") + countRows(t, pool, s.t.termDocs, ""); n != 0 {
+		t.Fatalf("%d lexical rows left after the forget", n)
 	}
 }
 
