@@ -441,7 +441,7 @@ func scaleItems(scope string, n int) []memory.Item {
 		for range 6 + rng.IntN(10) {
 			b.WriteString(words[rng.IntN(len(words))] + " ")
 		}
-		b.WriteString(fmt.Sprintf("turn%d", i%5000))
+		fmt.Fprintf(&b, "turn%d", i%5000)
 		if i == n/2 {
 			b.WriteString(" xylophone")
 		}
