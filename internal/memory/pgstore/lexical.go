@@ -240,21 +240,17 @@ func (s *Store) writeTermDocs(ctx context.Context, tx pgx.Tx, docs []termDoc) er
 			pTF, pDL = append(pTF, d.tfs[i]), append(pDL, d.length)
 		}
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM `+s.t.memoryTerms+` WHERE memory_id = ANY($1)`, ids); err != nil {
-		return fmt.Errorf("deleting postings: %w", err)
+	// One round trip: Put pays it on every write that changes a value.
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM `+s.t.memoryTerms+` WHERE memory_id = ANY($1)`, ids)
+	b.Queue(`DELETE FROM `+s.t.termDocs+` WHERE memory_id = ANY($1)`, ids)
+	b.Queue(`INSERT INTO `+s.t.termDocs+` (memory_id, scope, content_hash, length)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int4[])`, ids, scopes, hashes, lengths)
+	if len(pIDs) > 0 {
+		b.Queue(`INSERT INTO `+s.t.memoryTerms+` (scope, term, memory_id, tf, dl)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[])`, pScopes, pTerm, pIDs, pTF, pDL)
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM `+s.t.termDocs+` WHERE memory_id = ANY($1)`, ids); err != nil {
-		return fmt.Errorf("deleting term documents: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+s.t.termDocs+` (memory_id, scope, content_hash, length)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int4[])`, ids, scopes, hashes, lengths); err != nil {
-		return fmt.Errorf("writing term documents: %w", err)
-	}
-	if len(pIDs) == 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+s.t.memoryTerms+` (scope, term, memory_id, tf, dl)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[])`, pScopes, pTerm, pIDs, pTF, pDL); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("writing postings: %w", err)
 	}
 	return nil
