@@ -233,24 +233,35 @@ var Privileges = map[string]map[string][]string{
 		"memories": {"SELECT", "DELETE",
 			"INSERT (memory_id, memory_type, scope, key, content, content_hash, source, base_score, created_at, updated_at, expires_at, archived_at, history)",
 			"UPDATE (memory_type, content, content_hash, source, base_score, updated_at, expires_at, archived_at, history)"},
-		"vectors":           {"SELECT", "INSERT", "UPDATE", "DELETE"},
-		"tombstones":        {"SELECT", "INSERT"},
-		"audit_log":         {"INSERT"},
-		"index_pending":     {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"vectors":       {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"tombstones":    {"SELECT", "INSERT"},
+		"audit_log":     {"INSERT"},
+		"index_pending": {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		// The lexical index (pgstore's lexical.go): Put rewrites a memory's
+		// postings, a search makes those a bulk write left owed, and a delete of
+		// memories removes theirs (a trigger running as the deleting role).
+		"memory_terms":      {"SELECT", "INSERT", "DELETE"},
+		"term_docs":         {"SELECT", "INSERT", "DELETE"},
+		"term_pending":      {"SELECT", "INSERT", "DELETE"},
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
 	},
 	// Jobs also keep the archival, the pending index deletions and the record of the
 	// restores received, and read the audit log's counterpart of what they did.
 	"worker": {
-		"memories":          {"SELECT", "INSERT", "UPDATE", "DELETE"},
-		"vectors":           {"SELECT", "INSERT", "UPDATE", "DELETE"},
-		"tombstones":        {"SELECT", "INSERT"},
-		"audit_log":         {"SELECT", "INSERT"},
-		"index_deletions":   {"SELECT", "INSERT", "DELETE"},
-		"archive_runs":      {"SELECT", "INSERT", "UPDATE"},
-		"restores":          {"SELECT", "INSERT", "UPDATE"},
-		"scope_renames":     {"SELECT", "INSERT"},
+		"memories":        {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"vectors":         {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"tombstones":      {"SELECT", "INSERT"},
+		"audit_log":       {"SELECT", "INSERT"},
+		"index_deletions": {"SELECT", "INSERT", "DELETE"},
+		"archive_runs":    {"SELECT", "INSERT", "UPDATE"},
+		"restores":        {"SELECT", "INSERT", "UPDATE"},
+		"scope_renames":   {"SELECT", "INSERT"},
+		// Restores and imports mark the scopes owed postings, may make them
+		// (IndexPendingTerms), and purges and forgets remove them.
+		"memory_terms":      {"SELECT", "INSERT", "DELETE"},
+		"term_docs":         {"SELECT", "INSERT", "DELETE"},
+		"term_pending":      {"SELECT", "INSERT", "DELETE"},
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
 	},

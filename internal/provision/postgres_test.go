@@ -63,11 +63,13 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 			// memories: and INSERT, UPDATE of some columns (below)
 			"memories": "SELECT,DELETE", "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "INSERT",
 			"index_deletions": "", "archive_runs": "", "restores": "", "index_pending": crud, "scope_renames": "", "store_meta": "SELECT", "schema_migrations": "SELECT",
+			"memory_terms": "SELECT,INSERT,DELETE", "term_docs": "SELECT,INSERT,DELETE", "term_pending": "SELECT,INSERT,DELETE",
 		},
 		names.WorkerRole: {
 			"memories": crud, "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "SELECT,INSERT",
 			"index_deletions": "SELECT,INSERT,DELETE", "archive_runs": "SELECT,INSERT,UPDATE", "restores": "SELECT,INSERT,UPDATE",
 			"index_pending": "", "scope_renames": "SELECT,INSERT", "store_meta": "SELECT", "schema_migrations": "SELECT",
+			"memory_terms": "SELECT,INSERT,DELETE", "term_docs": "SELECT,INSERT,DELETE", "term_pending": "SELECT,INSERT,DELETE",
 		},
 	}
 	check := func(t *testing.T) {
@@ -81,8 +83,8 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(tables) != 11 {
-			t.Fatalf("schema %s has tables %v; this test knows 11", names.Schema, tables)
+		if len(tables) != 14 {
+			t.Fatalf("schema %s has tables %v; this test knows 14", names.Schema, tables)
 		}
 		for role, perTable := range want {
 			for _, table := range tables {

@@ -129,12 +129,19 @@ func (s *Store) importBatchTx(ctx context.Context, mrows, vrows [][]any) (insert
 		if _, err := tx.CopyFrom(ctx, memStage, memCopyCols, pgx.CopyFromRows(mrows)); err != nil {
 			return fmt.Errorf("copying memories: %w", err)
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO `+s.t.memories+` (`+cols+`)
-			SELECT `+cols+` FROM `+memStage.Sanitize()+` s WHERE NOT `+s.covered("s")+` ON CONFLICT DO NOTHING`)
+		// The scopes that gained memories are owed their lexical postings
+		// (lexical.go: a search makes them).
+		err := tx.QueryRow(ctx, `WITH ins AS (
+				INSERT INTO `+s.t.memories+` (`+cols+`)
+				SELECT `+cols+` FROM `+memStage.Sanitize()+` s WHERE NOT `+s.covered("s")+` ON CONFLICT DO NOTHING
+				RETURNING scope
+			), owed AS (
+				INSERT INTO `+s.t.termPending+` (scope) SELECT DISTINCT scope FROM ins
+			)
+			SELECT count(*) FROM ins`).Scan(&inserted)
 		if err != nil {
 			return fmt.Errorf("inserting memories: %w", err)
 		}
-		inserted = tag.RowsAffected()
 
 		if len(vrows) == 0 {
 			return nil
@@ -146,7 +153,7 @@ func (s *Store) importBatchTx(ctx context.Context, mrows, vrows [][]any) (insert
 		if _, err := tx.CopyFrom(ctx, vecStage, []string{"memory_id", "scope", "embedding"}, pgx.CopyFromRows(vrows)); err != nil {
 			return fmt.Errorf("copying embeddings: %w", err)
 		}
-		tag, err = tx.Exec(ctx, `INSERT INTO `+s.t.vectors+` (memory_id, scope, memory_type, embedding)
+		tag, err := tx.Exec(ctx, `INSERT INTO `+s.t.vectors+` (memory_id, scope, memory_type, embedding)
 			SELECT v.memory_id, m.scope, m.memory_type, v.embedding
 			FROM `+vecStage.Sanitize()+` v JOIN `+s.t.memories+` m ON m.memory_id = v.memory_id AND m.scope = v.scope
 			ON CONFLICT DO NOTHING`)

@@ -383,7 +383,7 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy Conflict
 			return err
 		}
 		if inserted {
-			return s.finishMerge(ctx, tx, opts, res)
+			return s.finishMerge(ctx, tx, b, opts, res)
 		}
 	}
 	sql := s.mergeSQL(policy, forgotten)
@@ -430,12 +430,24 @@ func (s *Store) mergeOnce(ctx context.Context, b *PreparedBatch, policy Conflict
 		}
 	}
 
-	return s.finishMerge(ctx, tx, opts, res)
+	return s.finishMerge(ctx, tx, b, opts, res)
 }
 
-// finishMerge records the batch's renamed scopes, runs BeforeCommit and commits the
-// batch (a dry run rolls it back).
-func (s *Store) finishMerge(ctx context.Context, tx pgx.Tx, opts MergeOptions, res *MergeResult) error {
+// finishMerge marks the scopes whose memories the batch wrote as owed their lexical
+// postings (lexical.go: a search makes them), records the batch's renamed scopes,
+// runs BeforeCommit and commits the batch (a dry run rolls it back).
+func (s *Store) finishMerge(ctx context.Context, tx pgx.Tx, b *PreparedBatch, opts MergeOptions, res *MergeResult) error {
+	var owed []string
+	seen := make(map[string]bool)
+	for _, r := range b.rows {
+		if res.Outcomes[r.pos].Written() && !seen[r.it.Scope] {
+			seen[r.it.Scope] = true
+			owed = append(owed, r.it.Scope)
+		}
+	}
+	if err := s.markTermsOwed(ctx, tx, owed); err != nil {
+		return err
+	}
 	if err := s.recordRenames(ctx, tx, opts.RenameSource, opts.Renames); err != nil {
 		return err
 	}

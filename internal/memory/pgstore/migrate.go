@@ -192,11 +192,58 @@ CREATE TRIGGER {{i "memories_recorded_at"}} BEFORE UPDATE ON {{t "memories"}}
 	FOR EACH ROW WHEN (OLD.content_hash IS DISTINCT FROM NEW.content_hash)
 	EXECUTE FUNCTION {{t "memories_recorded_at"}}();
 `,
+	// 8: the lexical index (lexical.go). memory_terms holds the postings, one row per
+	// term of a memory, scope first so that a term's document frequency in a scope is
+	// a range of its primary key; dl (the memory's length in terms) rides along so
+	// that scoring reads no other row. term_docs says, per memory, which content its
+	// postings were made from and how long it is (a scope's N and average length).
+	// Neither references memories: a foreign key check per posting doubles the cost
+	// of writing them; the statement trigger below removes both when memories go.
+	// term_pending marks scopes whose bulk writes (restore, import) left postings to
+	// be made; a search of the scope makes them first. Every existing scope is marked,
+	// so a store upgraded from version 7 finds its memories at its first search.
+	`
+CREATE TABLE {{t "memory_terms"}} (
+	scope     text COLLATE "C" NOT NULL,
+	term      text COLLATE "C" NOT NULL,
+	memory_id text COLLATE "C" NOT NULL,
+	tf        integer NOT NULL CHECK (tf > 0),
+	dl        integer NOT NULL CHECK (dl > 0),
+	PRIMARY KEY (scope, term, memory_id)
+);
+CREATE INDEX {{i "memory_terms_memory_idx"}} ON {{t "memory_terms"}} (memory_id);
+
+CREATE TABLE {{t "term_docs"}} (
+	memory_id    text COLLATE "C" PRIMARY KEY,
+	scope        text COLLATE "C" NOT NULL,
+	content_hash bytea NOT NULL,
+	length       integer NOT NULL CHECK (length >= 0)
+);
+CREATE INDEX {{i "term_docs_scope_idx"}} ON {{t "term_docs"}} (scope) INCLUDE (length);
+
+CREATE TABLE {{t "term_pending"}} (
+	scope     text COLLATE "C" NOT NULL,
+	marked_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX {{i "term_pending_scope_idx"}} ON {{t "term_pending"}} (scope);
+
+CREATE FUNCTION {{t "memories_drop_terms"}}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	DELETE FROM {{t "memory_terms"}} t USING gone g WHERE t.scope = g.scope AND t.memory_id = g.memory_id;
+	DELETE FROM {{t "term_docs"}} d USING gone g WHERE d.memory_id = g.memory_id;
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER {{i "memories_drop_terms"}} AFTER DELETE ON {{t "memories"}}
+	REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION {{t "memories_drop_terms"}}();
+
+INSERT INTO {{t "term_pending"}} (scope) SELECT DISTINCT scope FROM {{t "memories"}};
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 7
+const LatestVersion = 8
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.

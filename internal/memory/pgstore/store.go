@@ -4,6 +4,9 @@
 //
 // Every identifier built from the caller's schema name is quoted with
 // pgx.Identifier.Sanitize; every value travels as a query parameter or through COPY.
+//
+// Beside the vector index, a lexical index (BM25 over scope-local postings) serves
+// LexicalSearch; lexical.go describes its tokenizer, ranking, maintenance and cost.
 package pgstore
 
 import (
@@ -49,6 +52,7 @@ type tableNames struct {
 	memories, tombstones, auditLog, vectors, storeMeta  string
 	indexDeletions, archiveRuns, restores, indexPending string
 	scopeRenames                                        string
+	memoryTerms, termDocs, termPending                  string
 }
 
 // DefaultImportBatch is how many items Import copies and inserts per transaction.
@@ -73,6 +77,9 @@ func New(pool *pgxpool.Pool, schema string) *Store {
 			restores:       q("restores"),
 			indexPending:   q("index_pending"),
 			scopeRenames:   q("scope_renames"),
+			memoryTerms:    q("memory_terms"),
+			termDocs:       q("term_docs"),
+			termPending:    q("term_pending"),
 		},
 		importBatch: DefaultImportBatch,
 	}
@@ -139,7 +146,8 @@ const writeCols = `memory_id, memory_type, scope, key, content, source, base_sco
 //
 // Concurrent writers to one slot are serialised by row locks, so no superseded value
 // is lost. Put never touches the vectors table; re-embedding a superseded memory is
-// the vector index's job.
+// the vector index's job. It does write the memory's lexical postings (lexical.go),
+// in the same transaction, whenever the value changed.
 func (s *Store) Put(ctx context.Context, item memory.Item) (PutResult, error) {
 	return s.putVia(ctx, s.pool, item, false)
 }
@@ -169,14 +177,28 @@ func (s *Store) putVia(ctx context.Context, db beginner, item memory.Item, queue
 	if err != nil {
 		return PutResult{}, fmt.Errorf("pgstore: put %q: %w", item.MemoryID, err)
 	}
+	// The memory's postings (lexical.go), counted before the transaction.
+	doc := makeTermDoc("", &item, hash)
 	var res PutResult
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if err := s.checkNotForgotten(ctx, tx, item); err != nil {
 			return err
 		}
-		var err error
-		if res, err = s.put(ctx, tx, item, hash, serverDated); err != nil || !queue || res.Outcome == Unchanged {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.termsLock(item.Scope)); err != nil {
 			return err
+		}
+		var err error
+		if res, err = s.put(ctx, tx, item, hash, serverDated); err != nil || res.Outcome == Unchanged {
+			return err
+		}
+		// The value changed (inserted, or superseded under the slot's row lock, so
+		// concurrent supersedes write their postings in the order of their values).
+		doc.id = res.MemoryID
+		if err := s.writeTermDocs(ctx, tx, []termDoc{doc}); err != nil {
+			return err
+		}
+		if !queue {
+			return nil
 		}
 		res.Pending, err = s.enqueue(ctx, tx, res.MemoryID)
 		return err
