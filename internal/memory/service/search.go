@@ -248,6 +248,15 @@ type search struct {
 
 func (s *search) run(ctx context.Context) error {
 	depth := channelDepth(s.p.k)
+	// A query the embedder's input limit refuses is refused before anything runs.
+	var text string
+	needVec := s.p.mode != Lexical || s.q.MinSimilarity != nil
+	if needVec {
+		var err error
+		if text, _, err = s.m.limit.Prepare("the query", s.q.Text); err != nil {
+			return err
+		}
+	}
 	if s.p.mode != Dense {
 		hits, err := s.m.store.LexicalSearch(ctx, pgstore.LexicalQuery{Scope: s.p.scope, Types: s.q.Types, Text: s.q.Text, K: depth, Now: s.p.now})
 		if err != nil {
@@ -270,10 +279,12 @@ func (s *search) run(ctx context.Context) error {
 			c.why.LexicalRank, c.why.LexicalScore, c.why.MatchedTerms = rank, h.Score, h.Matched
 		}
 	}
-	if s.p.mode != Lexical || s.q.MinSimilarity != nil {
-		if err := s.embedQuery(ctx); err != nil {
+	if needVec {
+		vecs, err := s.m.embed(ctx, []string{text})
+		if err != nil {
 			return err
 		}
+		s.vec = vecs[0]
 	}
 	if s.p.mode != Lexical {
 		if err := s.dense(ctx, depth); err != nil {
@@ -290,19 +301,6 @@ func (s *search) candidate(id string) *candidate {
 		s.found[id] = c
 	}
 	return c
-}
-
-func (s *search) embedQuery(ctx context.Context) error {
-	text, _, err := s.m.limit.Prepare("the query", s.q.Text)
-	if err != nil {
-		return err
-	}
-	vecs, err := s.m.embed(ctx, []string{text})
-	if err != nil {
-		return err
-	}
-	s.vec = vecs[0]
-	return nil
 }
 
 // dense ranks the index's hits that are live memories of the search, asking the
