@@ -46,6 +46,9 @@ var (
 	// committing; the drainer takes over what is older.
 	drainMinAge  = 10 * time.Second
 	pendingEvery = 10 * time.Second
+	// termsEvery is how often the gateway makes the lexical postings restores and
+	// imports owe (a search makes them too, when it gets there first).
+	termsEvery = 5 * time.Second
 )
 
 // drainBatch is how much pending index work one drain step takes.
@@ -199,6 +202,7 @@ func (g *Gateway) Background(ctx context.Context) {
 		}
 	})
 	every(drainEvery, func() { g.drain(ctx) })
+	every(termsEvery, func() { g.indexTerms(ctx) })
 	every(pendingEvery, func() { g.pendingMetrics(ctx) })
 	wg.Wait()
 }
@@ -232,6 +236,20 @@ func (g *Gateway) drain(ctx context.Context) {
 		if res.Done+res.Failed+res.Parked < drainBatch {
 			return
 		}
+	}
+}
+
+// indexTerms makes the lexical postings that restores and imports left owed (see
+// pgstore.Store.IndexPendingTerms), so that no agent's first search of a restored
+// scope waits for them.
+func (g *Gateway) indexTerms(ctx context.Context) {
+	n, err := g.Memory.Store().IndexPendingTerms(ctx)
+	if err != nil && ctx.Err() == nil {
+		g.log.Warn("lexical indexing of restored scopes failed; will retry", "error", err.Error())
+		return
+	}
+	if n > 0 {
+		g.log.Info("indexed the words of restored or imported scopes", "scopes", n)
 	}
 }
 
