@@ -33,4 +33,3 @@ func (ix *Index) ScoreIDs(ctx context.Context, q vector.Query, ids []string) ([]
 	}
 	return vector.RankHits(hits, q.K), nil
 }
-

@@ -288,4 +288,3 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 	}
 	return hits, nil
 }
-
