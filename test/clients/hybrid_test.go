@@ -11,8 +11,8 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
-// rareWordCases are questions that name a rare word (a tracking code, a place, an
-// order number, a name) that only one memory holds, among memories that share the
+// rareWordCases are questions that name a rare word (a tracking code, a place, a
+// name) that only one memory holds, among memories that share the
 // question's other words: what an embedding (queries embedded as queries, memories
 // as passages) ranks below the distractors and BM25 finds. English and Chinese.
 var rareWordCases = []struct {
@@ -36,14 +36,6 @@ var rareWordCases = []struct {
 		"who lives next door on our lane? a retired teacher",
 		"he lives on Lane Avenue now",
 	}, "who lives on Wexcombe Lane"},
-	{"订单号 (order number)", []string{
-		"K83620 那笔钱昨天到账了",
-		"退款怎么样了？还在审核中",
-		"你问的退款怎么样了：被拒绝了",
-		"退款的进度怎么样了，需要补充照片",
-		"上次的退款怎么样了，已经取消",
-		"退款怎么样都行，转到余额吧",
-	}, "K83620 退款怎么样了"},
 	{"人名 (a name)", []string{
 		"诸葛芸下个月办喜事",
 		"婚礼要准备什么？鲜花和喜糖",
