@@ -25,7 +25,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultSpeakers = 10
-	DefaultSessions = 18
+	DefaultSessions = 28
 )
 
 // Start and End bound the corpus's own time: turns are dated within them. A user of
@@ -129,6 +129,16 @@ type gen struct {
 }
 
 func pick[T any](g *gen, xs []T) T { return xs[g.r.IntN(len(xs))] }
+
+// weightedKinds holds each event kind as often as its weight.
+var weightedKinds = func() (out []eventKind) {
+	for _, k := range eventKinds {
+		for range max(1, k.weight) {
+			out = append(out, k)
+		}
+	}
+	return out
+}()
 
 // fresh draws from draw until it returns a token not used before.
 func (g *gen) fresh(draw func() string) string {
@@ -258,6 +268,12 @@ func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
 		return sess + 1 + g.r.IntN(nSessions-sess-1)
 	}
 	var qs []*pquestion
+	// lookalike adds a line echoing a rare question's wording, without its token.
+	lookalike := func(t texts, lang string) {
+		if len(t[lang]) > 0 {
+			add(g.r.IntN(nSessions), Episodic, lang, pick(g, t[lang]), "")
+		}
+	}
 	ask := func(qlang, tpl string, vals map[string]string, key, evLang string, evidence ...[]*pturn) {
 		q := &pquestion{evidence: evidence}
 		q.Lang = qlang
@@ -338,6 +354,7 @@ func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
 			qs[len(qs)-1].Kinds = append(qs[len(qs)-1].Kinds, kinds...)
 		}
 		for _, tpl := range rare {
+			lookalike(slot.lookalike, qlang)
 			ask(qlang, tpl, vals, "", lang, unit)
 			qs[len(qs)-1].Kinds = append(qs[len(qs)-1].Kinds, kinds...)
 		}
@@ -355,7 +372,7 @@ func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
 			var vals map[string]string
 			lang := g.langOf(s)
 			for range 8 {
-				k := pick(g, eventKinds)
+				k := pick(g, weightedKinds)
 				if clashes[k.name] >= 20 {
 					continue // its unique values are used up: it would only burn dates
 				}
@@ -380,7 +397,11 @@ func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
 			}
 			if g.r.IntN(100) < 60 {
 				qlang := questionLang(lang)
-				ask(qlang, pick(g, kind.ask[qlang]), vals, key, lang, []*pturn{t})
+				tpl := pick(g, kind.ask[qlang])
+				if strings.HasPrefix(tpl, "!") {
+					lookalike(kind.lookalike, qlang)
+				}
+				ask(qlang, tpl, vals, key, lang, []*pturn{t})
 			}
 			if len(kind.followUp) > 0 && g.r.IntN(100) < 30 {
 				add(min(nSessions-1, sess+1+g.r.IntN(3)), Episodic, lang, fill(g.say(s, kind.followUp, lang), vals), "")

@@ -87,8 +87,8 @@ func TestShape(t *testing.T) {
 	if n := len(c.Turns); n < 800 || n > 1600 {
 		t.Errorf("%d turns at the default size, want 800..1600 (the benchmark's time budget)", n)
 	}
-	if n := len(c.Questions); n < 200 || n > 400 {
-		t.Errorf("%d questions at the default size, want 200..400", n)
+	if n := len(c.Questions); n < 200 || n > 500 {
+		t.Errorf("%d questions at the default size, want 200..500", n)
 	}
 	t.Logf("%d turns %v %v, %d questions %v", len(c.Turns), types, langs, len(c.Questions), kinds)
 }

@@ -28,7 +28,9 @@ type factSlot struct {
 	state, restate, update texts
 	ask                    texts
 	distract               texts // episodic lines that share the slot's words
-	valueKey               string
+	// lookalike lines echo a rare-token question's wording without its token.
+	lookalike texts
+	valueKey  string
 }
 
 var factSlots = []factSlot{
@@ -116,6 +118,10 @@ var factSlots = []factSlot{
 			"en": {"What kind of animal lives with us?", "!Remind me, who is {pet_name}?"},
 			"zh": {"我家养的是什么宠物？", "!{pet_name}是谁来着？"},
 		},
+		lookalike: texts{
+			"en": {"Remind me who that person from the party was?"},
+			"zh": {"聚会上那个人是谁来着？"},
+		},
 		distract: texts{
 			"en": {"Saw the cutest {other_pet} at the park this morning.", "The neighbours' animals were noisy all night."},
 			"zh": {"今天在公园看到一只超可爱的{other_pet}。", "邻居家的猫狗吵了一晚上。"},
@@ -133,6 +139,10 @@ var factSlots = []factSlot{
 		ask: texts{
 			"en": {"In which city does my sibling work?", "!Where is {sib_name} based?"},
 			"zh": {"我的兄弟姐妹在哪个城市工作？", "!{sib_name}现在在哪里？"},
+		},
+		lookalike: texts{
+			"en": {"Where is the new office based? Nobody told me."},
+			"zh": {"新办公室现在在哪里？没人告诉我。"},
 		},
 		distract: texts{
 			"en": {"Family group chat is very busy today.", "Might visit {sib_city} someday, never been."},
@@ -199,6 +209,10 @@ var factSlots = []factSlot{
 		ask: texts{
 			"en": {"When do I need to celebrate my partner?", "!Whose birthday falls on {bday}?"},
 			"zh": {"我对象哪天过生日？", "!{bday}是谁的生日？"},
+		},
+		lookalike: texts{
+			"en": {"Whose birthday is coming up? I always forget these."},
+			"zh": {"最近是谁要过生日来着？我总是忘。"},
 		},
 		distract: texts{
 			"en": {"{partner} and I watched a film last night.", "Need gift ideas for a colleague's farewell."},
@@ -290,6 +304,11 @@ type eventKind struct {
 	// followUp, when set, is a later episodic line about the same event (not evidence:
 	// it does not carry what the question asks).
 	followUp texts
+	// lookalike lines echo a rare-token question's wording without its token: what
+	// dense search ranks first and lexical search passes over.
+	lookalike texts
+	// weight is how often the kind comes up, against the others' (default 1).
+	weight int
 }
 
 var eventKinds = []eventKind{
@@ -305,9 +324,14 @@ var eventKinds = []eventKind{
 			"mix": {"刚在 {shop} 下单了 {item}，order {oid}，花了{amount}。"},
 		},
 		ask: texts{
-			"en": {"!What was in order {oid}?", "!Which purchase came to {amount}?", "Did the {item_syn} I bought ever arrive?"},
-			"zh": {"!订单{oid}买的是什么？", "!哪一笔花了{amount}？", "我买的那个{item_syn}到了吗？"},
+			"en": {"!Any news on {oid}? What was that one again?", "!Which purchase came to {amount}?", "Did the {item_syn} I bought ever arrive?"},
+			"zh": {"!{oid}这个单子买的是啥来着？", "!哪一笔花了{amount}？", "我买的那个{item_syn}到了吗？"},
 		},
+		lookalike: texts{
+			"en": {"Any news on my parcel? The tracking page says nothing.", "No idea what that delivery notification was about, what did I even buy?", "Which purchase was the expensive one last month?"},
+			"zh": {"物流一直没更新，也不记得买的是啥了。", "这个快递单子到底是买的什么来着？", "上个月哪一笔花得最多？"},
+		},
+		weight: 3,
 		followUp: texts{
 			"en": {"The package from {shop} showed up today, box slightly dented."},
 			"zh": {"{shop}的快递今天到了，盒子有点压坏了。"},
@@ -331,6 +355,11 @@ var eventKinds = []eventKind{
 			"en": {"!What did {friend} tell me to try at {restaurant}?", "Which dish was recommended to me at {restaurant}?"},
 			"zh": {"!{friend}在{restaurant}让我点了什么菜？", "在{restaurant}别人推荐我吃什么？"},
 		},
+		lookalike: texts{
+			"en": {"A friend told me to try some dish at a restaurant, forgot which.", "What should I order next time we eat out?"},
+			"zh": {"朋友让我去那家店一定要点一个菜，忘了是啥。", "下次出去吃饭点什么好？"},
+		},
+		weight: 2,
 		distract: texts{
 			"en": {"Not in the mood to eat out tonight.", "{friend} keeps sending me restaurant reviews."},
 			"zh": {"今晚不想出去吃饭。", "{friend}一直给我发餐厅点评。"},
@@ -348,8 +377,12 @@ var eventKinds = []eventKind{
 			"zh": {"约了{date}{time}去{doctor}，医生姓{surname}。"},
 		},
 		ask: texts{
-			"en": {"When is my {doctor_syn}?", "!What do I have on {date}?"},
-			"zh": {"我什么时候去{doctor_syn}？", "!{date}我有什么安排？"},
+			"en": {"When is my {doctor_syn}?", "!Anything on {date}?"},
+			"zh": {"我什么时候去{doctor_syn}？", "!{date}有安排吗？"},
+		},
+		lookalike: texts{
+			"en": {"Is there anything on my calendar this week?", "Do I have anything booked soon? I keep forgetting."},
+			"zh": {"这周日程上有什么安排吗？", "最近是不是约了什么？老是忘。"},
 		},
 		distract: texts{
 			"en": {"I really should take better care of myself before the {doctor_syn}.", "Need to move some appointments next week, remind me."},
@@ -368,6 +401,10 @@ var eventKinds = []eventKind{
 		ask: texts{
 			"en": {"Where am I sleeping during the {dest} trip?", "!Where am I staying after the {date} flight?"},
 			"zh": {"去{dest}的时候我住哪里？", "!{date}那趟航班之后我住哪？"},
+		},
+		lookalike: texts{
+			"en": {"Where should I stay after a long flight? Somewhere quiet.", "I never remember which hotel I booked."},
+			"zh": {"坐完长途航班之后住哪里比较好？", "老是记不住自己订的是哪家酒店。"},
 		},
 		distract: texts{
 			"en": {"Thinking about visiting {dest} again next year.", "Hotels are so expensive this season."},
@@ -423,9 +460,14 @@ var eventKinds = []eventKind{
 			"zh": {"今天交了{bill}，{amount}。"},
 		},
 		ask: texts{
-			"en": {"!What did I pay {amount} for?"},
-			"zh": {"!{amount}是交的什么钱？"},
+			"en": {"!Where did the {amount} go?"},
+			"zh": {"!{amount}花到哪去了？"},
 		},
+		lookalike: texts{
+			"en": {"Where does all my money go every month?", "Paid something today, can't remember what."},
+			"zh": {"每个月的钱都不知道花到哪去了。", "今天好像付了一笔钱，想不起来是什么了。"},
+		},
+		weight: 2,
 		distract: texts{
 			"en": {"Bills, bills, bills. This month is expensive."},
 			"zh": {"这个月开销好大。"},
