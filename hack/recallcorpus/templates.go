@@ -314,7 +314,7 @@ type eventKind struct {
 var eventKinds = []eventKind{
 	{
 		name: "order", unique: "oid", askKey: "item",
-		values: func(g *gen, s *speaker, lang string) map[string]string {
+		values: func(g *gen, _ *speaker, lang string) map[string]string {
 			it := pick(g, items[lang])
 			return map[string]string{"item": it.a, "item_syn": it.b, "shop": pick(g, shops[lang]), "oid": g.orderID(), "amount": g.amount(lang)}
 		},
@@ -367,7 +367,7 @@ var eventKinds = []eventKind{
 	},
 	{
 		name: "appointment", unique: "kind", askKey: "kind",
-		values: func(g *gen, s *speaker, lang string) map[string]string {
+		values: func(g *gen, _ *speaker, lang string) map[string]string {
 			i := g.r.IntN(len(doctors[lang]))
 			d := doctors[lang][i]
 			return map[string]string{"kind": fmt.Sprint(i), "doctor": d.a, "doctor_syn": d.b, "date": g.date(lang), "time": pick(g, times[lang]), "surname": pick(g, surnames[lang])}
@@ -391,7 +391,7 @@ var eventKinds = []eventKind{
 	},
 	{
 		name: "trip", unique: "dest", askKey: "dest",
-		values: func(g *gen, s *speaker, lang string) map[string]string {
+		values: func(g *gen, _ *speaker, lang string) map[string]string {
 			return map[string]string{"dest": pick(g, farCities[lang]), "date": g.date(lang), "hotel": pick(g, hotels[lang])}
 		},
 		say: texts{
@@ -413,7 +413,7 @@ var eventKinds = []eventKind{
 	},
 	{
 		name: "work", unique: "project", askKey: "project",
-		values: func(g *gen, s *speaker, lang string) map[string]string {
+		values: func(g *gen, _ *speaker, lang string) map[string]string {
 			return map[string]string{"project": pick(g, projects[lang]), "colleague": pick(g, firstNames[lang])}
 		},
 		say: texts{
@@ -432,7 +432,7 @@ var eventKinds = []eventKind{
 	},
 	{
 		name: "injury", unique: "kind", askKey: "kind",
-		values: func(g *gen, s *speaker, lang string) map[string]string {
+		values: func(g *gen, _ *speaker, lang string) map[string]string {
 			i := g.r.IntN(len(bodyParts[lang]))
 			b := bodyParts[lang][i]
 			return map[string]string{"kind": fmt.Sprint(i), "body": b.a, "body_syn": b.b, "activity": pick(g, activities[lang])}
@@ -452,7 +452,7 @@ var eventKinds = []eventKind{
 	},
 	{
 		name: "bill", unique: "amount", askKey: "amount",
-		values: func(g *gen, s *speaker, lang string) map[string]string {
+		values: func(g *gen, _ *speaker, lang string) map[string]string {
 			return map[string]string{"bill": pick(g, bills[lang]), "amount": g.amount(lang)}
 		},
 		say: texts{
