@@ -884,7 +884,7 @@ func (r *recallReport) markdown() string {
 	for _, s := range recallSystems {
 		sc := score(c, r.rankings[s.key], nil)
 		scores[s.key] = sc
-		fmt.Fprintf(&b, "| %s | %.3f | %.3f | %.3f | %.3f |\n", s.name, sc.r1, sc.r5, sc.r10, sc.hit5)
+		fmt.Fprintf(&b, "| %s | %.3f | %.3f | %.3f | %.3f |\n", r.systemName(s.name), sc.r1, sc.r5, sc.r10, sc.hit5)
 	}
 	fmt.Fprintf(&b, "\nrecall@k: the fraction of a question's evidence found in its top k, averaged over the questions (an evidence unit is found when any of its turns is: a fact and its restatements count as one). "+
 		"hit@5: the fraction of questions with at least one evidence unit in the top 5.\n\n")
@@ -902,7 +902,7 @@ func (r *recallReport) markdown() string {
 		if s.key == "gateway-now" {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s |", s.name)
+		fmt.Fprintf(&b, "| %s |", r.systemName(s.name))
 		for _, k := range kinds {
 			fmt.Fprintf(&b, " %.3f |", score(c, r.rankings[s.key], hasKind(k)).r10)
 		}
@@ -962,6 +962,14 @@ func (r *recallReport) markdown() string {
 	}
 	fmt.Fprintf(&b, "```\n\nThe whole run took %s.\n", r.took.Round(time.Second))
 	return b.String()
+}
+
+// systemName names the gateway's rows with the search mode when the bench sent one.
+func (r *recallReport) systemName(name string) string {
+	if r.mode == "" {
+		return name
+	}
+	return strings.Replace(name, "gateway, defaults", "gateway, defaults but mode `"+r.mode+"`", 1)
 }
 
 func hasKind(k string) func(recallcorpus.Question) bool {
