@@ -34,7 +34,7 @@ func fakeModelServer(t *testing.T, dim int, token string) *httptest.Server {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		vecs, err := h.Embed(r.Context(), req.Input)
+		vecs, err := h.Embed(r.Context(), embed.Passage, req.Input)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -138,7 +138,7 @@ func (r *MemoryStoreReconciler) embedder(ctx context.Context, store *memoryv1alp
 	if err != nil {
 		return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
 	}
-	if _, err := client.Embed(ctx, []string{"memory-operator readiness check"}); err != nil {
+	if _, err := client.Embed(ctx, embed.Passage, []string{"memory-operator readiness check"}); err != nil {
 		return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
 	}
 	store.SetCondition(memoryv1alpha1.ConditionEmbedderReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
