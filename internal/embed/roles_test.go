@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -287,5 +288,30 @@ func TestRolesEqualAndParse(t *testing.T) {
 	}
 	if _, err := ParseConvention("sideways"); err == nil {
 		t.Fatal("an unknown convention parsed")
+	}
+}
+
+func TestRolesFlagsRoundTrip(t *testing.T) {
+	for _, r := range []Roles{
+		{Convention: ConventionAuto}, {Convention: ConventionNone}, {Convention: ConventionInputType},
+		{Convention: ConventionPrefix, QueryPrefix: "query: ", PassagePrefix: "passage: "},
+		{Convention: ConventionPrefix, QueryPrefix: "Represent this sentence for searching relevant passages: "},
+	} {
+		var f RolesFlags
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		f.Register(fs, ConventionNone)
+		if err := fs.Parse(RolesArgs(r)); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := f.Roles(); err != nil || got != r {
+			t.Errorf("%v came back as %v, %v", r, got, err)
+		}
+	}
+	var f RolesFlags
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	f.Register(fs, ConventionNone)
+	_ = fs.Parse([]string{"--embedder-roles=input-type", "--embedder-query-prefix=q: "})
+	if _, err := f.Roles(); err == nil {
+		t.Fatal("a prefix with input-type was accepted")
 	}
 }
