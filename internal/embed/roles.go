@@ -53,8 +53,8 @@ const (
 const MaxPrefixBytes = 200
 
 // Roles is an embedder's resolved convention: how it tells queries from passages. The
-// zero Roles is ConventionNone. Two embedders of one model give vectors that may be
-// mixed only when their Roles are Equal.
+// zero Roles is ConventionNone, and its canonical form (Normalized). Two embedders of
+// one model give vectors that may be mixed only when their Roles are Equal.
 type Roles struct {
 	Convention Convention
 	// QueryPrefix and PassagePrefix are prepended to the texts of their role; only
@@ -62,14 +62,14 @@ type Roles struct {
 	QueryPrefix, PassagePrefix string
 }
 
-// NoRoles is the convention of an embedder that knows no roles.
-var NoRoles = Roles{Convention: ConventionNone}
+// NoRoles is the convention of an embedder that knows no roles: the zero Roles.
+var NoRoles = Roles{}
 
-// Normalized is r with the zero convention read as None and the prefixes dropped
-// unless the convention is Prefix.
+// Normalized is r in its canonical form: None as the zero convention, and the
+// prefixes dropped unless the convention is Prefix.
 func (r Roles) Normalized() Roles {
-	if r.Convention == "" {
-		r.Convention = ConventionNone
+	if r.Convention == ConventionNone {
+		r.Convention = ""
 	}
 	if r.Convention != ConventionPrefix {
 		r.QueryPrefix, r.PassagePrefix = "", ""
@@ -82,9 +82,11 @@ func (r Roles) Equal(o Roles) bool { return r.Normalized() == o.Normalized() }
 
 // String renders the roles for logs and messages, e.g. `Prefix("query: ", "passage: ")`.
 func (r Roles) String() string {
-	r = r.Normalized()
-	if r.Convention == ConventionPrefix {
+	switch r = r.Normalized(); r.Convention {
+	case ConventionPrefix:
 		return fmt.Sprintf("Prefix(%q, %q)", r.QueryPrefix, r.PassagePrefix)
+	case "":
+		return string(ConventionNone)
 	}
 	return string(r.Convention)
 }

@@ -303,7 +303,7 @@ func TestRolesFlagsRoundTrip(t *testing.T) {
 		if err := fs.Parse(RolesArgs(r)); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := f.Roles(); err != nil || got != r {
+		if got, err := f.Roles(); err != nil || got != r.Normalized() {
 			t.Errorf("%v came back as %v, %v", r, got, err)
 		}
 	}

@@ -20,8 +20,8 @@ func (f *RolesFlags) Register(fs *flag.FlagSet, def Convention) {
 	fs.StringVar(&f.passage, "embedder-passage-prefix", "", "with prefix: prepended to passages (default: the model family's)")
 }
 
-// Roles is what the flags say, checked; the convention may be Auto. No flags at all
-// (with an empty default) is the zero Roles.
+// Roles is what the flags say, checked and Normalized (none is the zero Roles); the
+// convention may be Auto. No flags at all (with an empty default) is the zero Roles.
 func (f *RolesFlags) Roles() (Roles, error) {
 	if f.convention == "" && f.query == "" && f.passage == "" {
 		return Roles{}, nil // not given: the zero Roles, None
@@ -39,7 +39,7 @@ func (f *RolesFlags) Roles() (Roles, error) {
 			return Roles{}, err
 		}
 	}
-	return r, nil
+	return r.Normalized(), nil
 }
 
 // RolesArgs renders r as the flags (nothing for the zero Roles, which the flags'

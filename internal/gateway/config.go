@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +30,6 @@ const (
 const (
 	DefaultListen        = ":8080"
 	DefaultMetricsListen = ":9090"
-	DefaultDedup         = 0.9
 	DefaultRateLimit     = 50  // requests per second per key
 	DefaultRateBurst     = 100 // requests
 	DefaultMaxBodyBytes  = 8 << 20
@@ -79,6 +79,10 @@ type Config struct {
 	// truncation (see embed.Limit). The store's spec.embedder sets them.
 	MaxInputBytes int
 	InputOverflow embed.Overflow
+	// EmbedderRoles is how queries and passages reach the model (see embed.Roles).
+	// The operator passes the store's resolved convention; a standalone gateway may
+	// ask for Auto, resolved at startup (embed.DetectRoles). The zero Roles is None.
+	EmbedderRoles embed.Roles
 	// EmbedderTimeout bounds one embedder call; EmbedderConcurrency is how many calls
 	// one key (and the background indexer) may have in flight at once.
 	EmbedderTimeout     time.Duration
@@ -89,6 +93,10 @@ type Config struct {
 	// DedupThreshold: a write at least this similar to a memory of the same scope and
 	// type reinforces it instead of adding a copy; 0 turns near-duplicate detection off.
 	DedupThreshold float64
+	// DedupAuto calibrates DedupThreshold at startup (embed.Calibrate with the
+	// configured embedder) instead; the flag's default for a standalone gateway. The
+	// operator passes the store's calibrated threshold instead.
+	DedupAuto bool
 	// RateLimit (requests per second) and RateBurst apply per API key.
 	RateLimit float64
 	RateBurst int
@@ -117,7 +125,7 @@ func (c Config) Args() []string {
 		"--metric=" + c.Metric,
 		"--embedder=" + c.Embedder,
 		"--keys-file=" + c.KeysFile,
-		"--dedup-threshold=" + strconv.FormatFloat(c.DedupThreshold, 'g', -1, 64),
+		"--dedup-threshold=" + c.dedupArg(),
 		"--rate-limit=" + strconv.FormatFloat(c.RateLimit, 'g', -1, 64),
 		"--rate-burst=" + strconv.Itoa(c.RateBurst),
 		"--max-body-bytes=" + strconv.FormatInt(c.MaxBodyBytes, 10),
@@ -132,6 +140,12 @@ func (c Config) Args() []string {
 	opt("--request-timeout", c.RequestTimeout.String())
 	opt("--embedder-max-input-bytes", strconv.Itoa(c.MaxInputBytes))
 	opt("--embedder-overflow", string(c.InputOverflow))
+	// The roles are always explicit: the flag's default is auto.
+	if c.EmbedderRoles.Normalized() == (embed.Roles{}) {
+		args = append(args, "--embedder-roles=none")
+	} else {
+		args = append(args, embed.RolesArgs(c.EmbedderRoles)...)
+	}
 	opt("--embedder-timeout", c.EmbedderTimeout.String())
 	opt("--embedder-concurrency-per-key", strconv.Itoa(c.EmbedderConcurrency))
 	opt("--milvus-address", c.MilvusAddress)
@@ -147,10 +161,21 @@ func (c Config) Args() []string {
 	return args
 }
 
+// dedupArg is --dedup-threshold's value: "auto" or the number.
+func (c Config) dedupArg() string {
+	if c.DedupAuto {
+		return dedupAuto
+	}
+	return strconv.FormatFloat(c.DedupThreshold, 'g', -1, 64)
+}
+
+const dedupAuto = "auto"
+
 // ParseArgs parses the command's arguments and checks them.
 func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	var c Config
-	var rules, overflow string
+	var rules, overflow, dedup string
+	var roles embed.RolesFlags
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.StoreNamespace, "store-namespace", "", "namespace of the MemoryStore")
@@ -169,7 +194,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.EmbedderEndpoint, "embedder-endpoint", "", "base URL of an OpenAI-compatible embedder")
 	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "embedding model name")
 	fs.StringVar(&c.KeysFile, "keys-file", "", "API keys file (JSON), re-read when it changes")
-	fs.Float64Var(&c.DedupThreshold, "dedup-threshold", DefaultDedup, "near-duplicate similarity (0: off)")
+	fs.StringVar(&dedup, "dedup-threshold", dedupAuto, "near-duplicate similarity from 0 to 1 (0: off), or auto: calibrated at startup with the embedder")
 	fs.Float64Var(&c.RateLimit, "rate-limit", DefaultRateLimit, "requests per second per key")
 	fs.IntVar(&c.RateBurst, "rate-burst", DefaultRateBurst, "burst per key")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", DefaultMaxBodyBytes, "largest request body")
@@ -180,6 +205,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.EmbedderConcurrency, "embedder-concurrency-per-key", DefaultEmbedderConcurrency, "embedder calls one key may have in flight")
 	fs.StringVar(&rules, "namespace-rules", "", "LangGraph namespace rules (JSON list of {namespace, scope})")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 20*time.Second, "time in-flight requests get on SIGTERM")
+	roles.Register(fs, embed.ConventionAuto)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -187,6 +213,15 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	c.InputOverflow = embed.Overflow(overflow)
+	var err error
+	if c.EmbedderRoles, err = roles.Roles(); err != nil {
+		return c, err
+	}
+	if dedup == dedupAuto {
+		c.DedupAuto = true
+	} else if c.DedupThreshold, err = strconv.ParseFloat(dedup, 64); err != nil || math.IsNaN(c.DedupThreshold) {
+		return c, fmt.Errorf("--dedup-threshold %q: want auto or a number from 0 to 1", dedup)
+	}
 	if rules != "" {
 		dec := json.NewDecoder(strings.NewReader(rules))
 		dec.DisallowUnknownFields()
@@ -251,6 +286,8 @@ func (c Config) Validate() error {
 		return errors.New("--tls-cert-file and --tls-key-file go together")
 	case c.DedupThreshold < 0 || c.DedupThreshold > 1:
 		return fmt.Errorf("--dedup-threshold %v is outside [0, 1]", c.DedupThreshold)
+	case c.DedupAuto && c.DedupThreshold != 0:
+		return errors.New("--dedup-threshold is either auto or a number")
 	case c.RateLimit <= 0 || c.RateBurst < 1:
 		return errors.New("--rate-limit must be > 0 and --rate-burst >= 1")
 	case c.MaxBodyBytes < 1024:
@@ -259,6 +296,11 @@ func (c Config) Validate() error {
 		return errors.New("--request-timeout and --embedder-timeout must be positive")
 	case c.EmbedderConcurrency < 0 || c.MaxInputBytes < 0:
 		return errors.New("--embedder-concurrency-per-key and --embedder-max-input-bytes must be at least 1")
+	}
+	if c.EmbedderRoles.Convention != embed.ConventionAuto {
+		if err := c.EmbedderRoles.Validate(); err != nil {
+			return fmt.Errorf("--embedder-roles: %w", err)
+		}
 	}
 	if c.InputOverflow != "" {
 		if _, err := embed.ParseOverflow(string(c.InputOverflow)); err != nil {

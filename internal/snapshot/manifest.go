@@ -193,7 +193,7 @@ type EmbeddingRoles struct {
 
 // EmbeddingRolesOf records r (nil for none, as packages without the field say).
 func EmbeddingRolesOf(r embed.Roles) *EmbeddingRoles {
-	if r = r.Normalized(); r.Convention == embed.ConventionNone {
+	if r = r.Normalized(); r.Convention == "" {
 		return nil
 	}
 	return &EmbeddingRoles{Convention: string(r.Convention), QueryPrefix: r.QueryPrefix, PassagePrefix: r.PassagePrefix}
