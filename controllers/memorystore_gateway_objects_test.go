@@ -61,6 +61,11 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 			},
 			wantEnv:  map[string][2]string{gateway.EnvPostgresURI: {"support-bot-memory", "uri"}},
 			wantVols: map[string][]string{"keys": {"support-bot-gateway-keys", "keys.json"}},
+			check: func(g Gomega, d *appsv1.Deployment) {
+				// The prefixes reach the gateway exactly, trailing spaces included.
+				g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElements(
+					"--embedder-roles=prefix", "--embedder-query-prefix=query: ", "--embedder-passage-prefix=passage: ", "--dedup-threshold=0.9843"))
+			},
 		},
 		{
 			name: "defaults, vectors in PostgreSQL", engine: "Postgres",

@@ -142,8 +142,18 @@ func (r *MemoryStoreReconciler) embedder(ctx context.Context, store *memoryv1alp
 			}
 			apiKey = v[0]
 		}
-		cfg := embed.Config{BaseURL: e.Endpoint, Model: e.Model, Dimension: dim, APIKey: apiKey, Roles: declaredRoles(e)}
-		switch {
+		cfg := embed.Config{BaseURL: e.Endpoint, Model: e.Model, Dimension: dim, APIKey: apiKey}
+		// The readiness check sends no roles, which every server accepts: an endpoint
+		// that is down or answers another dimension is EmbedderFailed, before any
+		// probing.
+		plain, err := embed.NewOpenAI(cfg)
+		if err != nil {
+			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
+		}
+		if _, err := plain.Embed(ctx, embed.Passage, []string{"memory-operator readiness check"}); err != nil {
+			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
+		}
+		switch cfg.Roles = declaredRoles(e); {
 		case fresh:
 			cfg.Roles = storeRoles(store)
 		case cfg.Roles.Convention == embed.ConventionAuto:
@@ -153,14 +163,9 @@ func (r *MemoryStoreReconciler) embedder(ctx context.Context, store *memoryv1alp
 			}
 			cfg.Roles = roles
 		}
-		client, err := embed.NewOpenAI(cfg)
-		if err != nil {
+		if emb, err = embed.NewOpenAI(cfg); err != nil {
 			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
 		}
-		if _, err := client.Embed(ctx, embed.Passage, []string{"memory-operator readiness check"}); err != nil {
-			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
-		}
-		emb = client
 	}
 	if !fresh {
 		if err := r.calibrate(ctx, store, emb, digest); err != nil {
