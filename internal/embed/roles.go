@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -217,7 +218,7 @@ func DetectRoles(ctx context.Context, cfg Config) (Roles, error) {
 	}
 	var se *StatusError
 	switch {
-	case qerr == nil && !sameVector(q[0], p[0]):
+	case qerr == nil && !slices.Equal(q[0], p[0]):
 		return Roles{Convention: ConventionInputType}, nil
 	case qerr != nil && !(errors.As(qerr, &se) && (se.Code == 400 || se.Code == 422)):
 		// Only a refusal of the request (400, or 422 from validating servers) says
@@ -228,16 +229,4 @@ func DetectRoles(ctx context.Context, cfg Config) (Roles, error) {
 		return Roles{Convention: ConventionPrefix, QueryPrefix: qp, PassagePrefix: pp}, nil
 	}
 	return NoRoles, nil
-}
-
-func sameVector(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
-	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/restore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 )
@@ -50,13 +49,7 @@ func TestRestoreRolesDecideReuse(t *testing.T) {
 	seed(t, src, dataset(4, 5))
 	e5 := embed.Roles{Convention: embed.ConventionPrefix, QueryPrefix: "query: ", PassagePrefix: "passage: "}
 
-	var items []memory.Item
-	if err := src.Export(context.Background(), pgstore.ExportFilter{IncludeArchived: true, IncludeEmbeddings: true}, func(it memory.Item) error {
-		items = append(items, it)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	items := src.exportAll(t)
 	var live int64
 	for _, it := range items {
 		if it.MemoryType != memory.Working && it.ArchivedAt == nil && (it.ExpiresAt == nil || it.ExpiresAt.After(testNow)) {
