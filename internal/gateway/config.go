@@ -263,6 +263,20 @@ func (c Config) validateBackends() error {
 	return nil
 }
 
+// validateRolesAndDedup checks the roles convention (Auto is resolved at startup) and
+// that the threshold is either auto or a number.
+func (c Config) validateRolesAndDedup() error {
+	if c.DedupAuto && c.DedupThreshold != 0 {
+		return errors.New("--dedup-threshold is either auto or a number")
+	}
+	if c.EmbedderRoles.Convention != embed.ConventionAuto {
+		if err := c.EmbedderRoles.Validate(); err != nil {
+			return fmt.Errorf("--embedder-roles: %w", err)
+		}
+	}
+	return nil
+}
+
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	var missing []string
@@ -286,8 +300,6 @@ func (c Config) Validate() error {
 		return errors.New("--tls-cert-file and --tls-key-file go together")
 	case c.DedupThreshold < 0 || c.DedupThreshold > 1:
 		return fmt.Errorf("--dedup-threshold %v is outside [0, 1]", c.DedupThreshold)
-	case c.DedupAuto && c.DedupThreshold != 0:
-		return errors.New("--dedup-threshold is either auto or a number")
 	case c.RateLimit <= 0 || c.RateBurst < 1:
 		return errors.New("--rate-limit must be > 0 and --rate-burst >= 1")
 	case c.MaxBodyBytes < 1024:
@@ -297,10 +309,8 @@ func (c Config) Validate() error {
 	case c.EmbedderConcurrency < 0 || c.MaxInputBytes < 0:
 		return errors.New("--embedder-concurrency-per-key and --embedder-max-input-bytes must be at least 1")
 	}
-	if c.EmbedderRoles.Convention != embed.ConventionAuto {
-		if err := c.EmbedderRoles.Validate(); err != nil {
-			return fmt.Errorf("--embedder-roles: %w", err)
-		}
+	if err := c.validateRolesAndDedup(); err != nil {
+		return err
 	}
 	if c.InputOverflow != "" {
 		if _, err := embed.ParseOverflow(string(c.InputOverflow)); err != nil {
