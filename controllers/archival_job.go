@@ -150,6 +150,7 @@ func archiveConfig(store *memoryv1alpha1.MemoryStore, in archiveJobInputs) worke
 	if pg := store.Status.Postgres; pg != nil {
 		cfg.Schema = pg.Schema
 	}
+	cfg.EmbedderRoles = storeRoles(store) // recorded with the vectors
 	if v := store.Status.Vector; v != nil {
 		cfg.VectorEngine, cfg.EmbeddingModel = v.Engine, v.EmbeddingModel
 		cfg.Dimension, cfg.Metric = int(v.Dimension), v.Metric

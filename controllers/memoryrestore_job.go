@@ -158,6 +158,7 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 	// The store's embedder input limit, as its gateway applies it.
 	maxBytes, overflow := target.Spec.Embedder.InputLimitOrDefault()
 	cfg.EmbedderMaxInputBytes, cfg.EmbedderOverflow = int(maxBytes), string(overflow)
+	cfg.EmbedderRoles = storeRoles(target)
 	if m := spec.Mapping; m != nil {
 		for _, s := range m.Scopes {
 			cfg.ScopeMap = append(cfg.ScopeMap, worker.ScopeRule{From: s.From, To: s.To})

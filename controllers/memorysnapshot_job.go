@@ -197,6 +197,7 @@ func snapshotConfig(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1.M
 	if pg := store.Status.Postgres; pg != nil {
 		cfg.Schema = pg.Schema
 	}
+	cfg.EmbedderRoles = storeRoles(store) // recorded with the vectors
 	if v := store.Status.Vector; v != nil {
 		cfg.VectorEngine, cfg.EmbeddingModel = v.Engine, v.EmbeddingModel
 		cfg.Dimension, cfg.Metric = int(v.Dimension), v.Metric

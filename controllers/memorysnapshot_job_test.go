@@ -60,6 +60,8 @@ func builderStore(engine string, objects *memoryv1alpha1.ObjectStorageSpec) *mem
 			Vector:           &memoryv1alpha1.VectorStatus{Engine: engine, Collection: "mem_acme", Dimension: 384, Metric: "COSINE", EmbeddingModel: "all-MiniLM-L6-v2"},
 			ConnectionSecret: "support-bot-memory",
 			WorkerSecret:     "support-bot-memory-worker",
+			Embedder: &memoryv1alpha1.EmbedderStatus{Model: "all-MiniLM-L6-v2", Roles: memoryv1alpha1.ResolvedRoles{Convention: memoryv1alpha1.RolesNone},
+				DedupThreshold: "0.9712", CalibratedFor: "test"},
 		},
 	}
 	if objects != nil {

@@ -131,7 +131,14 @@ func validateGatewaySpec(store *memoryv1alpha1.MemoryStore) error {
 // store's Milvus server, when its vectors live there.
 func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gateway.Config, error) {
 	g := store.Spec.Gateway
-	threshold, err := strconv.ParseFloat(g.DedupThresholdOrDefault(), 64)
+	// The override, or the threshold calibrated for the store's embedder: never an
+	// uncalibrated one (provision calibrates before it gets here).
+	dedup := store.DedupThresholdFor()
+	if dedup == "" {
+		return gateway.Config{}, stepErrorf(memoryv1alpha1.ReasonCalibrationFailed,
+			"the near-duplicate threshold is not calibrated for the store's embedder yet")
+	}
+	threshold, err := strconv.ParseFloat(dedup, 64)
 	if err != nil || math.IsNaN(threshold) || threshold < 0 || threshold > 1 {
 		return gateway.Config{}, stepErrorf(memoryv1alpha1.ReasonInvalidGatewayConfig,
 			"spec.gateway.dedupThreshold %q is not a decimal number from 0 to 1", g.DedupThreshold)
@@ -154,6 +161,7 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		RequestTimeout:      gateway.DefaultRequestTimeout,
 		MaxInputBytes:       int(maxInput),
 		InputOverflow:       embed.Overflow(overflow),
+		EmbedderRoles:       storeRoles(store),
 		EmbedderTimeout:     gateway.DefaultEmbedderTimeout,
 		EmbedderConcurrency: gateway.DefaultEmbedderConcurrency,
 	}

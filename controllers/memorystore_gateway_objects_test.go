@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/gateway"
 )
 
@@ -48,6 +49,24 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 		wantVols map[string][]string // volume → the Secret and its items
 		check    func(Gomega, *appsv1.Deployment)
 	}{
+		{
+			name: "the store's resolved roles and no calibration override", engine: "Postgres",
+			store: func(s *memoryv1alpha1.MemoryStore) {
+				s.Status.Embedder.Roles = memoryv1alpha1.ResolvedRoles{Convention: memoryv1alpha1.RolesPrefix, QueryPrefix: "query: ", PassagePrefix: "passage: "}
+				s.Status.Embedder.DedupThreshold = "0.9843"
+			},
+			wantCfg: func(c *gateway.Config) {
+				c.EmbedderRoles = embed.Roles{Convention: embed.ConventionPrefix, QueryPrefix: "query: ", PassagePrefix: "passage: "}
+				c.DedupThreshold = 0.9843
+			},
+			wantEnv:  map[string][2]string{gateway.EnvPostgresURI: {"support-bot-memory", "uri"}},
+			wantVols: map[string][]string{"keys": {"support-bot-gateway-keys", "keys.json"}},
+			check: func(g Gomega, d *appsv1.Deployment) {
+				// The prefixes reach the gateway exactly, trailing spaces included.
+				g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElements(
+					"--embedder-roles=prefix", "--embedder-query-prefix=query: ", "--embedder-passage-prefix=passage: ", "--dedup-threshold=0.9843"))
+			},
+		},
 		{
 			name: "defaults, vectors in PostgreSQL", engine: "Postgres",
 			wantCfg:  func(*gateway.Config) {},
@@ -171,7 +190,7 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 				StoreNamespace: "team-a", StoreName: "support-bot", Listen: ":8080", MetricsListen: ":9090",
 				Schema: "mem_acme", VectorEngine: tc.engine, Dimension: 384, Metric: "COSINE",
 				Embedder: "Hashing", EmbeddingModel: "all-MiniLM-L6-v2",
-				KeysFile: "/etc/memory-gateway/keys/keys.json", DedupThreshold: 0.9, RateLimit: 50, RateBurst: 100,
+				KeysFile: "/etc/memory-gateway/keys/keys.json", DedupThreshold: 0.9712, RateLimit: 50, RateBurst: 100,
 				MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 20 * time.Second,
 				RequestTimeout: 30 * time.Second, MaxInputBytes: 8192, InputOverflow: "Truncate",
 				EmbedderTimeout: 10 * time.Second, EmbedderConcurrency: 4,

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -604,7 +605,7 @@ func TestGatewayAdmission(t *testing.T) {
 	got := getStore(NewWithT(t), client.ObjectKeyFromObject(s))
 	g := NewWithT(t)
 	g.Expect(*got.Spec.Gateway.Replicas).To(Equal(int32(1)))
-	g.Expect(got.Spec.Gateway.DedupThreshold).To(Equal("0.9"))
+	g.Expect(got.Spec.Gateway.DedupThreshold).To(BeEmpty(), "no default: the calibrated threshold applies")
 	g.Expect(got.Spec.Gateway.Keys[1].Scopes).To(Equal([]memoryv1alpha1.GatewayScopePattern{"*"}))
 	g.Expect(got.Spec.Gateway.ConnectionKeyOrDefault()).To(Equal("reader"))
 	// The embedder's input limit defaults in, also under the embedder's own default.
@@ -644,9 +645,19 @@ func TestGatewaySampleIsValid(t *testing.T) {
 			got.Status.Postgres = &memoryv1alpha1.PostgresStatus{Schema: "mem_" + got.Spec.Tenant}
 			got.Status.Vector = &memoryv1alpha1.VectorStatus{Engine: "Milvus", Collection: "mem_" + got.Spec.Tenant,
 				Dimension: got.Spec.Vector.Dimension, Metric: string(got.MetricOrDefault()), EmbeddingModel: got.Spec.Embedder.Model}
+			// Not calibrated yet: no configuration, rather than an uncalibrated threshold.
+			if got.Spec.Gateway.DedupThreshold == "" {
+				_, err := gatewayConfig(got, "milvus.example:19530")
+				g.Expect(err).To(MatchError(ContainSubstring("not calibrated")))
+			}
+			got.Status.Embedder = &memoryv1alpha1.EmbedderStatus{Model: got.Spec.Embedder.Model, DedupThreshold: "0.9843", CalibratedFor: embedderDigest(got)}
 			cfg, err := gatewayConfig(got, "milvus.example:19530")
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(cfg.DedupThreshold).To(Equal(0.9))
+			want := 0.9843
+			if o := got.Spec.Gateway.DedupThreshold; o != "" {
+				want, _ = strconv.ParseFloat(o, 64)
+			}
+			g.Expect(cfg.DedupThreshold).To(Equal(want))
 			if got.Name != "acme" {
 				g.Expect(got.Spec.Gateway.KeysOrDefault()).To(Equal([]memoryv1alpha1.GatewayKey{{Name: "default", Scopes: []memoryv1alpha1.GatewayScopePattern{"*"}}}))
 				return

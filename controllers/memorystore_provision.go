@@ -117,33 +117,66 @@ func receivedRestore(r *pgstore.ReceivedRestore) *memoryv1alpha1.ReceivedRestore
 		ManifestSHA256: r.ManifestSHA256, Source: r.Source, CompletedAt: metav1.NewTime(r.CompletedAt)}
 }
 
-// embedder builds the store's embedder. An OpenAI-compatible endpoint is asked for one
-// embedding to prove it answers with the declared dimension.
+// embedder builds the store's embedder with its resolved roles, and calibrates the
+// near-duplicate threshold for it when the embedder spec changed (status.embedder).
+// An OpenAI-compatible endpoint is asked for one embedding to prove it answers with
+// the declared dimension; Auto roles are probed (embed.DetectRoles) only when the
+// spec changed, and reused from status otherwise. A failure to probe or calibrate
+// stops provisioning with CalibrationFailed: the gateway keeps what it had and is
+// never given an uncalibrated threshold.
 func (r *MemoryStoreReconciler) embedder(ctx context.Context, store *memoryv1alpha1.MemoryStore) (embed.Embedder, error) {
 	dim := int(store.Spec.Vector.Dimension)
 	e := store.Spec.Embedder
+	digest := embedderDigest(store)
+	fresh := store.Status.Embedder != nil && store.Status.Embedder.CalibratedFor == digest
+	var emb embed.Embedder
 	if e.Type == "" || e.Type == memoryv1alpha1.EmbedderHashing {
 		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionEmbedderReady)
-		return embed.NewHashing(dim), nil
-	}
-	var apiKey string
-	if ref := e.APIKeySecret; ref != nil {
-		v, err := secretStrings(ctx, r.APIReader, store.Namespace, ref.Name, ref.Key)
+		emb = embed.NewHashing(dim)
+	} else {
+		var apiKey string
+		if ref := e.APIKeySecret; ref != nil {
+			v, err := secretStrings(ctx, r.APIReader, store.Namespace, ref.Name, ref.Key)
+			if err != nil {
+				return nil, err
+			}
+			apiKey = v[0]
+		}
+		cfg := embed.Config{BaseURL: e.Endpoint, Model: e.Model, Dimension: dim, APIKey: apiKey}
+		// The readiness check sends no roles, which every server accepts: an endpoint
+		// that is down or answers another dimension is EmbedderFailed, before any
+		// probing.
+		plain, err := embed.NewOpenAI(cfg)
 		if err != nil {
+			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
+		}
+		if _, err := plain.Embed(ctx, embed.Passage, []string{"memory-operator readiness check"}); err != nil {
+			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
+		}
+		switch cfg.Roles = declaredRoles(e); {
+		case fresh:
+			cfg.Roles = storeRoles(store)
+		case cfg.Roles.Convention == embed.ConventionAuto:
+			roles, err := embed.DetectRoles(ctx, cfg)
+			if err != nil {
+				return nil, stepErrorf(memoryv1alpha1.ReasonCalibrationFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
+			}
+			cfg.Roles = roles
+		}
+		if emb, err = embed.NewOpenAI(cfg); err != nil {
+			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
+		}
+	}
+	if !fresh {
+		if err := r.calibrate(ctx, store, emb, digest); err != nil {
 			return nil, err
 		}
-		apiKey = v[0]
 	}
-	client, err := embed.NewOpenAI(embed.Config{BaseURL: e.Endpoint, Model: e.Model, Dimension: dim, APIKey: apiKey})
-	if err != nil {
-		return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
+	if e.Type == memoryv1alpha1.EmbedderOpenAI {
+		store.SetCondition(memoryv1alpha1.ConditionEmbedderReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
+			fmt.Sprintf("Model %s answers with dimension %d; roles %s; dedup threshold %s", e.Model, dim, emb.Roles(), store.Status.Embedder.DedupThreshold))
 	}
-	if _, err := client.Embed(ctx, []string{"memory-operator readiness check"}); err != nil {
-		return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
-	}
-	store.SetCondition(memoryv1alpha1.ConditionEmbedderReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
-		fmt.Sprintf("Model %s answers with dimension %d", e.Model, dim))
-	return client, nil
+	return emb, nil
 }
 
 // stepFailed records a failed step on its condition and on Ready. Conflicts that only a

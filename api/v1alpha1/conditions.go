@@ -65,11 +65,14 @@ const (
 	ReasonTenantConflict       = "TenantConflict"
 	ReasonBucketNotFound       = "BucketNotFound"
 	ReasonEmbedderFailed       = "EmbedderFailed"
-	ReasonBackendError         = "BackendError"
-	ReasonDeleting             = "Deleting"
-	ReasonCleanupFailed        = "CleanupFailed"
-	ReasonNoConflict           = "NoConflict"
-	ReasonDependencyNotReady   = "DependencyNotReady"
+	// ReasonCalibrationFailed: the embedder could not be probed for its roles or
+	// calibrated; the gateway is not given an uncalibrated threshold (it waits).
+	ReasonCalibrationFailed  = "CalibrationFailed"
+	ReasonBackendError       = "BackendError"
+	ReasonDeleting           = "Deleting"
+	ReasonCleanupFailed      = "CleanupFailed"
+	ReasonNoConflict         = "NoConflict"
+	ReasonDependencyNotReady = "DependencyNotReady"
 
 	ReasonInvalidSchedule      = "InvalidSchedule"
 	ReasonScheduled            = "Scheduled"

@@ -5,11 +5,10 @@ import corev1 "k8s.io/api/core/v1"
 // Defaults of spec.gateway, as the CRD declares them, for objects that reached the
 // operator without them (a CRD installed without defaults, tests building objects).
 const (
-	DefaultGatewayReplicas       int32 = 1
-	DefaultGatewayKeyName              = "default"
-	DefaultGatewayDedupThreshold       = "0.9"
-	DefaultGatewayRateLimit      int32 = 50
-	DefaultGatewayRateBurst      int32 = 100
+	DefaultGatewayReplicas  int32 = 1
+	DefaultGatewayKeyName         = "default"
+	DefaultGatewayRateLimit int32 = 50
+	DefaultGatewayRateBurst int32 = 100
 )
 
 // GatewayEnabled reports whether the store asks for a gateway.
@@ -64,12 +63,17 @@ func (g *GatewaySpec) ServiceTypeOrDefault() corev1.ServiceType {
 	return g.Service.Type
 }
 
-// DedupThresholdOrDefault is spec.gateway.dedupThreshold with its default, "0.9".
-func (g *GatewaySpec) DedupThresholdOrDefault() string {
-	if g.DedupThreshold == "" {
-		return DefaultGatewayDedupThreshold
+// DedupThresholdFor is the gateway's near-duplicate threshold: spec.gateway
+// .dedupThreshold when set, else the threshold calibrated for the store's embedder
+// (status.embedder), else "" (not calibrated yet: the gateway waits for it).
+func (s *MemoryStore) DedupThresholdFor() string {
+	if g := s.Spec.Gateway; g != nil && g.DedupThreshold != "" {
+		return g.DedupThreshold
 	}
-	return g.DedupThreshold
+	if e := s.Status.Embedder; e != nil {
+		return e.DedupThreshold
+	}
+	return ""
 }
 
 // RateLimitOrDefault is the rate (requests per second) and burst per key.

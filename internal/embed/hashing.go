@@ -51,8 +51,12 @@ func (h *Hashing) Model() string { return HashingModel }
 // Dimension returns the vector dimension.
 func (h *Hashing) Dimension() int { return h.dim }
 
-// Embed returns one unit vector per text.
-func (h *Hashing) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+// Roles is NoRoles: the hashing embedder has no notion of roles, and Embed ignores
+// its role.
+func (h *Hashing) Roles() Roles { return NoRoles }
+
+// Embed returns one unit vector per text, the same in either role.
+func (h *Hashing) Embed(ctx context.Context, _ Role, texts []string) ([][]float32, error) {
 	if h.dim < 1 {
 		return nil, fmt.Errorf("hashing embedder: dimension %d must be positive", h.dim)
 	}

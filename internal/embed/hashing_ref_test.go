@@ -144,7 +144,7 @@ func BenchmarkHashingEmbed(b *testing.B) {
 	texts := []string{text}
 	b.SetBytes(int64(len(text)))
 	for b.Loop() {
-		_, _ = h.Embed(b.Context(), texts)
+		_, _ = h.Embed(b.Context(), Passage, texts)
 	}
 }
 

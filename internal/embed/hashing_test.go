@@ -14,7 +14,7 @@ import (
 
 func embedOne(t *testing.T, h *Hashing, text string) []float32 {
 	t.Helper()
-	v, err := h.Embed(context.Background(), []string{text})
+	v, err := h.Embed(context.Background(), Passage, []string{text})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +54,11 @@ func TestHashingDeterministicAndNormalised(t *testing.T) {
 	for _, dim := range []int{2, 7, 64, 384} {
 		a, b := NewHashing(dim), NewHashing(dim)
 		texts := []string{"User lives in Berlin", "用户住在柏林", "", "a"}
-		va, err := a.Embed(context.Background(), texts)
+		va, err := a.Embed(context.Background(), Passage, texts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		vb, _ := b.Embed(context.Background(), texts)
+		vb, _ := b.Embed(context.Background(), Passage, texts)
 		for i := range texts {
 			if len(va[i]) != dim {
 				t.Fatalf("dim %d: len %d", dim, len(va[i]))
@@ -71,10 +71,10 @@ func TestHashingDeterministicAndNormalised(t *testing.T) {
 			}
 		}
 	}
-	if _, err := NewHashing(0).Embed(context.Background(), []string{"x"}); err == nil {
+	if _, err := NewHashing(0).Embed(context.Background(), Passage, []string{"x"}); err == nil {
 		t.Fatal("dimension 0: no error")
 	}
-	if v, err := NewHashing(8).Embed(context.Background(), nil); err != nil || len(v) != 0 {
+	if v, err := NewHashing(8).Embed(context.Background(), Passage, nil); err != nil || len(v) != 0 {
 		t.Fatalf("no texts: %v, %v", v, err)
 	}
 }

@@ -40,6 +40,15 @@ type Config struct {
 	// one; default 500ms. A Retry-After header (in seconds) takes precedence, up to
 	// maxRetryAfter.
 	RetryBackoff time.Duration
+	// Roles is how queries and passages reach the model: InputType sends
+	// "input_type", Prefix prepends QueryPrefix or PassagePrefix to every text (a
+	// known model family's when both are empty, see KnownPrefixes), None (or zero)
+	// sends texts as they are. Auto must be resolved first (DetectRoles).
+	//
+	// A prefix comes on top of the store's input limit (Limit), which bounds the
+	// text itself: the prefix is the convention's, at most MaxPrefixBytes, and never
+	// costs the memory any of its text.
+	Roles Roles
 }
 
 const (
@@ -94,6 +103,15 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = defaultRetryBackoff
 	}
+	if cfg.Roles.Convention == ConventionAuto {
+		return nil, errors.New("embeddings client: the Auto roles convention must be resolved first (DetectRoles)")
+	}
+	if err := cfg.Roles.Validate(); err != nil {
+		return nil, fmt.Errorf("embeddings client: %w", err)
+	}
+	if cfg.Roles, err = ResolvePrefixes(cfg.Roles, cfg.Model); err != nil {
+		return nil, fmt.Errorf("embeddings client: %w", err)
+	}
 	return &OpenAI{cfg: cfg, endpoint: u.String(), display: u.Redacted()}, nil
 }
 
@@ -103,12 +121,17 @@ func (o *OpenAI) Model() string { return o.cfg.Model }
 // Dimension returns the configured dimension.
 func (o *OpenAI) Dimension() int { return o.cfg.Dimension }
 
+// Roles returns the resolved convention (prefixes filled in).
+func (o *OpenAI) Roles() Roles { return o.cfg.Roles }
+
 // Endpoint returns the URL requests are sent to (credentials in it redacted).
 func (o *OpenAI) Endpoint() string { return o.display }
 
 type embeddingsRequest struct {
 	Model string   `json:"model"`
 	Input []string `json:"input"`
+	// InputType is "query" or "passage" with the InputType convention.
+	InputType string `json:"input_type,omitempty"`
 }
 
 type embeddingsResponse struct {
@@ -118,12 +141,13 @@ type embeddingsResponse struct {
 	} `json:"data"`
 }
 
-// Embed sends texts in batches of BatchSize and returns their vectors in order.
-func (o *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+// Embed sends texts in batches of BatchSize, in role as the convention says, and
+// returns their vectors in order.
+func (o *OpenAI) Embed(ctx context.Context, role Role, texts []string) ([][]float32, error) {
 	out := make([][]float32, 0, len(texts))
 	for start := 0; start < len(texts); start += o.cfg.BatchSize {
 		batch := texts[start:min(start+o.cfg.BatchSize, len(texts))]
-		vecs, err := o.embedBatch(ctx, batch)
+		vecs, err := o.embedBatch(ctx, o.request(role, batch))
 		if err != nil {
 			return nil, err
 		}
@@ -132,8 +156,30 @@ func (o *OpenAI) Embed(ctx context.Context, texts []string) ([][]float32, error)
 	return out, nil
 }
 
-func (o *OpenAI) embedBatch(ctx context.Context, texts []string) ([][]float32, error) {
-	body, err := json.Marshal(embeddingsRequest{Model: o.cfg.Model, Input: texts})
+// request is the body of one batch in role.
+func (o *OpenAI) request(role Role, texts []string) embeddingsRequest {
+	req := embeddingsRequest{Model: o.cfg.Model, Input: texts}
+	switch r := o.cfg.Roles; r.Convention {
+	case ConventionInputType:
+		req.InputType = role.String()
+	case ConventionPrefix:
+		prefix := r.PassagePrefix
+		if role == Query {
+			prefix = r.QueryPrefix
+		}
+		if prefix != "" {
+			req.Input = make([]string, len(texts))
+			for i, t := range texts {
+				req.Input[i] = prefix + t
+			}
+		}
+	}
+	return req
+}
+
+func (o *OpenAI) embedBatch(ctx context.Context, er embeddingsRequest) ([][]float32, error) {
+	texts := er.Input
+	body, err := json.Marshal(er)
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +229,15 @@ func (o *OpenAI) order(resp embeddingsResponse, n int) ([][]float32, error) {
 	return out, nil
 }
 
+// StatusError is a server's answer other than 200: Code is its HTTP status.
+type StatusError struct {
+	Code int
+	err  error
+}
+
+func (e *StatusError) Error() string { return e.err.Error() }
+func (e *StatusError) Unwrap() error { return e.err }
+
 // retryableError marks failures worth retrying: 408, 429, 5xx and transport errors.
 type retryableError struct{ err error }
 
@@ -218,9 +273,9 @@ func (o *OpenAI) post(ctx context.Context, body []byte, out *embeddingsResponse)
 		err := fmt.Errorf("embeddings request to %s (model %s): status %s: %s",
 			o.display, o.cfg.Model, res.Status, o.redact(cleanExcerpt(excerpt)))
 		if res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusRequestTimeout || res.StatusCode >= 500 {
-			return parseRetryAfter(res.Header.Get("Retry-After")), &retryableError{err}
+			return parseRetryAfter(res.Header.Get("Retry-After")), &retryableError{&StatusError{Code: res.StatusCode, err: err}}
 		}
-		return 0, err
+		return 0, &StatusError{Code: res.StatusCode, err: err}
 	}
 	dec := json.NewDecoder(io.LimitReader(res.Body, maxResponseBytes))
 	*out = embeddingsResponse{}

@@ -152,7 +152,7 @@ func TestOpenAIRequestShapeAndBaseURLs(t *testing.T) {
 			f := newFakeModelServer(t, tc.path, 3)
 			f.wantKey = "sk-test-123"
 			c := newClient(t, f, tc.base, Config{APIKey: "sk-test-123"})
-			got, err := c.Embed(context.Background(), []string{"ab", "c"})
+			got, err := c.Embed(context.Background(), Passage, []string{"ab", "c"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +172,7 @@ func TestOpenAIRequestShapeAndBaseURLs(t *testing.T) {
 func TestOpenAINoKeyNoAuthorization(t *testing.T) {
 	f := newFakeModelServer(t, "/v1/embeddings", 2)
 	c := newClient(t, f, "", Config{})
-	if _, err := c.Embed(context.Background(), []string{"x"}); err != nil {
+	if _, err := c.Embed(context.Background(), Passage, []string{"x"}); err != nil {
 		t.Fatal(err)
 	}
 	if f.count() != 1 {
@@ -184,7 +184,7 @@ func TestOpenAIBatchesInOrder(t *testing.T) {
 	f := newFakeModelServer(t, "/v1/embeddings", 2)
 	c := newClient(t, f, "/v1", Config{BatchSize: 2})
 	texts := []string{"a", "bb", "ccc", "dddd", "eeeee"}
-	got, err := c.Embed(context.Background(), texts)
+	got, err := c.Embed(context.Background(), Passage, texts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestOpenAIBatchesInOrder(t *testing.T) {
 			t.Fatalf("embedding %d = %v, want the one of %q", i, v, texts[i])
 		}
 	}
-	if got, err := c.Embed(context.Background(), nil); err != nil || len(got) != 0 || f.count() != 3 {
+	if got, err := c.Embed(context.Background(), Passage, nil); err != nil || len(got) != 0 || f.count() != 3 {
 		t.Fatalf("no texts: %v, %v, %d requests", got, err, f.count())
 	}
 }
@@ -205,7 +205,7 @@ func TestOpenAIReordersByIndex(t *testing.T) {
 	f := newFakeModelServer(t, "/v1/embeddings", 2)
 	f.reverse = true
 	c := newClient(t, f, "", Config{})
-	got, err := c.Embed(context.Background(), []string{"a", "bbb", "cc"})
+	got, err := c.Embed(context.Background(), Passage, []string{"a", "bbb", "cc"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestOpenAIReordersByIndex(t *testing.T) {
 func TestOpenAIDimensionMismatch(t *testing.T) {
 	f := newFakeModelServer(t, "/v1/embeddings", 3)
 	c := newClient(t, f, "", Config{Dimension: 4})
-	_, err := c.Embed(context.Background(), []string{"a"})
+	_, err := c.Embed(context.Background(), Passage, []string{"a"})
 	if !errors.Is(err, vector.ErrDimensionMismatch) {
 		t.Fatalf("err = %v, want ErrDimensionMismatch", err)
 	}
@@ -240,7 +240,7 @@ func TestOpenAIMalformedResponses(t *testing.T) {
 				return true
 			}
 			c := newClient(t, f, "", Config{})
-			if got, err := c.Embed(context.Background(), []string{"a", "b"}); err == nil {
+			if got, err := c.Embed(context.Background(), Passage, []string{"a", "b"}); err == nil {
 				t.Fatalf("no error, got %v", got)
 			}
 			if f.count() != 1 {
@@ -264,7 +264,7 @@ func TestOpenAIRetriesThenSucceeds(t *testing.T) {
 		return true
 	}
 	c := newClient(t, f, "", Config{})
-	got, err := c.Embed(context.Background(), []string{"abc"})
+	got, err := c.Embed(context.Background(), Passage, []string{"abc"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestOpenAIGivesUpAfterMaxRetries(t *testing.T) {
 		return true
 	}
 	c := newClient(t, f, "", Config{MaxRetries: 2})
-	_, err := c.Embed(context.Background(), []string{"x"})
+	_, err := c.Embed(context.Background(), Passage, []string{"x"})
 	if err == nil || !strings.Contains(err.Error(), "502") || !strings.Contains(err.Error(), "upstream broken") || !strings.Contains(err.Error(), "after 3 attempts") {
 		t.Fatalf("err = %v", err)
 	}
@@ -303,7 +303,7 @@ func TestOpenAIUnauthorizedDoesNotLeakKey(t *testing.T) {
 		return true
 	}
 	c := newClient(t, f, "", Config{APIKey: key})
-	_, err := c.Embed(context.Background(), []string{"x"})
+	_, err := c.Embed(context.Background(), Passage, []string{"x"})
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -341,7 +341,7 @@ func TestOpenAIStopsRetryingWhenContextEnds(t *testing.T) {
 		return true
 	}
 	c := newClient(t, f, "", Config{RetryBackoff: time.Hour, HTTPClient: &http.Client{Transport: cancelAfterResponse{cancel}}})
-	_, err := c.Embed(ctx, []string{"x"})
+	_, err := c.Embed(ctx, Passage, []string{"x"})
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("err = %v, want the 503 and context.Canceled", err)
 	}

@@ -30,7 +30,6 @@ const (
 const (
 	DefaultListen        = ":8080"
 	DefaultMetricsListen = ":9090"
-	DefaultDedup         = 0.9
 	DefaultRateLimit     = 50  // requests per second per key
 	DefaultRateBurst     = 100 // requests
 	DefaultMaxBodyBytes  = 8 << 20
@@ -80,6 +79,10 @@ type Config struct {
 	// truncation (see embed.Limit). The store's spec.embedder sets them.
 	MaxInputBytes int
 	InputOverflow embed.Overflow
+	// EmbedderRoles is how queries and passages reach the model (see embed.Roles).
+	// The operator passes the store's resolved convention; a standalone gateway may
+	// ask for Auto, resolved at startup (embed.DetectRoles). The zero Roles is None.
+	EmbedderRoles embed.Roles
 	// EmbedderTimeout bounds one embedder call; EmbedderConcurrency is how many calls
 	// one key (and the background indexer) may have in flight at once.
 	EmbedderTimeout     time.Duration
@@ -90,6 +93,10 @@ type Config struct {
 	// DedupThreshold: a write at least this similar to a memory of the same scope and
 	// type reinforces it instead of adding a copy; 0 turns near-duplicate detection off.
 	DedupThreshold float64
+	// DedupAuto calibrates DedupThreshold at startup (embed.Calibrate with the
+	// configured embedder) instead; the flag's default for a standalone gateway. The
+	// operator passes the store's calibrated threshold instead.
+	DedupAuto bool
 	// MinSimilarity, when set, is the least similarity a search result may have
 	// (seed 003, 7.1 uses 0.7 for its model); a request's min_similarity overrides it.
 	MinSimilarity *float64
@@ -121,7 +128,7 @@ func (c Config) Args() []string {
 		"--metric=" + c.Metric,
 		"--embedder=" + c.Embedder,
 		"--keys-file=" + c.KeysFile,
-		"--dedup-threshold=" + strconv.FormatFloat(c.DedupThreshold, 'g', -1, 64),
+		"--dedup-threshold=" + c.dedupArg(),
 		"--rate-limit=" + strconv.FormatFloat(c.RateLimit, 'g', -1, 64),
 		"--rate-burst=" + strconv.Itoa(c.RateBurst),
 		"--max-body-bytes=" + strconv.FormatInt(c.MaxBodyBytes, 10),
@@ -139,6 +146,12 @@ func (c Config) Args() []string {
 	opt("--request-timeout", c.RequestTimeout.String())
 	opt("--embedder-max-input-bytes", strconv.Itoa(c.MaxInputBytes))
 	opt("--embedder-overflow", string(c.InputOverflow))
+	// The roles are always explicit: the flag's default is auto.
+	if c.EmbedderRoles.Normalized() == (embed.Roles{}) {
+		args = append(args, "--embedder-roles=none")
+	} else {
+		args = append(args, embed.RolesArgs(c.EmbedderRoles)...)
+	}
 	opt("--embedder-timeout", c.EmbedderTimeout.String())
 	opt("--embedder-concurrency-per-key", strconv.Itoa(c.EmbedderConcurrency))
 	opt("--milvus-address", c.MilvusAddress)
@@ -154,10 +167,21 @@ func (c Config) Args() []string {
 	return args
 }
 
+// dedupArg is --dedup-threshold's value: "auto" or the number.
+func (c Config) dedupArg() string {
+	if c.DedupAuto {
+		return dedupAuto
+	}
+	return strconv.FormatFloat(c.DedupThreshold, 'g', -1, 64)
+}
+
+const dedupAuto = "auto"
+
 // ParseArgs parses the command's arguments and checks them.
 func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	var c Config
-	var rules, overflow string
+	var rules, overflow, dedup string
+	var roles embed.RolesFlags
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.StoreNamespace, "store-namespace", "", "namespace of the MemoryStore")
@@ -176,7 +200,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.EmbedderEndpoint, "embedder-endpoint", "", "base URL of an OpenAI-compatible embedder")
 	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "embedding model name")
 	fs.StringVar(&c.KeysFile, "keys-file", "", "API keys file (JSON), re-read when it changes")
-	fs.Float64Var(&c.DedupThreshold, "dedup-threshold", DefaultDedup, "near-duplicate similarity (0: off)")
+	fs.StringVar(&dedup, "dedup-threshold", dedupAuto, "near-duplicate similarity from 0 to 1 (0: off), or auto: calibrated at startup with the embedder")
 	fs.Func("min-similarity", "least similarity of a search result (default: none)", func(v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -195,6 +219,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.EmbedderConcurrency, "embedder-concurrency-per-key", DefaultEmbedderConcurrency, "embedder calls one key may have in flight")
 	fs.StringVar(&rules, "namespace-rules", "", "LangGraph namespace rules (JSON list of {namespace, scope})")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 20*time.Second, "time in-flight requests get on SIGTERM")
+	roles.Register(fs, embed.ConventionAuto)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -202,6 +227,15 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	c.InputOverflow = embed.Overflow(overflow)
+	var err error
+	if c.EmbedderRoles, err = roles.Roles(); err != nil {
+		return c, err
+	}
+	if dedup == dedupAuto {
+		c.DedupAuto = true
+	} else if c.DedupThreshold, err = strconv.ParseFloat(dedup, 64); err != nil || math.IsNaN(c.DedupThreshold) {
+		return c, fmt.Errorf("--dedup-threshold %q: want auto or a number from 0 to 1", dedup)
+	}
 	if rules != "" {
 		dec := json.NewDecoder(strings.NewReader(rules))
 		dec.DisallowUnknownFields()
@@ -243,6 +277,20 @@ func (c Config) validateBackends() error {
 	return nil
 }
 
+// validateRolesAndDedup checks the roles convention (Auto is resolved at startup) and
+// that the threshold is either auto or a number.
+func (c Config) validateRolesAndDedup() error {
+	if c.DedupAuto && c.DedupThreshold != 0 {
+		return errors.New("--dedup-threshold is either auto or a number")
+	}
+	if c.EmbedderRoles.Convention != embed.ConventionAuto {
+		if err := c.EmbedderRoles.Validate(); err != nil {
+			return fmt.Errorf("--embedder-roles: %w", err)
+		}
+	}
+	return nil
+}
+
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	var missing []string
@@ -274,6 +322,9 @@ func (c Config) Validate() error {
 		return errors.New("--request-timeout and --embedder-timeout must be positive")
 	case c.EmbedderConcurrency < 0 || c.MaxInputBytes < 0:
 		return errors.New("--embedder-concurrency-per-key and --embedder-max-input-bytes must be at least 1")
+	}
+	if err := c.validateRolesAndDedup(); err != nil {
+		return err
 	}
 	if c.InputOverflow != "" {
 		if _, err := embed.ParseOverflow(string(c.InputOverflow)); err != nil {

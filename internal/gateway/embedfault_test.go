@@ -91,7 +91,7 @@ func newFaultEmbedder(t testing.TB) *faultEmbedder {
 				return
 			}
 		}
-		vecs, _ := hashing.Embed(context.Background(), req.Input)
+		vecs, _ := hashing.Embed(context.Background(), embed.Passage, req.Input)
 		type datum struct {
 			Index     int       `json:"index"`
 			Embedding []float32 `json:"embedding"`

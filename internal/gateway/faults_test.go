@@ -151,7 +151,7 @@ func TestPostgresDown(t *testing.T) {
 // vectorQuery embeds text as the gateway does and asks for everything of scope.
 func vectorQuery(t *testing.T, scope, text string) vector.Query {
 	t.Helper()
-	v, err := embed.NewHashing(testDim).Embed(context.Background(), []string{text})
+	v, err := embed.NewHashing(testDim).Embed(context.Background(), embed.Passage, []string{text})
 	if err != nil {
 		t.Fatal(err)
 	}

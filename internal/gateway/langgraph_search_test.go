@@ -124,7 +124,7 @@ func (f *lgFixture) exact(prefix []string, query string, admit func(lgValue) boo
 	}
 	if query != "" && len(cands) > 0 {
 		h := embed.NewHashing(testDim)
-		vecs, err := h.Embed(context.Background(), append(texts, query))
+		vecs, err := h.Embed(context.Background(), embed.Passage, append(texts, query))
 		if err != nil {
 			f.t.Fatal(err)
 		}

@@ -89,7 +89,10 @@ type Gateway struct {
 // own role), its vector index and embedder, the memory layer and the HTTP handler. It
 // contacts no backend: a gateway whose database or index is down still starts, is not
 // ready until PostgreSQL answers, and indexes what it acknowledged once the index is
-// back.
+// back. The one exception is a standalone gateway asked for --embedder-roles=auto or
+// --dedup-threshold=auto: it asks the embedder at startup (resolveEmbedder) and does
+// not start without an answer, rather than guess a convention or run with an
+// uncalibrated threshold. The operator always passes both resolved.
 func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gateway, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -113,15 +116,14 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		pool.Close()
 		return nil, err
 	}
-	var emb embed.Embedder = embed.NewHashing(cfg.Dimension)
-	if cfg.Embedder == "OpenAI" {
-		if emb, err = embed.NewOpenAI(embed.Config{BaseURL: cfg.EmbedderEndpoint, Model: cfg.EmbeddingModel, Dimension: cfg.Dimension, APIKey: sec.EmbedderAPIKey}); err != nil {
-			pool.Close()
-			return nil, err
-		}
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	// Every key gets its own share of the embedder, each call its time (see route).
-	emb = embed.NewBounded(emb, embed.BoundOptions{PerCaller: cfg.EmbedderConcurrency, Timeout: cfg.EmbedderTimeout})
+	emb, err := resolveEmbedder(ctx, &cfg, sec, log)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	li := &lazyIndex{spec: spec}
 	if cfg.VectorEngine == "Milvus" {
 		li.dial = func(ctx context.Context) (vector.Index, func(), error) {
@@ -139,9 +141,6 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 	if err != nil {
 		pool.Close()
 		return nil, err
-	}
-	if log == nil {
-		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -161,6 +160,43 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		return nil
 	}
 	return &Gateway{Server: srv, Memory: mem, pool: pool, index: li, reg: reg, cfg: cfg, log: log}, nil
+}
+
+// resolveEmbedder builds the store's embedder, bounded per caller, with its roles
+// convention (Auto resolved by probing the server) and, for --dedup-threshold=auto,
+// the threshold calibrated for it (cfg is updated with both).
+func resolveEmbedder(ctx context.Context, cfg *Config, sec Secrets, log *slog.Logger) (embed.Embedder, error) {
+	var emb embed.Embedder = embed.NewHashing(cfg.Dimension)
+	if cfg.Embedder == "OpenAI" {
+		ecfg := embed.Config{BaseURL: cfg.EmbedderEndpoint, Model: cfg.EmbeddingModel, Dimension: cfg.Dimension, APIKey: sec.EmbedderAPIKey, Roles: cfg.EmbedderRoles}
+		if ecfg.Roles.Convention == embed.ConventionAuto {
+			roles, err := embed.DetectRoles(ctx, ecfg)
+			if err != nil {
+				return nil, fmt.Errorf("--embedder-roles=auto: %w", err)
+			}
+			ecfg.Roles = roles
+		}
+		o, err := embed.NewOpenAI(ecfg)
+		if err != nil {
+			return nil, err
+		}
+		emb = o
+	}
+	cfg.EmbedderRoles = emb.Roles()
+	log.Info("Embedder", "model", emb.Model(), "dimension", emb.Dimension(), "roles", emb.Roles().String())
+	// Every key gets its own share of the embedder, each call its time (see route).
+	emb = embed.NewBounded(emb, embed.BoundOptions{PerCaller: cfg.EmbedderConcurrency, Timeout: cfg.EmbedderTimeout})
+	if cfg.DedupAuto {
+		c, err := embed.Calibrate(ctx, emb)
+		if err != nil {
+			return nil, fmt.Errorf("--dedup-threshold=auto: %w", err)
+		}
+		cfg.DedupThreshold, cfg.DedupAuto = c.Threshold, false
+		log.Info("Calibrated the near-duplicate threshold", "dedupThreshold", c.Threshold, "distinctMax", c.DistinctMax,
+			"distinctP999", c.DistinctP999, "distinctP99", c.DistinctP99, "restatementsFolded", c.RestatementsFolded,
+			"restatements", c.Restatements, "model", c.Model, "roles", c.Roles.String())
+	}
+	return emb, nil
 }
 
 // Close releases the backends.

@@ -471,9 +471,9 @@ func (c *countingEmbedder) Model() string {
 	return c.Embedder.Model()
 }
 
-func (c *countingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (c *countingEmbedder) Embed(ctx context.Context, role embed.Role, texts []string) ([][]float32, error) {
 	c.texts.Add(int64(len(texts)))
-	return c.Embedder.Embed(ctx, texts)
+	return c.Embedder.Embed(ctx, role, texts)
 }
 
 // dataset builds realistic memories for users (and their sessions and an agent):

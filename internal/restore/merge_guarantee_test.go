@@ -28,7 +28,7 @@ func withVectors(t testing.TB, items []memory.Item) []memory.Item {
 	out := slices.Clone(items)
 	h := embed.NewHashing(dim)
 	for i := range out {
-		v, err := h.Embed(context.Background(), []string{out[i].EmbeddingText()})
+		v, err := h.Embed(context.Background(), embed.Passage, []string{out[i].EmbeddingText()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func TestGuaranteeDryRunChecksVectorsAsTheRunWrites(t *testing.T) {
 	if res.Vectors != 2 || res.Embedded != 1 {
 		t.Fatalf("result %+v", res)
 	}
-	want, _ := embed.NewHashing(dim).Embed(context.Background(), []string{items[1].EmbeddingText()})
+	want, _ := embed.NewHashing(dim).Embed(context.Background(), embed.Passage, []string{items[1].EmbeddingText()})
 	if got := dst.vectorsOf(t)["z2"]; !vectorsClose(got, vector.Normalize(want[0])) && !vectorsClose(got, want[0]) {
 		t.Fatalf("z2's vector %v, want the embedder's %v", got, want[0])
 	}
@@ -401,7 +401,7 @@ func TestGuaranteeEmbedderLimitInRestores(t *testing.T) {
 	if err != nil || !truncated || len(cut) > 1000 {
 		t.Fatalf("Prepare: %d bytes, %v, %v", len(cut), truncated, err)
 	}
-	want, _ := embed.NewHashing(dim).Embed(context.Background(), []string{cut})
+	want, _ := embed.NewHashing(dim).Embed(context.Background(), embed.Passage, []string{cut})
 	if got := dst.vectorsOf(t)["long"]; !vectorsClose(got, vector.Normalize(want[0])) && !vectorsClose(got, want[0]) {
 		t.Fatalf("the long memory's vector is not the truncated text's")
 	}

@@ -97,7 +97,7 @@ type Options struct {
 	// Index is the target's vector index; nil when vectors are left for later (the
 	// embeddings policy must then be Defer or empty).
 	Index vector.Index
-	// Embedder is the target's embedder: its model and dimension decide whether
+	// Embedder is the target's embedder: its model, dimension and roles decide whether
 	// package vectors can be reused, and Reembed uses it. Required unless the
 	// embeddings policy is Defer.
 	Embedder embed.Embedder
@@ -397,11 +397,13 @@ func (o *Options) embeddingPolicies() (policy, fallback EmbeddingsPolicy, err er
 }
 
 // reusable reports whether the package's vectors live in the target's embedding space:
-// the same model and dimension as the target's embedder, the index's dimension, and
-// the index's metric when the package records one.
+// the same model, dimension and roles convention as the target's embedder (a package
+// that records no roles was embedded with none), the index's dimension, and the
+// index's metric when the package records one.
 func (o *Options) reusable(e *snapshot.EmbeddingInfo) bool {
 	spec := o.Index.Spec()
 	return e != nil && e.Model == o.Embedder.Model() && e.Dimension == o.Embedder.Dimension() && e.Dimension == spec.Dimension &&
+		e.EmbedRoles().Equal(o.Embedder.Roles()) &&
 		(e.Metric == "" || strings.EqualFold(e.Metric, string(spec.Metric)))
 }
 

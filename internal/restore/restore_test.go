@@ -458,7 +458,7 @@ func TestRestoreConflictPolicies(t *testing.T) {
 			}
 			if tc.policy != restore.Skip {
 				stored, _ := dst.Get(context.Background(), "t-coffee")
-				wantVec, _ := embed.NewHashing(dim).Embed(context.Background(), []string{stored.EmbeddingText()})
+				wantVec, _ := embed.NewHashing(dim).Embed(context.Background(), embed.Passage, []string{stored.EmbeddingText()})
 				if !vectorsClose(vecs["t-coffee"], wantVec[0]) {
 					t.Fatalf("t-coffee vector %v, want %v", vecs["t-coffee"], wantVec[0])
 				}
@@ -604,7 +604,7 @@ func TestRestoreModelMismatch(t *testing.T) {
 			}
 			continue
 		}
-		want, _ := h8.Embed(context.Background(), []string{it.EmbeddingText()})
+		want, _ := h8.Embed(context.Background(), embed.Passage, []string{it.EmbeddingText()})
 		if !vectorsClose(vecs[it.MemoryID], want[0]) {
 			t.Fatalf("%s: vector %v, want the target embedder's %v", it.MemoryID, vecs[it.MemoryID], want[0])
 		}
@@ -885,12 +885,12 @@ type cancelingEmbedder struct {
 	after *cancelAfter
 }
 
-func (c *cancelingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (c *cancelingEmbedder) Embed(ctx context.Context, role embed.Role, texts []string) ([][]float32, error) {
 	c.after.hit()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return c.Embedder.Embed(ctx, texts)
+	return c.Embedder.Embed(ctx, role, texts)
 }
 
 // forgettingIndex starts forgetting a scope in the target the first time vectors are

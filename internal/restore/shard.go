@@ -523,7 +523,7 @@ func (r *runner) applyVectors(ctx context.Context, w vectorWork) error {
 	}
 	for start := 0; start < len(w.texts); start += maxEmbedTexts {
 		end := min(start+maxEmbedTexts, len(w.texts))
-		vecs, err := emb.Embed(ctx, w.texts[start:end])
+		vecs, err := emb.Embed(ctx, embed.Passage, w.texts[start:end])
 		if err != nil {
 			return fmt.Errorf("embedding with %s: %w", emb.Model(), err)
 		}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -175,6 +176,35 @@ type EmbeddingInfo struct {
 	Model     string `json:"model"`
 	Dimension int    `json:"dimension"`
 	Metric    string `json:"metric,omitempty"` // "cosine", "l2", "ip"
+	// Roles is how the embedder told queries from passages when it embedded the
+	// items (as passages). Absent means none: texts sent as they were, which is how
+	// every package written before roles were recorded was embedded.
+	Roles *EmbeddingRoles `json:"roles,omitempty"`
+}
+
+// EmbeddingRoles is the roles convention of a package's embeddings.
+type EmbeddingRoles struct {
+	// Convention is "InputType", "Prefix" or "None".
+	Convention string `json:"convention"`
+	// QueryPrefix and PassagePrefix, with the Prefix convention.
+	QueryPrefix   string `json:"queryPrefix,omitempty"`
+	PassagePrefix string `json:"passagePrefix,omitempty"`
+}
+
+// EmbeddingRolesOf records r (nil for none, as packages without the field say).
+func EmbeddingRolesOf(r embed.Roles) *EmbeddingRoles {
+	if r = r.Normalized(); r.Convention == "" {
+		return nil
+	}
+	return &EmbeddingRoles{Convention: string(r.Convention), QueryPrefix: r.QueryPrefix, PassagePrefix: r.PassagePrefix}
+}
+
+// EmbedRoles is the recorded convention (None when absent).
+func (e *EmbeddingInfo) EmbedRoles() embed.Roles {
+	if e == nil || e.Roles == nil {
+		return embed.NoRoles
+	}
+	return embed.Roles{Convention: embed.Convention(e.Roles.Convention), QueryPrefix: e.Roles.QueryPrefix, PassagePrefix: e.Roles.PassagePrefix}.Normalized()
 }
 
 // StoredBytes is the total stored size of the package's data objects (the manifest
@@ -518,6 +548,12 @@ func (m *Manifest) validateCounts() error {
 	}
 	if c.WithEmbedding > 0 && (m.Embedding == nil || m.Embedding.Model == "" || m.Embedding.Dimension < 1) {
 		return fmt.Errorf("%d items carry embeddings but the embedding model and dimension are not recorded", c.WithEmbedding)
+	}
+	if e := m.Embedding; e != nil && e.Roles != nil {
+		r := embed.Roles{Convention: embed.Convention(e.Roles.Convention), QueryPrefix: e.Roles.QueryPrefix, PassagePrefix: e.Roles.PassagePrefix}
+		if err := r.Validate(); err != nil || r.Convention == "" {
+			return fmt.Errorf("embedding.roles: convention %q with prefixes %q, %q is not a recorded convention (InputType, Prefix or None)", e.Roles.Convention, e.Roles.QueryPrefix, e.Roles.PassagePrefix)
+		}
 	}
 	return c.validateScopeCounts()
 }

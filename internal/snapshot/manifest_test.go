@@ -104,6 +104,18 @@ func TestManifestValidate(t *testing.T) {
 		{func(m *Manifest) { m.Counts.ByType["dream"] = 0 }, `unknown memory type "dream"`},
 		{func(m *Manifest) { m.Counts.ByScope["user:b"] = 2 }, "counts.byScope has 2 scopes with 4 items"},
 		{func(m *Manifest) { m.Counts.WithEmbedding = 1 }, "1 items carry embeddings but the embedding model"},
+		{func(m *Manifest) {
+			m.Embedding = &EmbeddingInfo{Model: "e5", Dimension: 4, Roles: &EmbeddingRoles{Convention: "Sideways"}}
+		}, `embedding.roles: convention "Sideways"`},
+		{func(m *Manifest) {
+			m.Embedding = &EmbeddingInfo{Model: "e5", Dimension: 4, Roles: &EmbeddingRoles{Convention: "Auto"}}
+		}, `embedding.roles: convention "Auto"`},
+		{func(m *Manifest) {
+			m.Embedding = &EmbeddingInfo{Model: "e5", Dimension: 4, Roles: &EmbeddingRoles{Convention: "InputType", QueryPrefix: "query: "}}
+		}, `embedding.roles: convention "InputType" with prefixes`},
+		{func(m *Manifest) {
+			m.Embedding = &EmbeddingInfo{Model: "e5", Dimension: 4, Roles: &EmbeddingRoles{}}
+		}, `embedding.roles: convention ""`},
 		{func(m *Manifest) { m.Compression.Algorithm = "gzip" }, `compression algorithm "gzip"`},
 		{func(m *Manifest) { m.Framing.ChunkSize = 10 }, "framing chunk size 10"},
 		{func(m *Manifest) { m.PackageID = "x" }, `packageId "x"`},
@@ -133,5 +145,12 @@ func TestManifestValidate(t *testing.T) {
 	}
 	if err := validManifest().validate(); err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range []*EmbeddingRoles{nil, {Convention: "None"}, {Convention: "InputType"}, {Convention: "Prefix", QueryPrefix: "query: ", PassagePrefix: "passage: "}} {
+		m := validManifest()
+		m.Embedding = &EmbeddingInfo{Model: "e5", Dimension: 4, Roles: r}
+		if err := m.validate(); err != nil {
+			t.Errorf("roles %+v: %v", r, err)
+		}
 	}
 }

@@ -212,8 +212,9 @@ func (a *archiveRun) writeCold(ctx context.Context, objects snapshot.Objects, ru
 			Store: a.cfg.Schema, VectorEngine: a.cfg.VectorEngine,
 		},
 		Selection: snapshot.Selection{IncludeEmbeddings: true},
-		Embedding: &snapshot.EmbeddingInfo{Model: a.cfg.EmbeddingModel, Dimension: a.cfg.Dimension, Metric: strings.ToLower(a.cfg.Metric)},
-		Now:       func() time.Time { return a.now },
+		Embedding: &snapshot.EmbeddingInfo{Model: a.cfg.EmbeddingModel, Dimension: a.cfg.Dimension, Metric: strings.ToLower(a.cfg.Metric),
+			Roles: snapshot.EmbeddingRolesOf(a.cfg.EmbedderRoles)},
+		Now: func() time.Time { return a.now },
 	}
 	var fetcher *milvus.Index
 	if a.cfg.VectorEngine == "Milvus" {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -53,8 +54,11 @@ type ArchiveConfig struct {
 	// VectorEngine is Milvus or Postgres; with Milvus, vectors live at MilvusAddress/Collection.
 	VectorEngine, MilvusAddress, Collection string
 	EmbeddingModel                          string
-	Dimension                               int
-	Metric                                  string
+	// EmbedderRoles is the store's resolved roles convention (status.embedder.roles),
+	// recorded with the vectors in the package.
+	EmbedderRoles embed.Roles
+	Dimension     int
+	Metric        string
 
 	// Now is the run's clock: ages are measured to it and archived_at is set to it. Zero
 	// means the time the worker starts (tests inject a clock through it).
@@ -122,7 +126,7 @@ func (c ArchiveConfig) Args() []string {
 	if c.BatchSize > 0 {
 		args = append(args, fmt.Sprintf("--batch-size=%d", c.BatchSize))
 	}
-	return args
+	return append(args, embed.RolesArgs(c.EmbedderRoles)...)
 }
 
 // formatHalfLives renders "type=duration,..." in type order, so Args is deterministic.
@@ -191,10 +195,15 @@ func ParseArchiveArgs(args []string, stderr io.Writer) (ArchiveConfig, error) {
 	fs.BoolVar(&c.Unencrypted, "unencrypted", false, "write a plaintext cold package")
 	fs.DurationVar(&c.DeleteAfter, "delete-after", 0, "delete archived memories with a cold copy this long after archival")
 	fs.IntVar(&c.BatchSize, "batch-size", 0, "vector IDs per index delete (0: default)")
+	var roles embed.RolesFlags
+	roles.Register(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	var err error
+	if c.EmbedderRoles, err = jobRoles(&roles); err != nil {
+		return c, err
+	}
 	if now != "" {
 		if c.Now, err = time.Parse(time.RFC3339Nano, now); err != nil {
 			return c, fmt.Errorf("--now: %w", err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -16,7 +17,7 @@ func TestArchiveArgsRoundTrip(t *testing.T) {
 		{
 			StoreNamespace: "team-a", StoreName: "bot", Tenant: "acme", RunName: "bot-archive-29112026",
 			Schema: "mem_acme", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme",
-			EmbeddingModel: "bge-small", Dimension: 384, Metric: "IP",
+			EmbeddingModel: "bge-small", Dimension: 384, Metric: "IP", EmbedderRoles: embed.Roles{Convention: embed.ConventionInputType},
 			Now:       time.Date(2026, 11, 29, 2, 0, 0, 123456000, time.UTC),
 			Threshold: 0.05,
 			HalfLives: memory.HalfLives{memory.Working: 6 * time.Hour, memory.Episodic: 720 * time.Hour, memory.Procedural: 90 * time.Minute},

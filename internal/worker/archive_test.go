@@ -368,7 +368,7 @@ func testArchiveRun(t *testing.T, engine string) {
 		if got, _ := json.Marshal(it); string(got) != string(stored) {
 			t.Fatalf("%s in the cold package:\n got %s\nwant %s", it.MemoryID, got, stored)
 		}
-		v, _ := h.Embed(ctx, []string{it.EmbeddingText()})
+		v, _ := h.Embed(ctx, embed.Passage, []string{it.EmbeddingText()})
 		if !closeVec(emb, vector.Normalize(v[0])) {
 			t.Fatalf("%s: cold embedding %v, want %v", it.MemoryID, emb, v[0])
 		}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/amemory/memory-operator/internal/embed"
 )
 
 // Environment variables a worker reads its secrets from; the Job fills them from
@@ -45,6 +47,9 @@ type SnapshotConfig struct {
 	EmbeddingModel                          string
 	Dimension                               int
 	Metric                                  string
+	// EmbedderRoles is the store's resolved roles convention (status.embedder.roles),
+	// recorded with the vectors in the package.
+	EmbedderRoles embed.Roles
 
 	Destination Destination
 
@@ -106,7 +111,7 @@ func (c SnapshotConfig) Args() []string {
 	if c.ShardTargetBytes > 0 {
 		args = append(args, fmt.Sprintf("--shard-bytes=%d", c.ShardTargetBytes))
 	}
-	return args
+	return append(args, embed.RolesArgs(c.EmbedderRoles)...)
 }
 
 // ParseSnapshotArgs parses the worker's arguments and checks them.
@@ -138,7 +143,13 @@ func ParseSnapshotArgs(args []string, stderr io.Writer) (SnapshotConfig, error) 
 	fs.IntVar(&c.CompressionLevel, "compression-level", 1, "zstd level 1..19")
 	fs.BoolVar(&c.Unencrypted, "unencrypted", false, "write a plaintext package")
 	fs.Int64Var(&c.ShardTargetBytes, "shard-bytes", 0, "cut shards after this many uncompressed bytes (0: default)")
+	var roles embed.RolesFlags
+	roles.Register(fs, "")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.EmbedderRoles, err = jobRoles(&roles); err != nil {
 		return c, err
 	}
 	c.Scopes = splitList(scopes)
@@ -164,6 +175,20 @@ func ParseSnapshotArgs(args []string, stderr io.Writer) (SnapshotConfig, error) 
 		return c, fmt.Errorf("--compression-level %d is outside 1..19", c.CompressionLevel)
 	}
 	return c, nil
+}
+
+// jobRoles is the roles convention a Job was given: explicit (the operator resolves
+// Auto when it provisions the store), so that the Job embeds, and records, exactly
+// what the store's gateway does. None when not given.
+func jobRoles(f *embed.RolesFlags) (embed.Roles, error) {
+	r, err := f.Roles()
+	if err != nil {
+		return r, err
+	}
+	if r.Convention == embed.ConventionAuto {
+		return embed.Roles{}, errors.New("--embedder-roles=auto: a Job takes the store's resolved convention")
+	}
+	return r, nil
 }
 
 func splitList(s string) []string {

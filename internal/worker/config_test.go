@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/amemory/memory-operator/internal/embed"
 )
 
 func TestSnapshotArgsRoundTrip(t *testing.T) {
@@ -14,8 +16,9 @@ func TestSnapshotArgsRoundTrip(t *testing.T) {
 			StoreNamespace: "team-a", StoreName: "bot", Tenant: "acme", SnapshotName: "nightly",
 			Schema: "mem_acme", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme",
 			EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
-			Destination: Destination{Endpoint: "s3.example:443", Region: "eu-1", Bucket: "mem", Prefix: "a/b/"},
-			Scopes:      []string{"user:1024", "session:*"}, Types: []string{"semantic", "episodic"},
+			EmbedderRoles: embed.Roles{Convention: embed.ConventionPrefix, QueryPrefix: "query: ", PassagePrefix: "passage: "},
+			Destination:   Destination{Endpoint: "s3.example:443", Region: "eu-1", Bucket: "mem", Prefix: "a/b/"},
+			Scopes:        []string{"user:1024", "session:*"}, Types: []string{"semantic", "episodic"},
 			ActiveWithin: 720 * time.Hour, IncludeEmbeddings: true, CompressionLevel: 3,
 		},
 		{

@@ -249,7 +249,7 @@ func targetIndex(ctx context.Context, cfg RestoreConfig, pool *pgxpool.Pool) (ve
 func targetEmbedder(cfg RestoreConfig, sec RestoreSecrets) (embed.Embedder, error) {
 	if cfg.Embedder == "OpenAI" {
 		return embed.NewOpenAI(embed.Config{BaseURL: cfg.EmbedderEndpoint, Model: cfg.EmbeddingModel,
-			Dimension: cfg.Dimension, APIKey: sec.EmbedderAPIKey})
+			Dimension: cfg.Dimension, APIKey: sec.EmbedderAPIKey, Roles: cfg.EmbedderRoles})
 	}
 	return embed.NewHashing(cfg.Dimension), nil
 }

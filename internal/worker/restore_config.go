@@ -98,6 +98,10 @@ type RestoreConfig struct {
 	// text sent to its embedder (0: none; Truncate or Refuse), as its gateway applies it.
 	EmbedderMaxInputBytes int
 	EmbedderOverflow      string
+	// EmbedderRoles is the target's resolved roles convention (status.embedder.roles):
+	// re-embedding uses it, and package vectors are reused only when they were made
+	// with it.
+	EmbedderRoles embed.Roles
 
 	ScopeMap  []ScopeRule
 	PrefixMap []ScopeRule
@@ -187,6 +191,7 @@ func (c RestoreConfig) Args() []string {
 		args = append(args, fmt.Sprintf("--embedder-max-input-bytes=%d", c.EmbedderMaxInputBytes))
 	}
 	opt("--embedder-overflow", c.EmbedderOverflow)
+	args = append(args, embed.RolesArgs(c.EmbedderRoles)...)
 	opt("--map-scopes", joinRules(c.ScopeMap))
 	opt("--map-prefixes", joinRules(c.PrefixMap))
 	opt("--map-file", c.MapFile)
@@ -262,10 +267,15 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.RestoreUID, "restore-uid", "", "UID of the MemoryRestore, recorded by the target with the package")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
 	finishImport := ImportFlags(fs)
+	var roles embed.RolesFlags
+	roles.Register(fs, "")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	var err error
+	if c.EmbedderRoles, err = jobRoles(&roles); err != nil {
+		return c, err
+	}
 	if c.Import, err = finishImport(); err != nil {
 		return c, err
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/amemory/memory-operator/internal/embed"
 )
 
 const testSHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
@@ -19,9 +21,10 @@ func TestRestoreArgsRoundTrip(t *testing.T) {
 			TargetNamespace: "team-a", TargetName: "bot-v2", Tenant: "acme-v2",
 			Schema: "mem_acme_v2", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme_v2",
 			EmbeddingModel: "bge-small", Dimension: 512, Metric: "IP", Embedder: "OpenAI", EmbedderEndpoint: "http://tei:8080",
-			ScopeMap:  []ScopeRule{{From: "user:1024", To: "user:dbc0a3"}, {From: "agent:old", To: "agent:new"}},
-			PrefixMap: []ScopeRule{{From: "user:legacy-", To: "user:"}},
-			MapFile:   MappingDir + "/users.csv", MapFormat: MapFormatCSV, Unmapped: "Fail",
+			EmbedderRoles: embed.Roles{Convention: embed.ConventionPrefix, QueryPrefix: "Represent this sentence for searching relevant passages: "},
+			ScopeMap:      []ScopeRule{{From: "user:1024", To: "user:dbc0a3"}, {From: "agent:old", To: "agent:new"}},
+			PrefixMap:     []ScopeRule{{From: "user:legacy-", To: "user:"}},
+			MapFile:       MappingDir + "/users.csv", MapFormat: MapFormatCSV, Unmapped: "Fail",
 			Denylist: []string{"user:admin", "session:*"}, Types: []string{"working", "semantic"},
 			ConflictPolicy: "Overwrite", Embeddings: "Reembed", DryRun: true, Rehydrate: true,
 			DetailKey: "agents/nightly-1f0e4c9a/restores/migrate-5a6b7c8d/detail.jsonl.zst",

@@ -113,7 +113,8 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 		opts.Selection.ActiveSince = &since
 	}
 	if cfg.IncludeEmbeddings {
-		opts.Embedding = &snapshot.EmbeddingInfo{Model: cfg.EmbeddingModel, Dimension: cfg.Dimension, Metric: strings.ToLower(cfg.Metric)}
+		opts.Embedding = &snapshot.EmbeddingInfo{Model: cfg.EmbeddingModel, Dimension: cfg.Dimension, Metric: strings.ToLower(cfg.Metric),
+			Roles: snapshot.EmbeddingRolesOf(cfg.EmbedderRoles)}
 		if cfg.VectorEngine == "Milvus" {
 			c, err := connectMilvus(ctx, cfg.MilvusAddress)
 			if err != nil {

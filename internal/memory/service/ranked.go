@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/vector"
@@ -91,7 +92,7 @@ type rankedSearch struct {
 // queryVector embeds the query text once.
 func (r *rankedSearch) queryVector(ctx context.Context) ([]float32, error) {
 	if r.vec == nil {
-		vecs, err := r.m.embed(ctx, []string{r.q.Text})
+		vecs, err := r.m.embed(ctx, embed.Query, []string{r.q.Text})
 		if err != nil {
 			return nil, fmt.Errorf("memory service: search: %w", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/vector"
@@ -280,7 +281,7 @@ func (s *search) run(ctx context.Context) error {
 		}
 	}
 	if needVec {
-		vecs, err := s.m.embed(ctx, []string{text})
+		vecs, err := s.m.embed(ctx, embed.Query, []string{text})
 		if err != nil {
 			return err
 		}

@@ -283,7 +283,7 @@ func (m *Memory) apply(ctx context.Context, ops []indexOp) error {
 		entries = append(entries, vector.Entry{ID: op.id, Scope: op.item.Scope, Type: string(op.item.MemoryType), Vector: op.vec})
 	}
 	if len(texts) > 0 {
-		vecs, err := m.embed(ctx, texts)
+		vecs, err := m.embed(ctx, embed.Passage, texts)
 		if err != nil {
 			return err
 		}
@@ -343,9 +343,9 @@ func sameIndexState(a, b indexOp) bool {
 		a.item.EmbeddingText() == b.item.EmbeddingText()
 }
 
-// embed calls the embedder and checks that it kept its contract.
-func (m *Memory) embed(ctx context.Context, texts []string) ([][]float32, error) {
-	vecs, err := m.embedder.Embed(ctx, texts)
+// embed calls the embedder for texts in role and checks that it kept its contract.
+func (m *Memory) embed(ctx context.Context, role embed.Role, texts []string) ([][]float32, error) {
+	vecs, err := m.embedder.Embed(ctx, role, texts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedding with %s: %w", ErrEmbedderUnavailable, m.embedder.Model(), err)
 	}

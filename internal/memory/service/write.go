@@ -99,7 +99,7 @@ func (m *Memory) Write(ctx context.Context, items []memory.Item, opts WriteOptio
 		texts[i] = text
 	}
 	ectx, cancel := embedBudget(ctx)
-	vecs, embedErr := m.embed(ectx, texts)
+	vecs, embedErr := m.embed(ectx, embed.Passage, texts)
 	cancel()
 	if embedErr != nil {
 		vecs = make([][]float32, len(items)) // indexed later, by the drainer
@@ -324,7 +324,7 @@ func (m *Memory) unindexed(ctx context.Context, lock *pgstore.ScopeLock, k group
 	}
 	ectx, cancel := embedBudget(ctx)
 	defer cancel()
-	vecs, err := m.embed(ectx, texts)
+	vecs, err := m.embed(ectx, embed.Passage, texts)
 	if err != nil {
 		return nil, nil
 	}
@@ -454,7 +454,7 @@ func (m *Memory) ownFailure(ctx context.Context, err error) bool {
 	case errors.Is(err, embed.ErrTextTooLong):
 		return true
 	case errors.Is(err, ErrEmbedderUnavailable):
-		_, perr := m.embed(ctx, []string{"probe"})
+		_, perr := m.embed(ctx, embed.Passage, []string{"probe"})
 		return perr == nil
 	}
 	return false

@@ -1,0 +1,77 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/embed"
+)
+
+// embedderDigest identifies what a calibration was made for: the embedder spec that
+// decides the vectors (type, endpoint, model, the vector dimension, the declared
+// roles) and the calibration set. The API key and the input limit are left out: they
+// do not change a vector.
+func embedderDigest(store *memoryv1alpha1.MemoryStore) string {
+	e := store.Spec.Embedder
+	b, _ := json.Marshal(struct {
+		Type, Endpoint, Model string
+		Dimension             int32
+		Roles                 memoryv1alpha1.EmbedderRoles
+		Set                   string
+	}{string(e.Type), e.Endpoint, e.Model, store.Spec.Vector.Dimension, e.RolesOrDefault(), embed.CalibrationSetDigest()})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// storeRoles is the store's resolved roles convention, as status.embedder records it
+// (the zero Roles, None, before the store is calibrated).
+func storeRoles(store *memoryv1alpha1.MemoryStore) embed.Roles {
+	e := store.Status.Embedder
+	if e == nil {
+		return embed.Roles{}
+	}
+	return embed.Roles{Convention: embed.Convention(e.Roles.Convention), QueryPrefix: e.Roles.QueryPrefix, PassagePrefix: e.Roles.PassagePrefix}.Normalized()
+}
+
+// declaredRoles is spec.embedder.roles as the embed package spells it.
+func declaredRoles(e memoryv1alpha1.EmbedderSpec) embed.Roles {
+	r := e.RolesOrDefault()
+	return embed.Roles{Convention: embed.Convention(r.Convention), QueryPrefix: r.QueryPrefix, PassagePrefix: r.PassagePrefix}
+}
+
+// resolvedRolesStatus records r for status.
+func resolvedRolesStatus(r embed.Roles) memoryv1alpha1.ResolvedRoles {
+	r = r.Normalized()
+	c := memoryv1alpha1.RolesConvention(r.Convention)
+	if c == "" {
+		c = memoryv1alpha1.RolesNone
+	}
+	return memoryv1alpha1.ResolvedRoles{Convention: c, QueryPrefix: r.QueryPrefix, PassagePrefix: r.PassagePrefix}
+}
+
+// calibrate measures the store's embedder on the calibration set (embed.Calibrate)
+// and records the threshold in status.embedder, with an event. It runs only when the
+// embedder spec changed since the last calibration (calibratedFor).
+func (r *MemoryStoreReconciler) calibrate(ctx context.Context, store *memoryv1alpha1.MemoryStore, e embed.Embedder, digest string) error {
+	c, err := embed.Calibrate(ctx, e)
+	if err != nil {
+		return stepErrorf(memoryv1alpha1.ReasonCalibrationFailed, "calibrating the near-duplicate threshold: %v", err)
+	}
+	now := metav1.Now()
+	store.Status.Embedder = &memoryv1alpha1.EmbedderStatus{
+		Model: e.Model(), Roles: resolvedRolesStatus(e.Roles()),
+		DedupThreshold: strconv.FormatFloat(c.Threshold, 'f', -1, 64),
+		DistinctMax:    strconv.FormatFloat(c.DistinctMax, 'f', 4, 64),
+		Restatements:   int32(c.Restatements), RestatementsFolded: int32(c.RestatementsFolded),
+		CalibratedFor: digest, CalibratedAt: &now,
+	}
+	r.Recorder.Eventf(store, nil, "Normal", "EmbedderCalibrated", "Calibrate", "Embedder %s, roles %s: %s", e.Model(), e.Roles(), fmt.Sprint(c))
+	return nil
+}
