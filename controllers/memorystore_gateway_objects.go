@@ -143,6 +143,15 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		return gateway.Config{}, stepErrorf(memoryv1alpha1.ReasonInvalidGatewayConfig,
 			"spec.gateway.dedupThreshold %q is not a decimal number from 0 to 1", g.DedupThreshold)
 	}
+	var minSim *float64
+	if g.MinSimilarity != "" {
+		f, err := strconv.ParseFloat(g.MinSimilarity, 64)
+		if err != nil || math.IsNaN(f) || f < -1 || f > 1 {
+			return gateway.Config{}, stepErrorf(memoryv1alpha1.ReasonInvalidGatewayConfig,
+				"spec.gateway.minSimilarity %q is not a decimal number from -1 to 1", g.MinSimilarity)
+		}
+		minSim = &f
+	}
 	rate, burst := g.RateLimitOrDefault()
 	maxInput, overflow := store.Spec.Embedder.InputLimitOrDefault()
 	cfg := gateway.Config{
@@ -153,6 +162,7 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		Embedder:       string(memoryv1alpha1.EmbedderHashing),
 		KeysFile:       gatewayKeysDir + "/" + gateway.KeysFileName,
 		DedupThreshold: threshold,
+		MinSimilarity:  minSim,
 		RateLimit:      float64(rate),
 		RateBurst:      int(burst),
 		MaxBodyBytes:   gateway.DefaultMaxBodyBytes,

@@ -93,6 +93,7 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 				g.Replicas = ptr.To[int32](3)
 				g.TLS = &memoryv1alpha1.GatewayTLS{SecretName: "gw-cert"}
 				g.DedupThreshold = "0.85"
+				g.MinSimilarity = "0.7"
 				g.RateLimit = &memoryv1alpha1.GatewayRateLimit{RequestsPerSecond: 10, Burst: 20}
 				g.LangGraph = &memoryv1alpha1.LangGraphSpec{Namespaces: []memoryv1alpha1.LangGraphNamespaceRule{
 					{Namespace: []string{"tenant", "{user}", "*"}, Scope: "user:{user}"}}}
@@ -114,6 +115,7 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 				c.MaxInputBytes, c.InputOverflow = 2048, "Refuse"
 				c.TLSCertFile, c.TLSKeyFile = "/etc/memory-gateway/tls/tls.crt", "/etc/memory-gateway/tls/tls.key"
 				c.DedupThreshold, c.RateLimit, c.RateBurst = 0.85, 10, 20
+				c.MinSimilarity = ptr.To(0.7)
 				c.NamespaceRules = []gateway.NamespaceRule{{Namespace: []string{"tenant", "{user}", "*"}, Scope: "user:{user}"}}
 			},
 			wantEnv: map[string][2]string{

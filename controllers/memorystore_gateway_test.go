@@ -571,6 +571,8 @@ func TestGatewayAdmission(t *testing.T) {
 			"connectionKey must name one of keys"},
 		{"threshold above 1", withGateway("g", func(g *memoryv1alpha1.GatewaySpec) { g.DedupThreshold = "1.5" }),
 			"dedupThreshold must be a decimal number from 0 to 1"},
+		{"min similarity above 1", withGateway("ms", func(g *memoryv1alpha1.GatewaySpec) { g.MinSimilarity = "1.2" }),
+			"minSimilarity must be a decimal number from -1 to 1"},
 		{"negative replicas", withGateway("h", func(g *memoryv1alpha1.GatewaySpec) { g.Replicas = ptr.To[int32](-1) }), "spec.gateway.replicas"},
 		{"service type", withGateway("i", func(g *memoryv1alpha1.GatewaySpec) {
 			g.Service = &memoryv1alpha1.GatewayServiceSpec{Type: corev1.ServiceTypeExternalName}

@@ -66,6 +66,17 @@ type GatewaySpec struct {
 	// +optional
 	DedupThreshold string `json:"dedupThreshold,omitempty"`
 
+	// MinSimilarity, when set, leaves out of every search result a memory less
+	// similar than it to the query (cosine for COSINE stores), whichever channel
+	// found it; a request's min_similarity overrides it. A decimal number from -1 to
+	// 1 written as a string, e.g. "0.7" (seed 003's value for its model). Pick it for
+	// the store's model: multilingual-e5 scores unrelated sentences 0.85 and more.
+	// Unset: no minimum.
+	// +kubebuilder:validation:MaxLength=9
+	// +kubebuilder:validation:XValidation:rule="self.matches('^-?(0([.][0-9]{1,6})?|1([.]0{1,6})?)$')",message="minSimilarity must be a decimal number from -1 to 1 such as \"0.7\""
+	// +optional
+	MinSimilarity string `json:"minSimilarity,omitempty"`
+
 	// RateLimit applies to each API key.
 	// +optional
 	RateLimit *GatewayRateLimit `json:"rateLimit,omitempty"`
