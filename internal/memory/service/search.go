@@ -234,7 +234,11 @@ func (m *Memory) Search(ctx context.Context, q SearchQuery) ([]Result, error) {
 	if err := s.run(ctx); err != nil {
 		return nil, fmt.Errorf("memory service: search: %w", err)
 	}
-	return s.results(ctx)
+	res, err := s.results(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("memory service: search: %w", err)
+	}
+	return res, nil
 }
 
 // search is one Search call.
