@@ -253,34 +253,8 @@ func schemaTool[In, Out any](t *mcp.Tool) *mcp.Tool {
 	return t
 }
 
-// addReadTools registers the tools every key gets.
-func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
-	mcp.AddTool(srv, schemaTool[mcpSearchInput, SearchResponse](&mcp.Tool{Name: "search_memories", Description: "Search memories of one scope by meaning and by words; best first, each result saying why.",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
-		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpSearchInput) (*mcp.CallToolResult, SearchResponse, error) {
-			ctx, cancel := s.toolCtx(ctx, k)
-			defer cancel()
-			scope := defaultScope(k, in.Scope)
-			types, err := parseTypes(in.Types)
-			if err == nil {
-				err = checkScope(k, &scope)
-			}
-			if err == nil {
-				err = checkQuery(in.Query)
-			}
-			if err != nil {
-				return nil, SearchResponse{}, toolErr(err)
-			}
-			q := searchQuery{scope: scope, query: in.Query, mode: in.Mode, types: types, topK: in.TopK, minSimilarity: in.MinSimilarity}
-			if err := q.check(); err != nil {
-				return nil, SearchResponse{}, toolErr(err)
-			}
-			res, err := s.searchScope(ctx, q)
-			if err != nil {
-				return nil, SearchResponse{}, toolErr(err)
-			}
-			return nil, SearchResponse{Results: res}, nil
-		})
+// addRecallTool registers recall_context: a recall window (see Server.window).
+func (s *Server) addRecallTool(srv *mcp.Server, k *Key) {
 	mcp.AddTool(srv, schemaTool[mcpRecallInput, mcpWindow](&mcp.Tool{Name: "recall_context", Description: "The latest turns of a conversation, raw, plus what a search finds for the query (never repeating a turn): the context to answer with.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpRecallInput) (*mcp.CallToolResult, mcpWindow, error) {
@@ -314,6 +288,37 @@ func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
 			}
 			return nil, mcpWindow{Recent: recent, Results: res}, nil
 		})
+}
+
+// addReadTools registers the tools every key gets.
+func (s *Server) addReadTools(srv *mcp.Server, k *Key) {
+	mcp.AddTool(srv, schemaTool[mcpSearchInput, SearchResponse](&mcp.Tool{Name: "search_memories", Description: "Search memories of one scope by meaning and by words; best first, each result saying why.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
+		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpSearchInput) (*mcp.CallToolResult, SearchResponse, error) {
+			ctx, cancel := s.toolCtx(ctx, k)
+			defer cancel()
+			scope := defaultScope(k, in.Scope)
+			types, err := parseTypes(in.Types)
+			if err == nil {
+				err = checkScope(k, &scope)
+			}
+			if err == nil {
+				err = checkQuery(in.Query)
+			}
+			if err != nil {
+				return nil, SearchResponse{}, toolErr(err)
+			}
+			q := searchQuery{scope: scope, query: in.Query, mode: in.Mode, types: types, topK: in.TopK, minSimilarity: in.MinSimilarity}
+			if err := q.check(); err != nil {
+				return nil, SearchResponse{}, toolErr(err)
+			}
+			res, err := s.searchScope(ctx, q)
+			if err != nil {
+				return nil, SearchResponse{}, toolErr(err)
+			}
+			return nil, SearchResponse{Results: res}, nil
+		})
+	s.addRecallTool(srv, k)
 	mcp.AddTool(srv, schemaTool[mcpListInput, mcpMemories](&mcp.Tool{Name: "get_memories", Description: "List the memories of one scope, a page at a time.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}}),
 		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpListInput) (*mcp.CallToolResult, mcpMemories, error) {

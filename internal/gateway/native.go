@@ -625,6 +625,12 @@ func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if req.Query != "" {
 		return s.recallSearch(r.Context(), w, req, session)
 	}
+	return s.recallRanked(r.Context(), w, req, session)
+}
+
+// recallRanked is a recall without a query: the scope's memories by effective score,
+// with the session's latest turns when asked for.
+func (s *Server) recallRanked(ctx context.Context, w http.ResponseWriter, req RecallRequest, session string) error {
 	if req.TopK != 0 || req.Mode != "" || req.MinSimilarity != nil {
 		return errf(http.StatusBadRequest, CodeInvalidRequest, "top_k, mode and min_similarity need a query")
 	}
@@ -638,7 +644,7 @@ func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
 	var out RecallResponse
 	shown := map[string]bool{}
 	if req.RecentTurns > 0 {
-		turns, err := s.mem.Store().Recent(r.Context(), pgstore.RecentQuery{Scope: session, Limit: req.RecentTurns, Now: now})
+		turns, err := s.mem.Store().Recent(ctx, pgstore.RecentQuery{Scope: session, Limit: req.RecentTurns, Now: now})
 		if err != nil {
 			return err
 		}
@@ -648,7 +654,7 @@ func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
 		}
 	}
 	limit := cmp.Or(req.Limit, pgstore.DefaultRecallLimit)
-	res, err := s.mem.Recall(r.Context(), pgstore.RecallQuery{Scope: req.Scope, Types: req.Types, Key: req.Key,
+	res, err := s.mem.Recall(ctx, pgstore.RecallQuery{Scope: req.Scope, Types: req.Types, Key: req.Key,
 		Limit: limit + len(shown), MinScore: req.MinScore, Now: now, HalfLives: s.halfLives})
 	if err != nil {
 		return err

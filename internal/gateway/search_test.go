@@ -147,7 +147,7 @@ func TestRecallWindow(t *testing.T) {
 		"top_k without a query":              {Scope: "user:1", TopK: 3},
 		"too many turns":                     {Scope: "user:1", RecentTurns: 101},
 	} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(name, func(*testing.T) {
 			e.wantError(http.StatusBadRequest, CodeInvalidRequest, k.plain, "POST", "/v1/recall", req)
 		})
 	}

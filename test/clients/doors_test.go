@@ -44,12 +44,12 @@ func searchDoors(t *testing.T, g *gatewayProc, key apiKey) []door {
 		return searchIDs(out.Results)
 	}
 	return []door{
-		{"native search", func(t *testing.T, scope, query string) []string {
+		{"native search", func(_ *testing.T, scope, query string) []string {
 			var res gateway.SearchResponse
 			g.must(http.StatusOK, key.plain, "POST", "/v1/search", gateway.SearchRequest{Scope: scope, Query: query, TopK: 20}, &res)
 			return searchIDs(res.Results)
 		}},
-		{"native recall window", func(t *testing.T, scope, query string) []string {
+		{"native recall window", func(_ *testing.T, scope, query string) []string {
 			var res gateway.RecallResponse
 			g.must(http.StatusOK, key.plain, "POST", "/v1/recall", gateway.RecallRequest{Scope: scope, Query: query, TopK: 20}, &res)
 			ids := make([]string, len(res.Results))
