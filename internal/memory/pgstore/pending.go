@@ -366,7 +366,7 @@ func (l *ScopeLock) Reinforce(ctx context.Context, id string, folded memory.Item
 	it, err := scanItem(l.conn.QueryRow(ctx, `UPDATE `+l.s.t.memories+`
 		SET base_score = least(1.0, base_score + $2), updated_at = greatest(updated_at, $3),
 			history = CASE WHEN content = $4::jsonb->0->'content'
-				OR history @> jsonb_build_array(jsonb_build_object('content', $4::jsonb->0->'content'))
+				OR EXISTS (SELECT 1 FROM jsonb_array_elements(history) h WHERE h->'content' = $4::jsonb->0->'content')
 				THEN history ELSE history || $4::jsonb END
 		WHERE memory_id = $1 AND archived_at IS NULL RETURNING `+memoryCols, id, boost, at, rev))
 	if errors.Is(err, pgx.ErrNoRows) {

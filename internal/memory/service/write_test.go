@@ -58,14 +58,18 @@ func TestGuaranteeEpisodesNeverFold(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, nil)
 		ctx := t.Context()
-		write := func(scope string, typ memory.Type, text string, threshold float64) service.WriteResult {
+		writeContent := func(scope string, typ memory.Type, content string, threshold float64) service.WriteResult {
 			t.Helper()
-			it := memory.Item{Scope: scope, MemoryType: typ, BaseScore: 0.5, Content: json.RawMessage(fmt.Sprintf(`{"text":%q}`, text))}
+			it := memory.Item{Scope: scope, MemoryType: typ, BaseScore: 0.5, Content: json.RawMessage(content)}
 			res, err := e.mem.Write(ctx, []memory.Item{it}, service.WriteOptions{DedupThreshold: threshold})
 			if err != nil || len(res) != 1 {
-				t.Fatalf("write %s %q: %v, %v", typ, text, res, err)
+				t.Fatalf("write %s %s: %v, %v", typ, content, res, err)
 			}
 			return res[0]
+		}
+		write := func(scope string, typ memory.Type, text string, threshold float64) service.WriteResult {
+			t.Helper()
+			return writeContent(scope, typ, fmt.Sprintf(`{"text":%q}`, text), threshold)
 		}
 		for i, threshold := range []float64{0.01, 0.5, 0.9, 0.95, 1} {
 			for _, typ := range []memory.Type{memory.Episodic, memory.Working} {
@@ -83,12 +87,16 @@ func TestGuaranteeEpisodesNeverFold(t *testing.T) {
 		if folded.Outcome != service.Reinforced || folded.MemoryID != first.MemoryID {
 			t.Fatalf("semantic restatement at 0.01: %+v; want reinforced %s", folded, first.MemoryID)
 		}
-		write("user:facts", memory.Semantic, "I live in Beijing!", 0.01) // exact duplicate of the folded text: unchanged, nothing added
+		write("user:facts", memory.Semantic, "I live in Beijing!", 0.01) // a folded wording again: reinforced, nothing added
 		again := write("user:facts", memory.Semantic, "i live in beijing", 0.01)
 		if again.Outcome != service.Reinforced {
 			t.Fatalf("second restatement: %+v", again)
 		}
-		write("user:facts", memory.Semantic, "i live in beijing", 0.01) // an exact duplicate of a folded text: no new entry
+		write("user:facts", memory.Semantic, "i live in beijing", 0.01) // again: no new entry
+		// Content that holds a folded one's fields and more is another wording, and so is
+		// the reverse: each is kept (equality, not containment, decides).
+		writeContent("user:facts", memory.Semantic, `{"text":"home is Beijing","since":"2020"}`, 0.01)
+		writeContent("user:facts", memory.Semantic, `{"text":"home is Beijing"}`, 0.01)
 		got, err := e.store.Get(ctx, first.MemoryID)
 		if err != nil {
 			t.Fatal(err)
@@ -101,7 +109,7 @@ func TestGuaranteeEpisodesNeverFold(t *testing.T) {
 			}
 			texts = append(texts, c.Text)
 		}
-		if want := []string{"I live in Beijing!", "i live in beijing"}; !slices.Equal(texts, want) {
+		if want := []string{"I live in Beijing!", "i live in beijing", "home is Beijing", "home is Beijing"}; !slices.Equal(texts, want) {
 			t.Fatalf("history of the reinforced memory = %q, want %q (every folded wording, once)", texts, want)
 		}
 		if n, err := e.store.Count(ctx); err != nil || n != 21 {
