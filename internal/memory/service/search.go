@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
@@ -251,6 +253,9 @@ type search struct {
 	found  map[string]*candidate
 }
 
+// run asks both channels at once (the lexical query runs while the query is
+// embedded and the index searched), loads every candidate in one query, and ranks
+// each channel's live ones.
 func (s *search) run(ctx context.Context) error {
 	depth := channelDepth(s.p.k)
 	// A query the embedder's input limit refuses is refused before anything runs.
@@ -262,39 +267,57 @@ func (s *search) run(ctx context.Context) error {
 			return err
 		}
 	}
+	var lexical []pgstore.LexicalHit
+	var dense []vector.Hit
+	g, gctx := errgroup.WithContext(ctx)
 	if s.p.mode != Dense {
-		hits, err := s.m.store.LexicalSearch(ctx, pgstore.LexicalQuery{Scope: s.p.scope, Types: s.q.Types, Text: s.q.Text, K: depth, Now: s.p.now})
-		if err != nil {
+		g.Go(func() error {
+			var err error
+			lexical, err = s.m.store.LexicalSearch(gctx, pgstore.LexicalQuery{Scope: s.p.scope, Types: s.q.Types, Text: s.q.Text, K: depth, Now: s.p.now})
 			return err
-		}
-		ids := make([]string, len(hits))
-		for i, h := range hits {
-			ids[i] = h.MemoryID
-		}
-		if err := s.load(ctx, ids); err != nil {
-			return err
-		}
-		rank := 0
-		for _, h := range hits {
-			if s.loaded[h.MemoryID] == nil {
-				continue // changed since the lexical query: judged by its row
-			}
-			rank++
-			c := s.candidate(h.MemoryID)
-			c.why.LexicalRank, c.why.LexicalScore, c.why.MatchedTerms = rank, h.Score, h.Matched
-		}
+		})
 	}
 	if needVec {
-		vecs, err := s.m.embed(ctx, embed.Query, []string{text})
-		if err != nil {
-			return err
+		g.Go(func() error {
+			vecs, err := s.m.embed(gctx, embed.Query, []string{text})
+			if err != nil {
+				return err
+			}
+			s.vec = vecs[0]
+			if s.p.mode == Lexical {
+				return nil
+			}
+			dense, err = s.m.index.Search(gctx, vector.Query{Scope: s.p.scope, Types: s.p.types, Vector: s.vec, K: depth})
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrIndexUnavailable, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(lexical)+len(dense))
+	for _, h := range lexical {
+		ids = append(ids, h.MemoryID)
+	}
+	for _, h := range dense {
+		ids = append(ids, h.ID)
+	}
+	if err := s.load(ctx, ids); err != nil {
+		return err
+	}
+	rank := 0
+	for _, h := range lexical {
+		if s.loaded[h.MemoryID] == nil {
+			continue // changed since the lexical query: judged by its row
 		}
-		s.vec = vecs[0]
+		rank++
+		c := s.candidate(h.MemoryID)
+		c.why.LexicalRank, c.why.LexicalScore, c.why.MatchedTerms = rank, h.Score, h.Matched
 	}
 	if s.p.mode != Lexical {
-		if err := s.dense(ctx, depth); err != nil {
-			return err
-		}
+		return s.rankDense(ctx, dense, depth)
 	}
 	return nil
 }
@@ -308,22 +331,12 @@ func (s *search) candidate(id string) *candidate {
 	return c
 }
 
-// dense ranks the index's hits that are live memories of the search, asking the
-// index for more while stale vectors leave fewer than K of them.
-func (s *search) dense(ctx context.Context, depth int) error {
+// rankDense ranks the index's hits (the first depth of them in hits, loaded) that
+// are live memories of the search, asking the index for more while stale vectors
+// leave fewer than K of them.
+func (s *search) rankDense(ctx context.Context, hits []vector.Hit, depth int) error {
 	limit := min(4*depth, vector.MaxK)
-	for fetch := depth; ; fetch = min(2*fetch, limit) {
-		hits, err := s.m.index.Search(ctx, vector.Query{Scope: s.p.scope, Types: s.p.types, Vector: s.vec, K: fetch})
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrIndexUnavailable, err)
-		}
-		ids := make([]string, len(hits))
-		for i, h := range hits {
-			ids[i] = h.ID
-		}
-		if err := s.load(ctx, ids); err != nil {
-			return err
-		}
+	for fetch := depth; ; {
 		var live []vector.Hit
 		seen := map[string]bool{}
 		for _, h := range hits {
@@ -338,6 +351,18 @@ func (s *search) dense(ctx context.Context, depth int) error {
 				c.why.DenseRank, c.sim, c.why.HasSimilarity = i+1, h.Score, true
 			}
 			return nil
+		}
+		fetch = min(2*fetch, limit)
+		var err error
+		if hits, err = s.m.index.Search(ctx, vector.Query{Scope: s.p.scope, Types: s.p.types, Vector: s.vec, K: fetch}); err != nil {
+			return fmt.Errorf("%w: %w", ErrIndexUnavailable, err)
+		}
+		ids := make([]string, len(hits))
+		for i, h := range hits {
+			ids[i] = h.ID
+		}
+		if err := s.load(ctx, ids); err != nil {
+			return err
 		}
 	}
 }
