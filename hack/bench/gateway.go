@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,26 +85,7 @@ type overHTTP struct {
 }
 
 func (c overHTTP) post(ctx context.Context, path string, body any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, "POST", c.url+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-Api-Key", c.key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s: %d %s", path, resp.StatusCode, raw)
-	}
-	return nil
+	return (&gwCaller{url: c.url, key: c.key, hc: c.hc}).call(ctx, "POST", path, body, nil)
 }
 
 func (c overHTTP) search(ctx context.Context, scope, query string) error {

@@ -232,7 +232,7 @@ func (m *Memory) Search(ctx context.Context, q SearchQuery) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory service: search: %w", err)
 	}
-	s := &search{m: m, q: q, p: p, loaded: map[string]*memory.Item{}, found: map[string]*candidate{}}
+	s := newSearch(m, q, p)
 	if err := s.run(ctx); err != nil {
 		return nil, fmt.Errorf("memory service: search: %w", err)
 	}
@@ -251,6 +251,10 @@ type search struct {
 	vec    []float32               // the query's embedding, once computed
 	loaded map[string]*memory.Item // nil: not a live memory of this search
 	found  map[string]*candidate
+}
+
+func newSearch(m *Memory, q SearchQuery, p searchPlan) *search {
+	return &search{m: m, q: q, p: p, loaded: map[string]*memory.Item{}, found: map[string]*candidate{}}
 }
 
 // run asks both channels at once (the lexical query runs while the query is
@@ -520,9 +524,10 @@ func (m *Memory) Window(ctx context.Context, q WindowQuery) (turns []memory.Item
 	for _, t := range turns {
 		shown[t.MemoryID] = true
 	}
-	sq.K, sq.Now = min(p.k+len(turns), MaxSearchK+pgstore.MaxRecentTurns), p.now
-	s := &search{m: m, q: sq, p: p, loaded: map[string]*memory.Item{}, found: map[string]*candidate{}}
-	s.p.k = sq.K
+	sq.K, sq.Now = p.k+len(turns), p.now
+	deeper := p
+	deeper.k = sq.K
+	s := newSearch(m, sq, deeper)
 	if err := s.run(ctx); err != nil {
 		return nil, nil, fmt.Errorf("memory service: recall window: %w", err)
 	}
