@@ -29,8 +29,12 @@ const MaxTermBytes = 64
 //
 // Query and memory texts go through the same function, so whatever it conflates it
 // conflates on both sides. The result never holds an empty term.
+//
+// Stored postings were made by this function: a change to what it returns must ship
+// with a pgstore migration that marks every scope in term_pending, so the gateway
+// rebuilds them and old memories stay findable.
 func Terms(text string) []string {
-	text = cases.Fold().String(norm.NFKC.String(text))
+	text = strings.Map(foldRune, cases.Fold().String(norm.NFKC.String(text)))
 	var (
 		terms []string
 		word  strings.Builder // the current run of non-CJK letters and digits
@@ -74,6 +78,22 @@ func Terms(text string) []string {
 	flushWord()
 	flushCJK()
 	return terms
+}
+
+// foldRune finishes cases.Fold for Cherokee. Unicode folds Cherokee small letters to
+// their capitals (CaseFolding.txt: AB70 → 13A0, 13F8 → 13F0), but cases.Fold lowers
+// capitals and raises small letters, so folding twice undoes it ("ꮄ" → "Ꮄ" → "ꮄ")
+// and a word would be one term or another depending on how it was written. Mapping
+// the small letters to the capitals, as Unicode does, makes Terms a function of the
+// word; TestTermsFoldEveryLetterOnce checks every letter.
+func foldRune(r rune) rune {
+	switch {
+	case r >= 0xAB70 && r <= 0xABBF:
+		return r - 0xAB70 + 0x13A0
+	case r >= 0x13F8 && r <= 0x13FD:
+		return r - 8
+	}
+	return r
 }
 
 // isCJK reports whether r is written in a script without spaces between words: Han,

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -68,6 +69,20 @@ func TestTermsLongWordIsCut(t *testing.T) {
 	got := Terms(long + " x")
 	if len(got) != 2 || len(got[0]) > MaxTermBytes || !utf8.ValidString(got[0]) || !strings.HasPrefix(long, got[0]) {
 		t.Fatalf("Terms of a 200-byte word = %q", got)
+	}
+}
+
+// TestTermsFoldEveryLetterOnce: a folded letter folds to itself, for every letter
+// Unicode has, so a word is one term however it is cased or how often it was folded.
+func TestTermsFoldEveryLetterOnce(t *testing.T) {
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if !unicode.IsLetter(r) {
+			continue
+		}
+		once := Terms(string(r))
+		if twice := Terms(strings.Join(once, " ")); !slices.Equal(once, twice) {
+			t.Errorf("%U %q: Terms gives %q, and Terms of that gives %q", r, r, once, twice)
+		}
 	}
 }
 
