@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Starts and stops the real backing services on loopback for tests and the demo:
-# PostgreSQL 15 (a throwaway cluster), MinIO, Milvus Lite and Toxiproxy. State lives in a run
+# PostgreSQL 15 (a throwaway cluster, the system of record), PostgreSQL 16 with pgvector
+# (pgserver's build, the PGVector engine), MinIO, Milvus Lite, a Milvus server with
+# authentication on, and Toxiproxy. State lives in a run
 # directory (default bin/run); `start` writes $RUN_DIR/env.sh with the connection
 # settings the tests read (MEMORY_TEST_*), `stop` ends the processes and removes the state.
 #
@@ -17,6 +19,8 @@ BIN="$ROOT/bin"
 RUN_DIR=${RUN_DIR:-$BIN/run}
 HOST=${SERVICES_HOST:-127.0.0.1}
 PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)}
+# pgserver's PostgreSQL 16 with the vector extension, installed by hack/install-tools.sh.
+PGVECTOR_BIN=${PGVECTOR_BIN:-$(ls -d "$BIN"/engines-venv/lib/python3*/site-packages/pgserver/pginstall/bin 2>/dev/null | head -n1)}
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -37,33 +41,36 @@ port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 # PostgreSQL refuses to run as root, so as root the cluster belongs to the postgres user.
 as_pg() { if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
+# start_postgres NAME BINDIR VAR: a throwaway cluster from BINDIR, its settings in
+# MEMORY_TEST_<VAR>_*. Its state is in a directory of its own under /tmp (PostgreSQL's
+# socket path must stay short).
 start_postgres() {
-	[[ -x "$PG_BIN/initdb" ]] || die "PostgreSQL server binaries not found (looked in /usr/lib/postgresql/*/bin); install postgresql-15"
-	local dir port pw
+	local name=$1 bindir=$2 var=$3 dir port pw
+	[[ -x "$bindir/initdb" ]] || die "$name: PostgreSQL server binaries not found in $bindir; run hack/install-tools.sh"
 	dir=$(mktemp -d /tmp/memory-operator-pg.XXXXXX)
 	chmod 755 "$dir"
 	[[ $(id -u) == 0 ]] && chown postgres "$dir"
 	port=$(free_port); pw=$(secret)
 	echo "$pw" >"$dir/pwfile"
 	[[ $(id -u) == 0 ]] && chown postgres "$dir/pwfile"
-	as_pg "$PG_BIN/initdb" -D "$dir/data" -U postgres --pwfile="$dir/pwfile" \
-		--auth-local=trust --auth-host=scram-sha-256 -E UTF8 --no-sync >"$RUN_DIR/postgres-init.log" 2>&1 ||
-		{ cat "$RUN_DIR/postgres-init.log" >&2; die "initdb failed"; }
+	as_pg "$bindir/initdb" -D "$dir/data" -U postgres --pwfile="$dir/pwfile" \
+		--auth-local=trust --auth-host=scram-sha-256 -E UTF8 --no-sync >"$RUN_DIR/$name-init.log" 2>&1 ||
+		{ cat "$RUN_DIR/$name-init.log" >&2; die "$name: initdb failed"; }
 	rm -f "$dir/pwfile"
 	if [[ $HOST != 127.0.0.1 ]]; then
 		# Clients on HOST's /24 (the local cluster's Pods) log in with a password too.
 		echo "host all all ${HOST%.*}.0/24 scram-sha-256" >>"$dir/data/pg_hba.conf"
 	fi
-	as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
+	as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
 		-o "-c listen_addresses=$HOST -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB" \
-		start >/dev/null || { cat "$dir/postgres.log" >&2; die "PostgreSQL did not start"; }
-	ln -sf "$dir/postgres.log" "$RUN_DIR/postgres.log"
-	echo "$dir" >"$RUN_DIR/postgres.dir"
+		start >/dev/null || { cat "$dir/postgres.log" >&2; die "$name did not start"; }
+	ln -sf "$dir/postgres.log" "$RUN_DIR/$name.log"
+	echo "$bindir $dir" >"$RUN_DIR/$name.dir"
 	cat >>"$RUN_DIR/env.sh" <<ENV
-export MEMORY_TEST_PG_DSN='postgres://postgres:$pw@$HOST:$port/postgres?sslmode=disable'
-export MEMORY_TEST_PG_HOST=$HOST MEMORY_TEST_PG_PORT=$port MEMORY_TEST_PG_USER=postgres MEMORY_TEST_PG_PASSWORD='$pw'
+export MEMORY_TEST_${var}_DSN='postgres://postgres:$pw@$HOST:$port/postgres?sslmode=disable'
+export MEMORY_TEST_${var}_HOST=$HOST MEMORY_TEST_${var}_PORT=$port MEMORY_TEST_${var}_USER=postgres MEMORY_TEST_${var}_PASSWORD='$pw'
 ENV
-	log "PostgreSQL on $HOST:$port"
+	log "$name on $HOST:$port"
 }
 
 start_minio() {
@@ -94,6 +101,34 @@ start_milvus() {
 	log "Milvus Lite on $HOST:$port"
 }
 
+# A Milvus 2.3 standalone server with authentication on (the PyPI package milvus, its
+# etcd embedded; it picks free ports for its coordinators and nodes itself): what
+# production runs, beside Milvus Lite, which has no users. Its admin is root with
+# Milvus's default password, which the tests use as a platform team's admin login.
+start_milvus_server() {
+	[[ -x "$BIN/engines-venv/bin/milvus-server" ]] || die "milvus-server missing; run hack/install-tools.sh"
+	local port etcd peer; port=$(free_port); etcd=$(free_port); peer=$(free_port)
+	mkdir -p "$RUN_DIR/milvus-server-data"
+	# Its embedded etcd listens for peers on 2380 unless told otherwise: two servers (two
+	# run directories) would collide.
+	cat >"$RUN_DIR/milvus-server-etcd.yaml" <<ETCD
+listen-client-urls: http://127.0.0.1:$etcd
+advertise-client-urls: http://127.0.0.1:$etcd
+listen-peer-urls: http://127.0.0.1:$peer
+initial-advertise-peer-urls: http://127.0.0.1:$peer
+initial-cluster: default=http://127.0.0.1:$peer
+ETCD
+	ETCD_CONFIG_PATH="$RUN_DIR/milvus-server-etcd.yaml" nohup "$BIN/engines-venv/bin/milvus-server" --data "$RUN_DIR/milvus-server-data" --proxy-port "$port" \
+		--etcd-port "$etcd" --authorization-enabled true >"$RUN_DIR/milvus-server.log" 2>&1 &
+	echo $! >"$RUN_DIR/milvus-server.pid"
+	# The proxy's REST API answers once the coordinators are up (the port opens earlier).
+	wait_for milvus-server 120 curl -sf -u root:Milvus "http://$HOST:$port/v1/vector/collections"
+	cat >>"$RUN_DIR/env.sh" <<ENV
+export MEMORY_TEST_MILVUS_AUTH_ADDR=$HOST:$port MEMORY_TEST_MILVUS_AUTH_USER=root MEMORY_TEST_MILVUS_AUTH_PASSWORD=Milvus
+ENV
+	log "Milvus server (authentication on) on $HOST:$port"
+}
+
 # Toxiproxy's API server: the fault-injection tests put proxies between the workers or
 # the gateway and each backend through it (MEMORY_TEST_TOXIPROXY_ADDR).
 start_toxiproxy() {
@@ -106,17 +141,27 @@ start_toxiproxy() {
 	log "Toxiproxy on $HOST:$port"
 }
 
+# stop_tree PID: ends PID and its children (milvus-server runs Milvus as a child).
+stop_tree() {
+	local pid=$1 kids
+	kids=$(pgrep -P "$pid" 2>/dev/null || true)
+	kill "$pid" 2>/dev/null || true
+	# shellcheck disable=SC2086
+	[[ -n $kids ]] && kill $kids 2>/dev/null || true
+}
+
 stop() {
 	local f
-	for f in "$RUN_DIR"/minio.pid "$RUN_DIR"/milvus.pid "$RUN_DIR"/toxiproxy.pid; do
-		[[ -f $f ]] && { kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; }
+	for f in "$RUN_DIR"/minio.pid "$RUN_DIR"/milvus.pid "$RUN_DIR"/milvus-server.pid "$RUN_DIR"/toxiproxy.pid; do
+		[[ -f $f ]] && { stop_tree "$(cat "$f")"; rm -f "$f"; }
 	done
-	if [[ -f "$RUN_DIR/postgres.dir" ]]; then
-		local dir; dir=$(cat "$RUN_DIR/postgres.dir")
-		as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
-		rm -rf "$dir" "$RUN_DIR/postgres.dir"
-	fi
-	rm -rf "$RUN_DIR/minio-data" "$RUN_DIR/milvus-data" "$RUN_DIR/env.sh"
+	for f in "$RUN_DIR"/postgres.dir "$RUN_DIR"/pgvector.dir; do
+		[[ -f $f ]] || continue
+		local bindir dir; read -r bindir dir <"$f"
+		as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
+		rm -rf "$dir" "$f"
+	done
+	rm -rf "$RUN_DIR/minio-data" "$RUN_DIR/milvus-data" "$RUN_DIR/milvus-server-data" "$RUN_DIR/env.sh"
 }
 
 start() {
@@ -124,9 +169,11 @@ start() {
 	mkdir -p "$RUN_DIR"
 	: >"$RUN_DIR/env.sh"
 	echo "export KUBEBUILDER_ASSETS='$BIN/k8s'" >>"$RUN_DIR/env.sh"
-	start_postgres
+	start_postgres postgres "$PG_BIN" PG
+	start_postgres pgvector "$PGVECTOR_BIN" PGVECTOR
 	start_minio
 	start_milvus
+	start_milvus_server
 	start_toxiproxy
 	log "environment in $RUN_DIR/env.sh"
 }

@@ -1,5 +1,6 @@
 // Package testutil finds the real services that integration tests run against.
-// hack/services.sh starts them (PostgreSQL, MinIO, Milvus Lite) and exports their
+// hack/services.sh starts them (PostgreSQL 15, PostgreSQL 16 with pgvector, MinIO,
+// Milvus Lite, a Milvus server with authentication, Toxiproxy) and exports their
 // addresses as MEMORY_TEST_* variables; `make test` does this for you. A test whose
 // service is missing is skipped, and the skip announced even without -v.
 package testutil
@@ -41,15 +42,30 @@ type Postgres struct {
 func PostgresParts(t testing.TB) Postgres {
 	t.Helper()
 	PostgresDSN(t)
-	pg := Postgres{
-		Host:     os.Getenv("MEMORY_TEST_PG_HOST"),
-		Port:     os.Getenv("MEMORY_TEST_PG_PORT"),
-		User:     os.Getenv("MEMORY_TEST_PG_USER"),
-		Password: os.Getenv("MEMORY_TEST_PG_PASSWORD"),
-	}
+	return postgresParts(t, "PG")
+}
+
+// PGVectorDSN is a superuser DSN for the PostgreSQL 16 cluster that has the vector
+// extension (pgvector 0.6.2) to create: the PGVector engine's server.
+func PGVectorDSN(t testing.TB) string {
+	t.Helper()
+	return requireEnv(t, "MEMORY_TEST_PGVECTOR_DSN", "PostgreSQL with pgvector")
+}
+
+// PGVectorParts returns the pgvector server's superuser connection settings.
+func PGVectorParts(t testing.TB) Postgres {
+	t.Helper()
+	PGVectorDSN(t)
+	return postgresParts(t, "PGVECTOR")
+}
+
+func postgresParts(t testing.TB, name string) Postgres {
+	t.Helper()
+	env := func(part string) string { return os.Getenv("MEMORY_TEST_" + name + "_" + part) }
+	pg := Postgres{Host: env("HOST"), Port: env("PORT"), User: env("USER"), Password: env("PASSWORD")}
 	var err error
 	if pg.PortNumber, err = strconv.Atoi(pg.Port); err != nil {
-		t.Fatalf("MEMORY_TEST_PG_PORT: %v", err)
+		t.Fatalf("MEMORY_TEST_%s_PORT: %v", name, err)
 	}
 	return pg
 }
@@ -58,6 +74,22 @@ func PostgresParts(t testing.TB) Postgres {
 func MilvusAddr(t testing.TB) string {
 	t.Helper()
 	return requireEnv(t, "MEMORY_TEST_MILVUS_ADDR", "Milvus Lite")
+}
+
+// MilvusServer is a Milvus standalone server with authentication on, and its admin
+// login (the platform team's, which provisioning uses to create each store's user).
+type MilvusServer struct {
+	Addr, User, Password string
+}
+
+// MilvusAuth returns the authenticated Milvus server's address and admin login.
+func MilvusAuth(t testing.TB) MilvusServer {
+	t.Helper()
+	return MilvusServer{
+		Addr:     requireEnv(t, "MEMORY_TEST_MILVUS_AUTH_ADDR", "The Milvus server"),
+		User:     os.Getenv("MEMORY_TEST_MILVUS_AUTH_USER"),
+		Password: os.Getenv("MEMORY_TEST_MILVUS_AUTH_PASSWORD"),
+	}
 }
 
 // S3 holds the MinIO endpoint and its root credentials.
