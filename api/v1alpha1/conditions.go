@@ -63,6 +63,9 @@ const (
 	ReasonDimensionMismatch    = "DimensionMismatch"
 	ReasonMetricMismatch       = "MetricMismatch"
 	ReasonTenantConflict       = "TenantConflict"
+	// ReasonExtensionMissing: the store's engine is PGVector and its PostgreSQL server
+	// has no vector extension to create (or one too old for HNSW).
+	ReasonExtensionMissing = "ExtensionMissing"
 	ReasonBucketNotFound       = "BucketNotFound"
 	ReasonEmbedderFailed       = "EmbedderFailed"
 	// ReasonCalibrationFailed: the embedder could not be probed for its roles or

@@ -25,6 +25,9 @@ const (
 	ReasonDimensionMismatch    Reason = "DimensionMismatch"
 	ReasonMetricMismatch       Reason = "MetricMismatch"
 	ReasonTenantConflict       Reason = "TenantConflict"
+	// ReasonExtensionMissing: the store's engine is PGVector and its PostgreSQL server
+	// has no vector extension to create (or one too old for HNSW).
+	ReasonExtensionMissing Reason = "ExtensionMissing"
 	ReasonBucketNotFound       Reason = "BucketNotFound"
 	ReasonEmbedderFailed       Reason = "EmbedderFailed"
 	ReasonBackendError         Reason = "BackendError"
@@ -44,7 +47,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // Secret or the backend's content), so the controller can back off instead of hammering.
 func (e *Error) Permanent() bool {
 	switch e.Reason {
-	case ReasonDimensionMismatch, ReasonMetricMismatch, ReasonTenantConflict:
+	case ReasonDimensionMismatch, ReasonMetricMismatch, ReasonTenantConflict, ReasonExtensionMissing:
 		return true
 	}
 	return false

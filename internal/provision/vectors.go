@@ -15,6 +15,7 @@ import (
 const (
 	EngineMilvus   = "Milvus"
 	EnginePostgres = "Postgres"
+	EnginePGVector = "PGVector"
 )
 
 // MilvusConn is how to reach a Milvus server.
