@@ -66,8 +66,8 @@ const (
 	// ReasonExtensionMissing: the store's engine is PGVector and its PostgreSQL server
 	// has no vector extension to create (or one too old for HNSW).
 	ReasonExtensionMissing = "ExtensionMissing"
-	ReasonBucketNotFound       = "BucketNotFound"
-	ReasonEmbedderFailed       = "EmbedderFailed"
+	ReasonBucketNotFound   = "BucketNotFound"
+	ReasonEmbedderFailed   = "EmbedderFailed"
 	// ReasonCalibrationFailed: the embedder could not be probed for its roles or
 	// calibrated; the gateway is not given an uncalibrated threshold (it waits).
 	ReasonCalibrationFailed  = "CalibrationFailed"

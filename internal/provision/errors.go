@@ -28,9 +28,9 @@ const (
 	// ReasonExtensionMissing: the store's engine is PGVector and its PostgreSQL server
 	// has no vector extension to create (or one too old for HNSW).
 	ReasonExtensionMissing Reason = "ExtensionMissing"
-	ReasonBucketNotFound       Reason = "BucketNotFound"
-	ReasonEmbedderFailed       Reason = "EmbedderFailed"
-	ReasonBackendError         Reason = "BackendError"
+	ReasonBucketNotFound   Reason = "BucketNotFound"
+	ReasonEmbedderFailed   Reason = "EmbedderFailed"
+	ReasonBackendError     Reason = "BackendError"
 )
 
 // Error is a provisioning failure with its reason. Messages name the backend and the
