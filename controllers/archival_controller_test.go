@@ -22,6 +22,7 @@ import (
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
@@ -66,7 +67,7 @@ func TestArchivalRunsOneJobPerSlot(t *testing.T) {
 	halfLives[memory.Episodic] = 48 * time.Hour
 	g.Expect(cfg).To(Equal(worker.ArchiveConfig{
 		StoreNamespace: ns, StoreName: "bot", Tenant: store.Spec.Tenant, RunName: name, Schema: store.Status.Postgres.Schema,
-		VectorEngine: "Postgres", EmbeddingModel: store.Status.Vector.EmbeddingModel, Dimension: 8, Metric: "COSINE",
+		Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: store.Status.Vector.EmbeddingModel, Dimension: 8, Metric: "COSINE",
 		Now: now, Threshold: 0.1, HalfLives: halfLives,
 	}))
 	g.Expect(envSecretRefs(job)).To(Equal(map[string][2]string{worker.EnvPostgresURI: {store.Status.WorkerSecret, "uri"}}))

@@ -152,11 +152,8 @@ func archiveConfig(store *memoryv1alpha1.MemoryStore, in archiveJobInputs) worke
 	}
 	cfg.EmbedderRoles = storeRoles(store) // recorded with the vectors
 	if v := store.Status.Vector; v != nil {
-		cfg.VectorEngine, cfg.EmbeddingModel = v.Engine, v.EmbeddingModel
+		cfg.Vectors, cfg.EmbeddingModel = storeVectors(store, in.MilvusAddress), v.EmbeddingModel
 		cfg.Dimension, cfg.Metric = int(v.Dimension), v.Metric
-		if v.Engine == "Milvus" && in.MilvusAddress != "" {
-			cfg.MilvusAddress, cfg.Collection = in.MilvusAddress, v.Collection
-		}
 	}
 	if in.Cold != nil {
 		dest := in.Cold.Destination
@@ -176,6 +173,7 @@ func archiveConfig(store *memoryv1alpha1.MemoryStore, in archiveJobInputs) worke
 func buildArchiveJob(store *memoryv1alpha1.MemoryStore, in archiveJobInputs) *batchv1.Job {
 	cfg := archiveConfig(store, in)
 	env := []corev1.EnvVar{secretEnv(worker.EnvPostgresURI, store.Status.WorkerSecret, keyURI)}
+	env = append(env, milvusLoginEnv(store, store.Status.WorkerSecret)...)
 	if c := in.Cold; c != nil {
 		env = append(env,
 			secretEnv(worker.EnvS3AccessKey, c.Credentials.Name, c.Credentials.AccessKeyIDKey),

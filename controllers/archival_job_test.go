@@ -16,6 +16,7 @@ import (
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
@@ -194,7 +195,7 @@ func TestArchiveJobBuilder(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			want := worker.ArchiveConfig{
 				StoreNamespace: "team-a", StoreName: "support-bot", Tenant: "acme", RunName: job.Name, Schema: "mem_acme",
-				VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
+				Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
 				Now: now, Threshold: 0.05, HalfLives: memory.DefaultHalfLives(),
 			}
 			tc.want(&want)

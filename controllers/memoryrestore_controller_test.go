@@ -20,6 +20,7 @@ import (
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/snapshot"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
@@ -141,7 +142,7 @@ func TestMemoryRestoreFromALocationRecordsTheJobSummary(t *testing.T) {
 	prefix := "dr/" + store.Spec.Tenant + "/offsite/"
 	m, err := worker.RunSnapshot(context.Background(), worker.SnapshotConfig{
 		StoreNamespace: "elsewhere", StoreName: "bot", Tenant: "acme", SnapshotName: "offsite",
-		Schema: store.Status.Postgres.Schema, VectorEngine: "Postgres", EmbeddingModel: store.Status.Vector.EmbeddingModel, Dimension: 8, Metric: "COSINE",
+		Schema: store.Status.Postgres.Schema, Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: store.Status.Vector.EmbeddingModel, Dimension: 8, Metric: "COSINE",
 		Destination: worker.Destination{Endpoint: f.s3.Endpoint, Insecure: true, Bucket: "memory-test", Prefix: prefix},
 		Types:       []string{"episodic", "semantic", "procedural"}, CompressionLevel: 1, Unencrypted: true,
 	}, worker.Secrets{PostgresURI: connectionSecret(t, store)["uri"], S3AccessKey: f.s3.AccessKey, S3SecretKey: f.s3.SecretKey},

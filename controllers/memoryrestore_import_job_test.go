@@ -14,6 +14,7 @@ import (
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/importer"
 	"github.com/amemory/memory-operator/internal/langgraphns"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
@@ -50,7 +51,7 @@ func TestImportJobBuilder(t *testing.T) {
 		return worker.RestoreConfig{
 			RestoreNamespace: "team-a", RestoreName: "migrate", RestoreUID: restoreUID,
 			TargetNamespace: "team-a", TargetName: "support-bot", Tenant: "acme",
-			Schema: "mem_acme", VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
+			Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
 			Embedder: "Hashing", EmbedderMaxInputBytes: 8192, EmbedderOverflow: "Truncate", Unmapped: "Keep", Types: []string{"episodic", "semantic", "procedural"},
 			ConflictPolicy: "KeepNewer", Embeddings: "Reuse", Import: &ic,
 		}

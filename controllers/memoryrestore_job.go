@@ -146,11 +146,8 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 		cfg.Schema = pg.Schema
 	}
 	if v := target.Status.Vector; v != nil {
-		cfg.VectorEngine, cfg.EmbeddingModel = v.Engine, v.EmbeddingModel
+		cfg.Vectors, cfg.EmbeddingModel = storeVectors(target, in.MilvusAddress), v.EmbeddingModel
 		cfg.Dimension, cfg.Metric = int(v.Dimension), v.Metric
-		if v.Engine == "Milvus" {
-			cfg.MilvusAddress, cfg.Collection = in.MilvusAddress, v.Collection
-		}
 	}
 	if e := target.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI {
 		cfg.Embedder, cfg.EmbedderEndpoint = string(e.Type), e.Endpoint
@@ -217,6 +214,7 @@ func buildRestoreJob(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alph
 		secretEnv(worker.EnvSourceS3AccessKey, creds.Name, creds.AccessKeyIDKey),
 		secretEnv(worker.EnvSourceS3SecretKey, creds.Name, creds.SecretAccessKeyKey),
 	}
+	env = append(env, milvusLoginEnv(target, target.Status.WorkerSecret)...)
 	if k := in.Source.Key; k != nil {
 		env = append(env, secretEnv(worker.EnvSourceKey, k.Name, k.Key))
 	}

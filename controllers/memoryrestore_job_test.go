@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
@@ -95,7 +96,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				Source:               worker.Destination{Endpoint: "minio.storage:9000", Region: "eu-1", Insecure: true, Bucket: "memory", Prefix: packagePath},
 				ExpectManifestSHA256: manifestSHA,
 				TargetNamespace:      "team-a", TargetName: "support-bot", Tenant: "acme",
-				Schema: "mem_acme", VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
+				Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
 				Embedder: "Hashing", EmbedderMaxInputBytes: 8192, EmbedderOverflow: "Truncate",
 				ScopeMap:  []worker.ScopeRule{{From: "user:1024", To: "user:dbc0a3"}},
 				PrefixMap: []worker.ScopeRule{{From: "user:legacy-", To: "user:"}},
@@ -150,7 +151,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				Source:          worker.Destination{Endpoint: "s3.eu-west-1.amazonaws.com", Region: "eu-west-1", Bucket: "dr", Prefix: "agents/nightly-0a1b2c3d/"},
 				Unencrypted:     true,
 				TargetNamespace: "team-a", TargetName: "support-bot", Tenant: "acme",
-				Schema: "mem_acme", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme",
+				Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme"},
 				EmbeddingModel: "bge-small", Dimension: 384, Metric: "COSINE", Embedder: "OpenAI", EmbedderEndpoint: "http://tei:8080",
 				EmbedderMaxInputBytes: 2048, EmbedderOverflow: "Refuse",
 				MapFile: "/etc/memory-operator/mapping/ids", MapFormat: "jsonl", Unmapped: "Keep",
@@ -193,7 +194,7 @@ func TestRestoreJobBuilder(t *testing.T) {
 				RestoreNamespace: "team-a", RestoreName: "migrate", RestoreUID: restoreUID,
 				Source:          worker.Destination{Endpoint: "minio:9000", Insecure: true, Bucket: "snaps", Prefix: "p/"},
 				TargetNamespace: "team-a", TargetName: "support-bot", Tenant: "acme",
-				Schema: "mem_acme", VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
+				Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
 				Embedder: "Hashing", EmbedderMaxInputBytes: 8192, EmbedderOverflow: "Truncate",
 				MapObject: "acme/users.ndjson", MapBucket: "maps", MapFormat: "jsonl", Unmapped: "Keep",
 				Types:          []string{"episodic", "semantic", "procedural"},

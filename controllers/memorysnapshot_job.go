@@ -199,11 +199,8 @@ func snapshotConfig(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1.M
 	}
 	cfg.EmbedderRoles = storeRoles(store) // recorded with the vectors
 	if v := store.Status.Vector; v != nil {
-		cfg.VectorEngine, cfg.EmbeddingModel = v.Engine, v.EmbeddingModel
+		cfg.Vectors, cfg.EmbeddingModel = storeVectors(store, in.MilvusAddress), v.EmbeddingModel
 		cfg.Dimension, cfg.Metric = int(v.Dimension), v.Metric
-		if v.Engine == "Milvus" && in.MilvusAddress != "" {
-			cfg.MilvusAddress, cfg.Collection = in.MilvusAddress, v.Collection
-		}
 	}
 	return cfg
 }
@@ -217,6 +214,9 @@ func buildSnapshotJob(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1
 		secretEnv(worker.EnvPostgresURI, store.Status.WorkerSecret, keyURI),
 		secretEnv(worker.EnvS3AccessKey, creds.Name, creds.AccessKeyIDKey),
 		secretEnv(worker.EnvS3SecretKey, creds.Name, creds.SecretAccessKeyKey),
+	}
+	if cfg.IncludeEmbeddings {
+		env = append(env, milvusLoginEnv(store, store.Status.WorkerSecret)...)
 	}
 	if enc := snap.Spec.Encryption; !enc.Unencrypted && enc.KeySecret != nil {
 		env = append(env, secretEnv(worker.EnvEncryptionKey, enc.KeySecret.Name, enc.KeySecret.Key))

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
@@ -101,7 +102,7 @@ func TestSnapshotJobBuilder(t *testing.T) {
 			milvus: "milvus:19530", // ignored: the store keeps its vectors in PostgreSQL
 			wantConfig: worker.SnapshotConfig{
 				StoreNamespace: "team-a", StoreName: "support-bot", Tenant: "acme", SnapshotName: "nightly",
-				Schema: "mem_acme", VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
+				Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
 				Destination: worker.Destination{Endpoint: "minio.storage:9000", Region: "eu-1", Insecure: true, Bucket: "memory",
 					Prefix: "memory-operator/acme/snapshots/nightly-1f0e4c9a/"},
 				Types:            []string{"episodic", "semantic", "procedural"},
@@ -144,7 +145,7 @@ func TestSnapshotJobBuilder(t *testing.T) {
 			milvus: "milvus:19530",
 			wantConfig: worker.SnapshotConfig{
 				StoreNamespace: "team-a", StoreName: "support-bot", Tenant: "acme", SnapshotName: "nightly",
-				Schema: "mem_acme", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme",
+				Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme"},
 				EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
 				// Another endpoint: TLS and region are not inherited from the store's MinIO.
 				Destination: worker.Destination{Endpoint: "s3.eu-west-1.amazonaws.com", Region: "eu-west-1", Bucket: "offsite",
@@ -176,7 +177,7 @@ func TestSnapshotJobBuilder(t *testing.T) {
 			store: builderStore("Postgres", nil),
 			wantConfig: worker.SnapshotConfig{
 				StoreNamespace: "team-a", StoreName: "support-bot", Tenant: "acme", SnapshotName: "nightly",
-				Schema: "mem_acme", VectorEngine: "Postgres", EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
+				Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
 				Destination: worker.Destination{Endpoint: "minio:9000", Insecure: true, Bucket: "snaps",
 					Prefix: "memory-operator/acme/snapshots/nightly-1f0e4c9a/"},
 				Types:            []string{"episodic", "semantic", "procedural"},

@@ -183,11 +183,8 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		cfg.Schema = pg.Schema
 	}
 	if v := store.Status.Vector; v != nil {
-		cfg.VectorEngine, cfg.EmbeddingModel = v.Engine, v.EmbeddingModel
+		cfg.Vectors, cfg.EmbeddingModel = storeVectors(store, milvusAddress), v.EmbeddingModel
 		cfg.Dimension, cfg.Metric = int(v.Dimension), v.Metric
-		if v.Engine == "Milvus" {
-			cfg.MilvusAddress, cfg.Collection = milvusAddress, v.Collection
-		}
 	}
 	if e := store.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI {
 		cfg.Embedder, cfg.EmbedderEndpoint = string(e.Type), e.Endpoint
@@ -258,6 +255,7 @@ func buildGatewayDeployment(store *memoryv1alpha1.MemoryStore, cfg gateway.Confi
 	podAnnotations[gatewayConfigHashAnnotation] = configHash(cfg, in)
 
 	env := []corev1.EnvVar{secretEnv(gateway.EnvPostgresURI, store.ConnectionSecretNameOrDefault(), keyURI)}
+	env = append(env, milvusLoginEnv(store, store.ConnectionSecretNameOrDefault())...)
 	if e := store.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
 		env = append(env, secretEnv(gateway.EnvEmbedderAPIKey, e.APIKeySecret.Name, e.APIKeySecret.Key))
 	}

@@ -20,6 +20,7 @@ import (
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/gateway"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // Pure tests of the gateway's builders: no API server.
@@ -190,7 +191,7 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			want := gateway.Config{
 				StoreNamespace: "team-a", StoreName: "support-bot", Listen: ":8080", MetricsListen: ":9090",
-				Schema: "mem_acme", VectorEngine: tc.engine, Dimension: 384, Metric: "COSINE",
+				Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: tc.engine}, Dimension: 384, Metric: "COSINE",
 				Embedder: "Hashing", EmbeddingModel: "all-MiniLM-L6-v2",
 				KeysFile: "/etc/memory-gateway/keys/keys.json", DedupThreshold: 0.9712, RateLimit: 50, RateBurst: 100,
 				MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 20 * time.Second,

@@ -10,9 +10,15 @@ type BackendSpec struct {
 	// Postgres is the system of record: each store gets a schema and a role of its own.
 	Postgres PostgresSpec `json:"postgres"`
 
-	// Milvus holds the store's vectors when set; otherwise embeddings are kept in PostgreSQL.
+	// Milvus is a Milvus server for stores whose engine is Milvus (the default engine
+	// of stores on this backend when it is declared and vectorEngine is not).
 	// +optional
 	Milvus *MilvusSpec `json:"milvus,omitempty"`
+
+	// VectorEngine is the engine of the stores on this backend that name none in
+	// spec.vector.engine. Unset: Milvus when milvus is declared, else Postgres.
+	// +optional
+	VectorEngine VectorEngine `json:"vectorEngine,omitempty"`
 
 	// ObjectStorage is the S3-compatible store for snapshots and cold archives.
 	// +optional
@@ -55,7 +61,11 @@ type MilvusSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+:[0-9]{1,5}$`
 	Address string `json:"address"`
 
-	// CredentialsSecret holds a Milvus user when authentication is enabled.
+	// CredentialsSecret holds the server's admin login when authentication is enabled
+	// (every production Milvus). The operator uses it only to create each store's own
+	// Milvus user and role, with privileges on the store's collection alone; the
+	// gateway and the Jobs log in as that user. Unset means the server has no
+	// authentication (Milvus Lite).
 	// +optional
 	CredentialsSecret *CredentialsSecretRef `json:"credentialsSecret,omitempty"`
 }

@@ -66,8 +66,14 @@ const (
 	// ReasonExtensionMissing: the store's engine is PGVector and its PostgreSQL server
 	// has no vector extension to create (or one too old for HNSW).
 	ReasonExtensionMissing = "ExtensionMissing"
-	ReasonBucketNotFound   = "BucketNotFound"
-	ReasonEmbedderFailed   = "EmbedderFailed"
+	// ReasonEngineUnavailable: the store's engine needs a server its backend does not
+	// declare (Milvus without backend.milvus).
+	ReasonEngineUnavailable = "EngineUnavailable"
+	// ReasonEngineChangeRefused: the store's vectors are in one engine and its spec
+	// (or backend) now names another; nothing is moved (snapshot and restore instead).
+	ReasonEngineChangeRefused = "EngineChangeRefused"
+	ReasonBucketNotFound      = "BucketNotFound"
+	ReasonEmbedderFailed      = "EmbedderFailed"
 	// ReasonCalibrationFailed: the embedder could not be probed for its roles or
 	// calibrated; the gateway is not given an uncalibrated threshold (it waits).
 	ReasonCalibrationFailed  = "CalibrationFailed"

@@ -21,6 +21,21 @@ const (
 // +kubebuilder:validation:Enum=COSINE;L2;IP
 type VectorMetric string
 
+// VectorEngine is where a store's vectors are kept and searched.
+// +kubebuilder:validation:Enum=Postgres;PGVector;Milvus
+type VectorEngine string
+
+const (
+	// EnginePostgres keeps the vectors in the store's PostgreSQL schema as plain arrays
+	// and searches a scope exactly, with no extension: the embedded default.
+	EnginePostgres VectorEngine = "Postgres"
+	// EnginePGVector keeps them in the store's schema with the vector extension and an
+	// HNSW index (the operator creates the extension as the backend's admin).
+	EnginePGVector VectorEngine = "PGVector"
+	// EngineMilvus keeps them in a collection of the backend's Milvus server.
+	EngineMilvus VectorEngine = "Milvus"
+)
+
 // EmbedderType selects how text becomes vectors.
 // +kubebuilder:validation:Enum=Hashing;OpenAI
 type EmbedderType string
@@ -104,8 +119,10 @@ type StoreBackend struct {
 	ObjectStorage *ObjectStorageSpec `json:"objectStorage,omitempty"`
 }
 
-// VectorSpec fixes the shape of the store's vectors. Both fields are immutable: vectors
-// of another dimension or metric belong to another store (restore into it instead).
+// VectorSpec fixes the shape of the store's vectors and where they are kept. Dimension,
+// metric and engine are immutable: vectors of another shape or engine belong to another
+// store (snapshot this one and restore into it: docs/engines.md).
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.engine) || (has(self.engine) && self.engine == oldSelf.engine)",message="vector.engine is immutable: move the store to another engine by snapshot and restore"
 type VectorSpec struct {
 	// Dimension of every embedding (384 for all-MiniLM-L6-v2).
 	// +kubebuilder:validation:Minimum=2
@@ -117,6 +134,53 @@ type VectorSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="vector.metric is immutable"
 	// +optional
 	Metric VectorMetric `json:"metric,omitempty"`
+
+	// Engine keeps and searches the vectors: Postgres (exact, no extension), PGVector
+	// (the vector extension, an HNSW index) or Milvus (the backend's Milvus server).
+	// Unset, it is the backend's vectorEngine, else Milvus when the backend declares a
+	// Milvus server, else Postgres. The engine in use is status.vector.engine.
+	// +optional
+	Engine VectorEngine `json:"engine,omitempty"`
+
+	// Index tunes the HNSW index of the PGVector engine (Milvus keeps its own fixed
+	// parameters; the Postgres engine has no index to tune).
+	// +optional
+	Index *VectorIndexSpec `json:"index,omitempty"`
+}
+
+// VectorIndexSpec holds the HNSW parameters of an approximate engine and the scope size
+// below which it searches exactly. The defaults meet recall@10 >= 0.95 at a million
+// memories in a scope (docs/engines.md has the measurements).
+type VectorIndexSpec struct {
+	// M is the number of neighbours per node of the graph (pgvector's m). Changing it
+	// rebuilds the index.
+	// +kubebuilder:default=16
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	M int32 `json:"m,omitempty"`
+
+	// EfConstruction is the candidate list size while building (at least 2*m).
+	// Changing it rebuilds the index.
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=4
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	EfConstruction int32 `json:"efConstruction,omitempty"`
+
+	// EfSearch is the candidate list size of a search (raised to top_k when smaller).
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	EfSearch int32 `json:"efSearch,omitempty"`
+
+	// ExactSearchBelow is the scope size up to which a search scans the scope exactly
+	// instead of asking the index (exact is as fast there, and never misses).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	ExactSearchBelow *int32 `json:"exactSearchBelow,omitempty"`
 }
 
 // EmbedderSpec declares the model that turns memory text into vectors.
@@ -289,13 +353,20 @@ type PostgresStatus struct {
 
 // VectorStatus records the vector index in use.
 type VectorStatus struct {
-	// Engine is Milvus or Postgres.
+	// Engine is Postgres, PGVector or Milvus.
 	Engine     string `json:"engine,omitempty"`
 	Collection string `json:"collection,omitempty"`
 	Dimension  int32  `json:"dimension,omitempty"`
 	Metric     string `json:"metric,omitempty"`
 	// EmbeddingModel is the model whose vectors the index holds.
 	EmbeddingModel string `json:"embeddingModel,omitempty"`
+	// MilvusUser is the store's own Milvus user, whose login the gateway and the Jobs
+	// use (in the store's Secrets), when the Milvus server has authentication.
+	// +optional
+	MilvusUser string `json:"milvusUser,omitempty"`
+	// Extension is the vector extension's schema and version (PGVector engine).
+	// +optional
+	Extension string `json:"extension,omitempty"`
 }
 
 // ResolvedRoles is the roles convention the store's embedder runs with.

@@ -21,6 +21,7 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // TestPendingListAndRetry: memoryctl shows a store's parked index work through a real
@@ -57,7 +58,7 @@ func TestPendingListAndRetry(t *testing.T) {
 	agent := admin
 	agent.User, agent.Password = names.Role, pw.Agent
 	cfg := gateway.Config{StoreNamespace: "test", StoreName: names.Tenant, Listen: "127.0.0.1:0", Schema: names.Schema,
-		VectorEngine: "Postgres", Dimension: spec.Dimension, Metric: "COSINE", Embedder: "Hashing", KeysFile: keysFile,
+		Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: spec.Dimension, Metric: "COSINE", Embedder: "Hashing", KeysFile: keysFile,
 		RateLimit: 1000, RateBurst: 1000, MaxBodyBytes: 1 << 20, ShutdownGrace: time.Second,
 		MaxInputBytes: 256, InputOverflow: embed.Refuse}
 	g, err := gateway.Open(ctx, cfg, gateway.Secrets{PostgresURI: agent.URL(nil)}, slog.New(slog.NewTextHandler(io.Discard, nil)))

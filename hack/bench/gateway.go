@@ -28,6 +28,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory/service"
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
@@ -340,7 +341,7 @@ type gwProcess struct {
 // startGateway runs `memory-operator gateway` over the store, as its Deployment does.
 func (e *env) startGateway(ctx context.Context, names provision.Names, uri string) (*gwProcess, error) {
 	return e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "bench", StoreName: names.Tenant, Schema: names.Schema,
-		VectorEngine: "Postgres", Dimension: gwDim, Metric: "COSINE", Embedder: "Hashing",
+		Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: gwDim, Metric: "COSINE", Embedder: "Hashing",
 		DedupThreshold: seedDedup, RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second})
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/amemory/memory-operator/internal/gateway"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // The recall benchmark (make bench-recall): a generated multi-session corpus
@@ -166,7 +167,7 @@ func (e *env) recallGateway(ctx context.Context, o recallOptions, nano *nanoServ
 	}
 	defer drop()
 	gw, err := e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "bench-recall", StoreName: names.Tenant, Schema: names.Schema,
-		VectorEngine: "Postgres", Dimension: e5Dim, Metric: "COSINE", Embedder: "OpenAI", EmbedderEndpoint: nano.url, EmbeddingModel: nano.model,
+		Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: e5Dim, Metric: "COSINE", Embedder: "OpenAI", EmbedderEndpoint: nano.url, EmbeddingModel: nano.model,
 		RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second}, "--dedup-threshold")
 	if err != nil {
 		return err
@@ -218,7 +219,7 @@ func (e *env) recallHashing(ctx context.Context, o recallOptions) (*hashingRun, 
 	}
 	defer drop()
 	gw, err := e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "bench-recall-hashing", StoreName: names.Tenant, Schema: names.Schema,
-		VectorEngine: "Postgres", Dimension: e5Dim, Metric: "COSINE", Embedder: "Hashing",
+		Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: e5Dim, Metric: "COSINE", Embedder: "Hashing",
 		RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second}, "--dedup-threshold")
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // The soak (make soak): concurrent clients write, update, search and forget across
@@ -473,7 +474,7 @@ func checkSearches(ctx context.Context, hc *http.Client, g *gwProcess, scopes []
 // detection off (every write is a memory of its own).
 func (e *env) startSoakGateway(ctx context.Context, names provision.Names, uri, milvusAddr string) (*gwProcess, error) {
 	return e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "soak", StoreName: names.Tenant, Schema: names.Schema,
-		VectorEngine: "Milvus", MilvusAddress: milvusAddr, Collection: names.Collection, Dimension: soakDim, Metric: "COSINE",
+		Vectors: engine.Vectors{VectorEngine: "Milvus", MilvusAddress: milvusAddr, Collection: names.Collection}, Dimension: soakDim, Metric: "COSINE",
 		Embedder: "Hashing", DedupThreshold: 0, RateLimit: 1e9, RateBurst: 1 << 30,
 		MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/langgraphns"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // Environment variables the gateway reads its secrets from; the Deployment fills them
@@ -66,11 +67,10 @@ type Config struct {
 
 	// Schema is the store's PostgreSQL schema.
 	Schema string
-	// VectorEngine is Milvus or Postgres; with Milvus, vectors live at
-	// MilvusAddress/Collection.
-	VectorEngine, MilvusAddress, Collection string
-	Dimension                               int
-	Metric                                  string
+	// Vectors is where the store's vectors are (cfg.VectorEngine, cfg.MilvusAddress…).
+	engine.Vectors
+	Dimension int
+	Metric    string
 	// Embedder is Hashing or OpenAI (at EmbedderEndpoint, model EmbeddingModel,
 	// token in EnvEmbedderAPIKey).
 	Embedder, EmbedderEndpoint, EmbeddingModel string
@@ -123,7 +123,6 @@ func (c Config) Args() []string {
 		"--listen=" + c.Listen,
 		"--metrics-listen=" + c.MetricsListen,
 		"--schema=" + c.Schema,
-		"--vector-engine=" + c.VectorEngine,
 		"--dimension=" + strconv.Itoa(c.Dimension),
 		"--metric=" + c.Metric,
 		"--embedder=" + c.Embedder,
@@ -154,8 +153,7 @@ func (c Config) Args() []string {
 	}
 	opt("--embedder-timeout", c.EmbedderTimeout.String())
 	opt("--embedder-concurrency-per-key", strconv.Itoa(c.EmbedderConcurrency))
-	opt("--milvus-address", c.MilvusAddress)
-	opt("--collection", c.Collection)
+	args = append(args, c.Vectors.Args()...)
 	opt("--embedder-endpoint", c.EmbedderEndpoint)
 	opt("--embedding-model", c.EmbeddingModel)
 	opt("--tls-cert-file", c.TLSCertFile)
@@ -191,9 +189,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serve TLS with this certificate (PEM)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file (PEM)")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
-	fs.StringVar(&c.VectorEngine, "vector-engine", "Postgres", "Milvus or Postgres")
-	fs.StringVar(&c.MilvusAddress, "milvus-address", "", "Milvus host:port (Milvus engine)")
-	fs.StringVar(&c.Collection, "collection", "", "Milvus collection (Milvus engine)")
+	c.Vectors.Register(fs)
 	fs.IntVar(&c.Dimension, "dimension", 0, "vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
 	fs.StringVar(&c.Embedder, "embedder", "Hashing", "Hashing or OpenAI")
@@ -264,11 +260,10 @@ func (c Config) InputLimit() embed.Limit {
 
 // validateBackends checks the vector engine and embedder settings.
 func (c Config) validateBackends() error {
+	if err := c.Vectors.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case c.VectorEngine != "Postgres" && c.VectorEngine != "Milvus":
-		return fmt.Errorf("--vector-engine %q: want Milvus or Postgres", c.VectorEngine)
-	case c.VectorEngine == "Milvus" && (c.MilvusAddress == "" || c.Collection == ""):
-		return errors.New("the Milvus engine needs --milvus-address and --collection")
 	case c.Embedder != "Hashing" && c.Embedder != "OpenAI":
 		return fmt.Errorf("--embedder %q: want Hashing or OpenAI", c.Embedder)
 	case c.Embedder == "OpenAI" && (c.EmbedderEndpoint == "" || c.EmbeddingModel == ""):

@@ -23,6 +23,7 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // testDim is the tests' vector dimension (hashing embedder).
@@ -143,7 +144,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	e := &env{t: t, names: names, admin: admin, keysFile: filepath.Join(dir, KeysFileName), logs: o.logs}
 	writeKeys(t, e.keysFile, o.keys...)
 	e.cfg = Config{StoreNamespace: "test", StoreName: names.Tenant, Listen: "127.0.0.1:0", Schema: names.Schema,
-		VectorEngine: o.engine, Dimension: testDim, Metric: "COSINE", Embedder: "Hashing", KeysFile: e.keysFile,
+		Vectors: engine.Vectors{VectorEngine: o.engine}, Dimension: testDim, Metric: "COSINE", Embedder: "Hashing", KeysFile: e.keysFile,
 		DedupThreshold: o.dedup, RateLimit: 10000, RateBurst: 10000, MaxBodyBytes: 1 << 20, NamespaceRules: o.rules,
 		ShutdownGrace: time.Second}
 	if o.engine == "Milvus" {

@@ -23,7 +23,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/memory/service"
 	"github.com/amemory/memory-operator/internal/vector"
-	"github.com/amemory/memory-operator/internal/vector/milvus"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
@@ -31,11 +31,14 @@ import (
 type Secrets struct {
 	PostgresURI    string
 	EmbedderAPIKey string
+	// Milvus is the store's own Milvus user (engine.EnvMilvusUsername/Password).
+	Milvus engine.Login
 }
 
-// SecretsFromEnv reads Secrets from EnvPostgresURI and EnvEmbedderAPIKey.
+// SecretsFromEnv reads Secrets from EnvPostgresURI, EnvEmbedderAPIKey and the Milvus
+// login's variables.
 func SecretsFromEnv() Secrets {
-	return Secrets{PostgresURI: os.Getenv(EnvPostgresURI), EmbedderAPIKey: os.Getenv(EnvEmbedderAPIKey)}
+	return Secrets{PostgresURI: os.Getenv(EnvPostgresURI), EmbedderAPIKey: os.Getenv(EnvEmbedderAPIKey), Milvus: engine.LoginFromEnv()}
 }
 
 // Background work intervals (variables: tests shorten them).
@@ -125,16 +128,15 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		return nil, err
 	}
 	li := &lazyIndex{spec: spec}
-	if cfg.VectorEngine == "Milvus" {
-		li.dial = func(ctx context.Context) (vector.Index, func(), error) {
-			c, err := milvus.Connect(ctx, cfg.MilvusAddress)
-			if err != nil {
-				return nil, nil, err
-			}
-			return milvus.New(c, cfg.Collection, spec), func() { _ = c.Close() }, nil
+	li.dial = func(ctx context.Context) (vector.Index, func(), error) {
+		return cfg.Vectors.Open(ctx, pool, cfg.Schema, spec, sec.Milvus)
+	}
+	if !cfg.Vectors.External() {
+		// An index in the store's own PostgreSQL needs no dialling: open it now.
+		if li.ix, li.closeFn, err = li.dial(ctx); err != nil {
+			pool.Close()
+			return nil, err
 		}
-	} else {
-		li.ix = pgindex.New(pool, cfg.Schema, spec)
 	}
 	store := pgstore.New(pool, cfg.Schema)
 	mem, err := service.NewWith(store, li, emb, service.Options{InputLimit: cfg.InputLimit()})

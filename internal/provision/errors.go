@@ -28,9 +28,15 @@ const (
 	// ReasonExtensionMissing: the store's engine is PGVector and its PostgreSQL server
 	// has no vector extension to create (or one too old for HNSW).
 	ReasonExtensionMissing Reason = "ExtensionMissing"
-	ReasonBucketNotFound   Reason = "BucketNotFound"
-	ReasonEmbedderFailed   Reason = "EmbedderFailed"
-	ReasonBackendError     Reason = "BackendError"
+	// ReasonEngineUnavailable: the store's engine needs a server its backend does not
+	// declare (Milvus without backend.milvus).
+	ReasonEngineUnavailable Reason = "EngineUnavailable"
+	// ReasonEngineChangeRefused: the store's vectors are in one engine and its spec
+	// (or backend) now names another.
+	ReasonEngineChangeRefused Reason = "EngineChangeRefused"
+	ReasonBucketNotFound      Reason = "BucketNotFound"
+	ReasonEmbedderFailed      Reason = "EmbedderFailed"
+	ReasonBackendError        Reason = "BackendError"
 )
 
 // Error is a provisioning failure with its reason. Messages name the backend and the
@@ -47,7 +53,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // Secret or the backend's content), so the controller can back off instead of hammering.
 func (e *Error) Permanent() bool {
 	switch e.Reason {
-	case ReasonDimensionMismatch, ReasonMetricMismatch, ReasonTenantConflict, ReasonExtensionMissing:
+	case ReasonDimensionMismatch, ReasonMetricMismatch, ReasonTenantConflict, ReasonExtensionMissing,
+		ReasonEngineUnavailable, ReasonEngineChangeRefused:
 		return true
 	}
 	return false
@@ -65,6 +72,10 @@ func ReasonOf(err error) Reason {
 func fail(reason Reason, format string, args ...any) error {
 	return &Error{Reason: reason, Err: fmt.Errorf(format, args...)}
 }
+
+// Failf is a provisioning failure with its reason, for checks made outside this
+// package (the controller's engine choice).
+func Failf(reason Reason, format string, args ...any) error { return fail(reason, format, args...) }
 
 // classify wraps err with the reason that best explains it; what names the backend for
 // the message ("PostgreSQL 10.0.0.5:5432").

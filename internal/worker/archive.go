@@ -8,13 +8,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/milvus-io/milvus-sdk-go/v2/client"
 
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
-	"github.com/amemory/memory-operator/internal/vector/milvus"
-	"github.com/amemory/memory-operator/internal/vector/pgindex"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // DefaultArchiveBatch is how many vector IDs one index delete carries when
@@ -58,7 +56,7 @@ func RunArchive(ctx context.Context, cfg ArchiveConfig, sec Secrets, ro RunOptio
 	}
 	defer pool.Close()
 	a.store = store
-	a.index = &archiveIndex{cfg: cfg, pool: pool}
+	a.index = &archiveIndex{cfg: cfg, login: sec.Milvus, pool: pool}
 	defer a.index.close()
 
 	// Deletions recorded before this moment (by the database's clock) were left by an
@@ -216,16 +214,13 @@ func (a *archiveRun) writeCold(ctx context.Context, objects snapshot.Objects, ru
 			Roles: snapshot.EmbeddingRolesOf(a.cfg.EmbedderRoles)},
 		Now: func() time.Time { return a.now },
 	}
-	var fetcher *milvus.Index
-	if a.cfg.VectorEngine == "Milvus" {
-		var err error
-		if fetcher, err = a.index.milvusIndex(ctx); err != nil {
-			return nil, err
-		}
+	fetcher, err := a.index.fetcher(ctx)
+	if err != nil {
+		return nil, err
 	}
 	// The store's tombstones travel along, read with the memories in one snapshot, so
 	// that restoring the cold package anywhere honours them.
-	filter := pgstore.ExportFilter{ArchivedAt: runs, IncludeEmbeddings: a.cfg.VectorEngine != "Milvus"}
+	filter := pgstore.ExportFilter{ArchivedAt: runs, IncludeEmbeddings: a.cfg.Vectors.InSchema()}
 	return writeCut(ctx, a.store, objects, opts, filter, fetcher, nil)
 }
 
@@ -270,44 +265,41 @@ func (a *archiveRun) deleteArchived(ctx context.Context) error {
 
 // archiveIndex opens the store's vector index on first use.
 type archiveIndex struct {
-	cfg  ArchiveConfig
-	pool *pgxpool.Pool
-	ix   vector.Index
-	mix  *milvus.Index
-	c    client.Client
-}
-
-func (x *archiveIndex) spec() vector.Spec {
-	return vector.Spec{Dimension: x.cfg.Dimension, Metric: vector.Metric(strings.ToUpper(x.cfg.Metric))}
+	cfg     ArchiveConfig
+	login   engine.Login
+	pool    *pgxpool.Pool
+	ix      vector.Index
+	closeIx func()
 }
 
 func (x *archiveIndex) open(ctx context.Context) (vector.Index, error) {
 	if x.ix != nil {
 		return x.ix, nil
 	}
-	if x.cfg.VectorEngine != "Milvus" {
-		x.ix = pgindex.New(x.pool, x.cfg.Schema, x.spec())
-		return x.ix, nil
-	}
-	mix, err := x.milvusIndex(ctx)
+	spec := vector.Spec{Dimension: x.cfg.Dimension, Metric: vector.Metric(strings.ToUpper(x.cfg.Metric))}
+	ix, closeIx, err := x.cfg.Vectors.Open(ctx, x.pool, x.cfg.Schema, spec, x.login)
 	if err != nil {
 		return nil, err
 	}
-	x.ix = mix
-	return mix, nil
+	x.ix, x.closeIx = ix, closeIx
+	return ix, nil
 }
 
-func (x *archiveIndex) milvusIndex(ctx context.Context) (*milvus.Index, error) {
-	if x.mix != nil {
-		return x.mix, nil
+// fetcher is the index as a reader of stored vectors, for an engine whose vectors are
+// not exported with the rows (nil for one whose are).
+func (x *archiveIndex) fetcher(ctx context.Context) (engine.Fetcher, error) {
+	if x.cfg.Vectors.InSchema() {
+		return nil, nil
 	}
-	c, err := connectMilvus(ctx, x.cfg.MilvusAddress)
+	ix, err := x.open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	x.c = c
-	x.mix = milvus.New(c, x.cfg.Collection, x.spec())
-	return x.mix, nil
+	f, ok := ix.(engine.Fetcher)
+	if !ok {
+		return nil, fmt.Errorf("the %s engine cannot read its vectors back", x.cfg.VectorEngine)
+	}
+	return f, nil
 }
 
 // delete removes vectors by memory ID. An ID the index could never have held (longer or
@@ -326,8 +318,8 @@ func (x *archiveIndex) delete(ctx context.Context, ids []string) error {
 }
 
 func (x *archiveIndex) close() {
-	if x.c != nil {
-		_ = x.c.Close()
+	if x.closeIx != nil {
+		x.closeIx()
 	}
 }
 

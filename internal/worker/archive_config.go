@@ -16,6 +16,7 @@ import (
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // The archive worker reads EnvPostgresURI (the store's connection Secret), and, when it
@@ -51,9 +52,9 @@ type ArchiveConfig struct {
 	RunName string
 	// Schema is the store's PostgreSQL schema.
 	Schema string
-	// VectorEngine is Milvus or Postgres; with Milvus, vectors live at MilvusAddress/Collection.
-	VectorEngine, MilvusAddress, Collection string
-	EmbeddingModel                          string
+	// Vectors is where the store's vectors are (cfg.VectorEngine, cfg.MilvusAddress…).
+	engine.Vectors
+	EmbeddingModel string
 	// EmbedderRoles is the store's resolved roles convention (status.embedder.roles),
 	// recorded with the vectors in the package.
 	EmbedderRoles embed.Roles
@@ -90,7 +91,6 @@ func (c ArchiveConfig) Args() []string {
 		"--tenant=" + c.Tenant,
 		"--run-name=" + c.RunName,
 		"--schema=" + c.Schema,
-		"--vector-engine=" + c.VectorEngine,
 		"--embedding-model=" + c.EmbeddingModel,
 		fmt.Sprintf("--dimension=%d", c.Dimension),
 		"--metric=" + c.Metric,
@@ -101,8 +101,7 @@ func (c ArchiveConfig) Args() []string {
 			args = append(args, flag+"="+v)
 		}
 	}
-	opt("--milvus-address", c.MilvusAddress)
-	opt("--collection", c.Collection)
+	args = append(args, c.Vectors.Args()...)
 	if !c.Now.IsZero() {
 		args = append(args, "--now="+c.Now.UTC().Format(time.RFC3339Nano))
 	}
@@ -177,9 +176,7 @@ func ParseArchiveArgs(args []string, stderr io.Writer) (ArchiveConfig, error) {
 	fs.StringVar(&c.Tenant, "tenant", "", "tenant of the store")
 	fs.StringVar(&c.RunName, "run-name", "", "name of this run (the Job's name)")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
-	fs.StringVar(&c.VectorEngine, "vector-engine", "Postgres", "Milvus or Postgres")
-	fs.StringVar(&c.MilvusAddress, "milvus-address", "", "Milvus host:port (Milvus engine)")
-	fs.StringVar(&c.Collection, "collection", "", "Milvus collection (Milvus engine)")
+	c.Vectors.Register(fs)
 	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "model the store's vectors were made with")
 	fs.IntVar(&c.Dimension, "dimension", 0, "vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
@@ -230,11 +227,8 @@ func (c ArchiveConfig) check() error {
 	if err := c.checkScoring(); err != nil {
 		return err
 	}
-	if !slices.Contains(vectorEngines, c.VectorEngine) {
-		return fmt.Errorf("--vector-engine %q is not one of %s", c.VectorEngine, strings.Join(vectorEngines, ", "))
-	}
-	if c.VectorEngine == "Milvus" && (c.MilvusAddress == "" || c.Collection == "") {
-		return errors.New("the Milvus engine needs --milvus-address and --collection")
+	if err := c.Vectors.Validate(); err != nil {
+		return err
 	}
 	if err := c.checkCold(); err != nil {
 		return err

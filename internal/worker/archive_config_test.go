@@ -10,13 +10,14 @@ import (
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 func TestArchiveArgsRoundTrip(t *testing.T) {
 	cases := []ArchiveConfig{
 		{
 			StoreNamespace: "team-a", StoreName: "bot", Tenant: "acme", RunName: "bot-archive-29112026",
-			Schema: "mem_acme", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme",
+			Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme"},
 			EmbeddingModel: "bge-small", Dimension: 384, Metric: "IP", EmbedderRoles: embed.Roles{Convention: embed.ConventionInputType},
 			Now:       time.Date(2026, 11, 29, 2, 0, 0, 123456000, time.UTC),
 			Threshold: 0.05,
@@ -28,12 +29,12 @@ func TestArchiveArgsRoundTrip(t *testing.T) {
 			BatchSize:   500,
 		},
 		{
-			Schema: "mem_x", VectorEngine: "Postgres", Dimension: 8, Metric: "COSINE", EmbeddingModel: "m",
+			Schema: "mem_x", Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: 8, Metric: "COSINE", EmbeddingModel: "m",
 			Threshold: 0, // archives nothing, but is valid
 			Cold:      &Destination{Endpoint: "127.0.0.1:9000", Insecure: true, Bucket: "b", Prefix: "p/"}, Unencrypted: true,
 		},
 		// The minimum: no clock (the worker's start), no half-lives (nothing decays), no cold copy.
-		{Schema: "mem_y", VectorEngine: "Postgres", Metric: "COSINE", Threshold: 1e-300},
+		{Schema: "mem_y", Vectors: engine.Vectors{VectorEngine: "Postgres"}, Metric: "COSINE", Threshold: 1e-300},
 	}
 	for _, want := range cases {
 		got, err := ParseArchiveArgs(want.Args(), io.Discard)
@@ -88,7 +89,7 @@ func TestArchiveArgsRejectsBadInput(t *testing.T) {
 		"half-life zero":      {with("--half-lives=working=0s"), "--half-lives: working=0s is not a positive duration"},
 		"half-life negative":  {with("--half-lives=episodic=-1h"), "--half-lives: episodic=-1h is not a positive duration"},
 		"half-life twice":     {with("--half-lives=working=1h,working=2h"), "--half-lives: working is given twice"},
-		"engine":              {with("--vector-engine=Faiss"), `--vector-engine "Faiss" is not one of Postgres, Milvus`},
+		"engine":              {with("--vector-engine=Faiss"), `--vector-engine "Faiss": want Postgres, PGVector or Milvus`},
 		"milvus needs place":  {with("--vector-engine=Milvus", "--milvus-address=m:1"), "the Milvus engine needs --milvus-address and --collection"},
 		"cold incomplete":     {with("--cold-endpoint=e:1", "--cold-prefix=p/"), "a cold package needs --cold-endpoint, --cold-bucket and --cold-prefix"},
 		"cold insecure only":  {with("--cold-insecure"), "a cold package needs --cold-endpoint, --cold-bucket and --cold-prefix"},
@@ -107,7 +108,7 @@ func TestArchiveArgsRejectsBadInput(t *testing.T) {
 		}
 	}
 	// The same checks hold for a configuration built in code.
-	bad := ArchiveConfig{Schema: "s", VectorEngine: "Postgres", Threshold: 0.1, HalfLives: memory.HalfLives{"dream": time.Hour}}
+	bad := ArchiveConfig{Schema: "s", Vectors: engine.Vectors{VectorEngine: "Postgres"}, Threshold: 0.1, HalfLives: memory.HalfLives{"dream": time.Hour}}
 	if err := bad.check(); err == nil || !strings.Contains(err.Error(), `unknown memory type "dream"`) {
 		t.Errorf("half-life of an unknown type: %v", err)
 	}

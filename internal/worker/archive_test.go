@@ -26,6 +26,7 @@ import (
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
@@ -230,7 +231,7 @@ func (e *archiveEnv) vectors(t *testing.T, ids []string) map[string][]float32 {
 func (e *archiveEnv) config(run string) ArchiveConfig {
 	c := ArchiveConfig{
 		StoreNamespace: "team-a", StoreName: "bot", Tenant: "acme", RunName: run,
-		Schema: e.schema, VectorEngine: e.engine, EmbeddingModel: "memory-operator/hashing-v1", Dimension: 8, Metric: "COSINE",
+		Schema: e.schema, Vectors: engine.Vectors{VectorEngine: e.engine}, EmbeddingModel: "memory-operator/hashing-v1", Dimension: 8, Metric: "COSINE",
 		Now: testNow, Threshold: archiveThreshold, HalfLives: archiveHalfLives,
 		Cold:      &Destination{Endpoint: e.s3cfg.Endpoint, Insecure: true, Bucket: e.bucket, Prefix: "acme/" + ArchiveFolder + run + "/"},
 		BatchSize: 40,
@@ -490,8 +491,8 @@ func closedAddr(t *testing.T) string {
 // marked the rows. The run fails; the archived memories are already out of recall and
 // search; the next run, with Milvus back, completes the vector deletions.
 func TestArchiveCompletesAfterMilvusOutage(t *testing.T) {
-	defer func(d time.Duration) { milvusConnectTimeout = d }(milvusConnectTimeout)
-	milvusConnectTimeout = 2 * time.Second
+	defer func(d time.Duration) { engine.DialTimeout = d }(engine.DialTimeout)
+	engine.DialTimeout = 2 * time.Second
 	for _, withCold := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cold=%v", withCold), func(t *testing.T) {
 			e := newArchiveEnv(t, "Milvus", 200)
@@ -668,7 +669,7 @@ func TestRehydrateFromTheColdPackage(t *testing.T) {
 		RestoreNamespace: "team-a", RestoreName: "rehydrate",
 		Source:          *cfg.Cold,
 		TargetNamespace: "team-a", TargetName: "bot", Tenant: "acme", Schema: e.schema,
-		VectorEngine: "Milvus", MilvusAddress: e.milvus, Collection: e.coll,
+		Vectors:        engine.Vectors{VectorEngine: "Milvus", MilvusAddress: e.milvus, Collection: e.coll},
 		EmbeddingModel: "memory-operator/hashing-v1", Dimension: 8, Metric: "COSINE", Embedder: "Hashing",
 		Unmapped: "Keep", ConflictPolicy: "KeepNewer", Embeddings: "Reuse",
 		Types:     []string{"working", "episodic", "semantic", "procedural"},

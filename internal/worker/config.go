@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // Environment variables a worker reads its secrets from; the Job fills them from
@@ -41,12 +42,11 @@ type SnapshotConfig struct {
 	SnapshotName                      string
 	// Schema is the store's PostgreSQL schema.
 	Schema string
-	// VectorEngine is Milvus or Postgres; with Milvus, embeddings come from
-	// MilvusAddress/Collection.
-	VectorEngine, MilvusAddress, Collection string
-	EmbeddingModel                          string
-	Dimension                               int
-	Metric                                  string
+	// Vectors is where the store's vectors are (cfg.VectorEngine, cfg.MilvusAddress…).
+	engine.Vectors
+	EmbeddingModel string
+	Dimension      int
+	Metric         string
 	// EmbedderRoles is the store's resolved roles convention (status.embedder.roles),
 	// recorded with the vectors in the package.
 	EmbedderRoles embed.Roles
@@ -75,7 +75,6 @@ func (c SnapshotConfig) Args() []string {
 		"--tenant=" + c.Tenant,
 		"--snapshot-name=" + c.SnapshotName,
 		"--schema=" + c.Schema,
-		"--vector-engine=" + c.VectorEngine,
 		"--embedding-model=" + c.EmbeddingModel,
 		fmt.Sprintf("--dimension=%d", c.Dimension),
 		"--metric=" + c.Metric,
@@ -84,9 +83,7 @@ func (c SnapshotConfig) Args() []string {
 		"--prefix=" + c.Destination.Prefix,
 		fmt.Sprintf("--compression-level=%d", c.CompressionLevel),
 	}
-	if c.MilvusAddress != "" {
-		args = append(args, "--milvus-address="+c.MilvusAddress, "--collection="+c.Collection)
-	}
+	args = append(args, c.Vectors.Args()...)
 	if c.Destination.Region != "" {
 		args = append(args, "--s3-region="+c.Destination.Region)
 	}
@@ -125,9 +122,7 @@ func ParseSnapshotArgs(args []string, stderr io.Writer) (SnapshotConfig, error) 
 	fs.StringVar(&c.Tenant, "tenant", "", "tenant of the store")
 	fs.StringVar(&c.SnapshotName, "snapshot-name", "", "name of the MemorySnapshot")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
-	fs.StringVar(&c.VectorEngine, "vector-engine", "Postgres", "Milvus or Postgres")
-	fs.StringVar(&c.MilvusAddress, "milvus-address", "", "Milvus host:port (Milvus engine)")
-	fs.StringVar(&c.Collection, "collection", "", "Milvus collection (Milvus engine)")
+	c.Vectors.Register(fs)
 	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "model the store's vectors were made with")
 	fs.IntVar(&c.Dimension, "dimension", 0, "vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
@@ -168,8 +163,13 @@ func ParseSnapshotArgs(args []string, stderr io.Writer) (SnapshotConfig, error) 
 	if !strings.HasSuffix(c.Destination.Prefix, "/") {
 		return c, errors.New("--prefix must end in '/'")
 	}
-	if c.VectorEngine == "Milvus" && c.IncludeEmbeddings && (c.MilvusAddress == "" || c.Collection == "") {
-		return c, errors.New("--include-embeddings with the Milvus engine needs --milvus-address and --collection")
+	// Without vectors, a snapshot never reads the index: it need not say where it is.
+	check := c.Vectors.ValidateEngine
+	if c.IncludeEmbeddings {
+		check = c.Vectors.Validate
+	}
+	if err := check(); err != nil {
+		return c, err
 	}
 	if c.CompressionLevel < 1 || c.CompressionLevel > 19 {
 		return c, fmt.Errorf("--compression-level %d is outside 1..19", c.CompressionLevel)

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 func TestSnapshotArgsRoundTrip(t *testing.T) {
 	cases := []SnapshotConfig{
 		{
 			StoreNamespace: "team-a", StoreName: "bot", Tenant: "acme", SnapshotName: "nightly",
-			Schema: "mem_acme", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme",
+			Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme"},
 			EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
 			EmbedderRoles: embed.Roles{Convention: embed.ConventionPrefix, QueryPrefix: "query: ", PassagePrefix: "passage: "},
 			Destination:   Destination{Endpoint: "s3.example:443", Region: "eu-1", Bucket: "mem", Prefix: "a/b/"},
@@ -22,7 +23,7 @@ func TestSnapshotArgsRoundTrip(t *testing.T) {
 			ActiveWithin: 720 * time.Hour, IncludeEmbeddings: true, CompressionLevel: 3,
 		},
 		{
-			Schema: "mem_x", VectorEngine: "Postgres", Metric: "L2", Dimension: 8,
+			Schema: "mem_x", Vectors: engine.Vectors{VectorEngine: "Postgres"}, Metric: "L2", Dimension: 8,
 			Destination:      Destination{Endpoint: "127.0.0.1:9000", Insecure: true, Bucket: "b", Prefix: "p/"},
 			CompressionLevel: 1, Unencrypted: true, ShardTargetBytes: 1 << 20,
 		},

@@ -17,6 +17,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/test/importers"
 )
 
@@ -318,8 +319,8 @@ var milvusScenarios = []scenario{
 // vector of it in the index, no deletion pending, and the cold package complete. In
 // particular a run cut between PostgreSQL and Milvus is finished by the next.
 func TestFaultsArchive(t *testing.T) {
-	defer func(d time.Duration) { milvusConnectTimeout = d }(milvusConnectTimeout)
-	milvusConnectTimeout = 3 * time.Second
+	defer func(d time.Duration) { engine.DialTimeout = d }(engine.DialTimeout)
+	engine.DialTimeout = 3 * time.Second
 	for _, sc := range append(slices.Clone(networkScenarios), milvusScenarios...) {
 		t.Run(sc.name, func(t *testing.T) {
 			e := newArchiveEnv(t, "Milvus", 300)

@@ -23,8 +23,6 @@ import (
 	"github.com/amemory/memory-operator/internal/restore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
-	"github.com/amemory/memory-operator/internal/vector/milvus"
-	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 // restoreParallelism is how many shards a restore worker merges at once.
@@ -59,7 +57,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		prior.Import = pkg.imported
 		return *prior, nil
 	}
-	index, closeIndex, err := targetIndex(ctx, cfg, pool)
+	index, closeIndex, err := targetIndex(ctx, cfg, sec, pool)
 	if err != nil {
 		return sum, err
 	}
@@ -233,16 +231,9 @@ func manifestDigest(ctx context.Context, objects snapshot.Objects, prefix string
 }
 
 // targetIndex opens the target store's vector index.
-func targetIndex(ctx context.Context, cfg RestoreConfig, pool *pgxpool.Pool) (vector.Index, func(), error) {
+func targetIndex(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, pool *pgxpool.Pool) (vector.Index, func(), error) {
 	spec := vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(strings.ToUpper(cfg.Metric))}
-	if cfg.VectorEngine != "Milvus" {
-		return pgindex.New(pool, cfg.Schema, spec), func() {}, nil
-	}
-	c, err := connectMilvus(ctx, cfg.MilvusAddress)
-	if err != nil {
-		return nil, nil, err
-	}
-	return milvus.New(c, cfg.Collection, spec), func() { _ = c.Close() }, nil
+	return cfg.Vectors.Open(ctx, pool, cfg.Schema, spec, sec.Milvus)
 }
 
 // targetEmbedder is the target store's embedder, which re-embedding uses.

@@ -16,6 +16,7 @@ import (
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/importer"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 // Environment variables of the restore worker besides EnvPostgresURI (which holds the
@@ -51,7 +52,6 @@ var (
 	conflictPolicies   = []string{"KeepNewer", "Overwrite", "Skip"}
 	embeddingsPolicies = []string{"Reuse", "Reembed", "Defer"}
 	embedderTypes      = []string{"Hashing", "OpenAI"}
-	vectorEngines      = []string{"Postgres", "Milvus"}
 	mapFormats         = []string{MapFormatCSV, MapFormatJSONLines}
 )
 
@@ -84,8 +84,8 @@ type RestoreConfig struct {
 	TargetNamespace, TargetName, Tenant string
 	// Schema is the target's PostgreSQL schema.
 	Schema string
-	// VectorEngine is Milvus or Postgres; with Milvus, vectors go to MilvusAddress/Collection.
-	VectorEngine, MilvusAddress, Collection string
+	// Vectors is where the target's vectors go (cfg.VectorEngine, cfg.MilvusAddress…).
+	engine.Vectors
 	// EmbeddingModel and Dimension are the target's: package vectors are reused only
 	// when they match.
 	EmbeddingModel string
@@ -161,7 +161,6 @@ func (c RestoreConfig) Args() []string {
 		"--target-name=" + c.TargetName,
 		"--tenant=" + c.Tenant,
 		"--schema=" + c.Schema,
-		"--vector-engine=" + c.VectorEngine,
 		"--embedding-model=" + c.EmbeddingModel,
 		fmt.Sprintf("--dimension=%d", c.Dimension),
 		"--metric=" + c.Metric,
@@ -184,8 +183,7 @@ func (c RestoreConfig) Args() []string {
 		args = append(args, "--unencrypted")
 	}
 	opt("--expect-manifest-sha256", c.ExpectManifestSHA256)
-	opt("--milvus-address", c.MilvusAddress)
-	opt("--collection", c.Collection)
+	args = append(args, c.Vectors.Args()...)
 	opt("--embedder-endpoint", c.EmbedderEndpoint)
 	if c.EmbedderMaxInputBytes > 0 {
 		args = append(args, fmt.Sprintf("--embedder-max-input-bytes=%d", c.EmbedderMaxInputBytes))
@@ -238,9 +236,7 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.TargetName, "target-name", "", "name of the target MemoryStore")
 	fs.StringVar(&c.Tenant, "tenant", "", "tenant of the target store")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the target store")
-	fs.StringVar(&c.VectorEngine, "vector-engine", "Postgres", "Milvus or Postgres")
-	fs.StringVar(&c.MilvusAddress, "milvus-address", "", "Milvus host:port (Milvus engine)")
-	fs.StringVar(&c.Collection, "collection", "", "Milvus collection (Milvus engine)")
+	c.Vectors.Register(fs)
 	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "the target's embedding model")
 	fs.IntVar(&c.Dimension, "dimension", 0, "the target's vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
@@ -302,7 +298,6 @@ func (c RestoreConfig) check() error {
 		{"--conflict-policy", c.ConflictPolicy, conflictPolicies},
 		{"--embeddings", c.Embeddings, embeddingsPolicies},
 		{"--embedder", c.Embedder, embedderTypes},
-		{"--vector-engine", c.VectorEngine, vectorEngines},
 	} {
 		if !slices.Contains(e.allowed, e.value) {
 			return fmt.Errorf("%s %q is not one of %s", e.flag, e.value, strings.Join(e.allowed, ", "))
@@ -321,8 +316,8 @@ func (c RestoreConfig) check() error {
 			return errors.New("--expect-manifest-sha256 is not a hex SHA-256")
 		}
 	}
-	if c.VectorEngine == "Milvus" && (c.MilvusAddress == "" || c.Collection == "") {
-		return errors.New("the Milvus engine needs --milvus-address and --collection")
+	if err := c.Vectors.Validate(); err != nil {
+		return err
 	}
 	if c.Embedder == "OpenAI" && (c.EmbedderEndpoint == "" || c.EmbeddingModel == "") {
 		return errors.New("the OpenAI embedder needs --embedder-endpoint and --embedding-model")
@@ -400,6 +395,8 @@ type RestoreSecrets struct {
 	EmbedderAPIKey string
 	// ImportPostgresURI is the import source's database (LangGraphPostgres).
 	ImportPostgresURI string
+	// Milvus is the target store's own Milvus user (engine.EnvMilvusUsername/Password).
+	Milvus engine.Login
 }
 
 // RestoreSecretsFromEnv reads the restore worker's secrets from the process environment.
@@ -414,6 +411,7 @@ func RestoreSecretsFrom(getenv func(string) string) RestoreSecrets {
 		SourceKey:         getenv(EnvSourceKey),
 		EmbedderAPIKey:    getenv(EnvEmbedderAPIKey),
 		ImportPostgresURI: getenv(EnvImportPostgresURI),
+		Milvus:            engine.Login{Username: getenv(engine.EnvMilvusUsername), Password: getenv(engine.EnvMilvusPassword)},
 	}
 }
 

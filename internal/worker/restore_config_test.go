@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 const testSHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
@@ -19,7 +20,7 @@ func TestRestoreArgsRoundTrip(t *testing.T) {
 			Source:      Destination{Endpoint: "s3.eu-west-1.amazonaws.com", Region: "eu-west-1", Bucket: "dr", Prefix: "agents/nightly-1f0e4c9a/"},
 			Unencrypted: false, ExpectManifestSHA256: testSHA,
 			TargetNamespace: "team-a", TargetName: "bot-v2", Tenant: "acme-v2",
-			Schema: "mem_acme_v2", VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme_v2",
+			Schema: "mem_acme_v2", Vectors: engine.Vectors{VectorEngine: "Milvus", MilvusAddress: "milvus:19530", Collection: "mem_acme_v2"},
 			EmbeddingModel: "bge-small", Dimension: 512, Metric: "IP", Embedder: "OpenAI", EmbedderEndpoint: "http://tei:8080",
 			EmbedderRoles: embed.Roles{Convention: embed.ConventionPrefix, QueryPrefix: "Represent this sentence for searching relevant passages: "},
 			ScopeMap:      []ScopeRule{{From: "user:1024", To: "user:dbc0a3"}, {From: "agent:old", To: "agent:new"}},
@@ -32,7 +33,7 @@ func TestRestoreArgsRoundTrip(t *testing.T) {
 		{
 			Source:      Destination{Endpoint: "127.0.0.1:9000", Insecure: true, Bucket: "b", Prefix: "p/"},
 			Unencrypted: true,
-			Schema:      "mem_x", VectorEngine: "Postgres", Dimension: 8, Metric: "COSINE", Embedder: "Hashing",
+			Schema:      "mem_x", Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: 8, Metric: "COSINE", Embedder: "Hashing",
 			MapObject: "maps/ids.jsonl", MapBucket: "maps", MapFormat: MapFormatJSONLines,
 			Unmapped: "Keep", ConflictPolicy: "KeepNewer", Embeddings: "Reuse", DetailKey: "p/restores/r-1/detail.jsonl.zst",
 		},

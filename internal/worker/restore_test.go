@@ -20,6 +20,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
@@ -45,7 +46,7 @@ func (f *fixtureEnv) restoreConfig(schema, pkg string) RestoreConfig {
 		RestoreNamespace: "team-b", RestoreName: "migrate",
 		Source:          Destination{Endpoint: f.s3cfg.Endpoint, Insecure: true, Bucket: f.bucket, Prefix: pkg},
 		TargetNamespace: "team-b", TargetName: "bot-v2", Tenant: "acme2", Schema: schema,
-		VectorEngine: "Postgres", EmbeddingModel: "memory-operator/hashing-v1", Dimension: 8, Metric: "COSINE", Embedder: "Hashing",
+		Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: "memory-operator/hashing-v1", Dimension: 8, Metric: "COSINE", Embedder: "Hashing",
 		Unmapped: "Keep", ConflictPolicy: "KeepNewer", Embeddings: "Reuse",
 		Types: []string{"episodic", "semantic", "procedural"},
 	}
@@ -265,8 +266,8 @@ func exportItems(t *testing.T, f *fixtureEnv, schema string) []memory.Item {
 // An unreachable Milvus fails the snapshot and restore workers within the connect
 // timeout, saying so, instead of leaving their Jobs hanging until their deadline.
 func TestWorkersGiveUpOnAnUnreachableMilvus(t *testing.T) {
-	defer func(d time.Duration) { milvusConnectTimeout = d }(milvusConnectTimeout)
-	milvusConnectTimeout = time.Second
+	defer func(d time.Duration) { engine.DialTimeout = d }(engine.DialTimeout)
+	engine.DialTimeout = time.Second
 	f := newFixture(t)
 	f.seed(t, f.pgIndex(t))
 	ctx := context.Background()

@@ -17,7 +17,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
-	"github.com/amemory/memory-operator/internal/vector/milvus"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
@@ -27,6 +27,8 @@ type Secrets struct {
 	S3AccessKey   string
 	S3SecretKey   string
 	EncryptionKey string
+	// Milvus is the store's own Milvus user (engine.EnvMilvusUsername/Password).
+	Milvus engine.Login
 }
 
 // SecretsFromEnv reads the worker's secrets from the process environment.
@@ -39,6 +41,7 @@ func SecretsFrom(getenv func(string) string) Secrets {
 		S3AccessKey:   getenv(EnvS3AccessKey),
 		S3SecretKey:   getenv(EnvS3SecretKey),
 		EncryptionKey: getenv(EnvEncryptionKey),
+		Milvus:        engine.Login{Username: getenv(engine.EnvMilvusUsername), Password: getenv(engine.EnvMilvusPassword)},
 	}
 }
 
@@ -86,7 +89,7 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 	if err != nil {
 		return nil, err
 	}
-	var fetcher *milvus.Index
+	var fetcher engine.Fetcher
 	opts := snapshot.WriterOptions{
 		Prefix:      cfg.Destination.Prefix,
 		Key:         key,
@@ -115,13 +118,16 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 	if cfg.IncludeEmbeddings {
 		opts.Embedding = &snapshot.EmbeddingInfo{Model: cfg.EmbeddingModel, Dimension: cfg.Dimension, Metric: strings.ToLower(cfg.Metric),
 			Roles: snapshot.EmbeddingRolesOf(cfg.EmbedderRoles)}
-		if cfg.VectorEngine == "Milvus" {
-			c, err := connectMilvus(ctx, cfg.MilvusAddress)
+		if !cfg.Vectors.InSchema() {
+			spec := vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(strings.ToUpper(cfg.Metric))}
+			ix, closeIndex, err := cfg.Vectors.Open(ctx, pool, cfg.Schema, spec, sec.Milvus)
 			if err != nil {
 				return nil, err
 			}
-			defer func() { _ = c.Close() }()
-			fetcher = milvus.New(c, cfg.Collection, vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(cfg.Metric)})
+			defer closeIndex()
+			if fetcher, _ = ix.(engine.Fetcher); fetcher == nil {
+				return nil, fmt.Errorf("the %s engine cannot read its vectors back", cfg.VectorEngine)
+			}
 		}
 	}
 	m, err := writeCut(ctx, store, objects, opts, filter, fetcher, func(n int64) {
@@ -137,11 +143,11 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 
 // writeCut writes a package from one cut of the store: all its tombstones and the
 // memories filter selects, read in one database snapshot whose time becomes the
-// manifest's createdAt, with their vectors fetched from Milvus when fetcher is set.
+// manifest's createdAt, with their vectors fetched from the index when fetcher is set.
 // progress, when set, is called with the running count of memories. On failure
 // whatever was uploaded is removed.
 func writeCut(ctx context.Context, store *pgstore.Store, objects snapshot.Objects, opts snapshot.WriterOptions,
-	filter pgstore.ExportFilter, fetcher *milvus.Index, progress func(n int64)) (*snapshot.Manifest, error) {
+	filter pgstore.ExportFilter, fetcher engine.Fetcher, progress func(n int64)) (*snapshot.Manifest, error) {
 	var m *snapshot.Manifest
 	err := store.ReadCut(ctx, func(ctx context.Context, cut *pgstore.Cut) error {
 		opts.CreatedAt = cut.Time
@@ -152,7 +158,7 @@ func writeCut(ctx context.Context, store *pgstore.Store, objects snapshot.Object
 		add := w.Add
 		var flush func(context.Context) error
 		if fetcher != nil {
-			add, flush = withMilvusVectors(fetcher, w.Add)
+			add, flush = withFetchedVectors(fetcher, w.Add)
 		}
 		var n int64
 		err = cut.EachTombstone(ctx, w.AddTombstone)
@@ -233,7 +239,7 @@ func packageKey(cfg SnapshotConfig, sec Secrets) (*snapshot.Key, error) {
 func exportFilter(cfg SnapshotConfig, now time.Time) (pgstore.ExportFilter, error) {
 	f := pgstore.ExportFilter{
 		Now: now, ExcludeExpired: true, IncludeArchived: true,
-		IncludeEmbeddings: cfg.IncludeEmbeddings && cfg.VectorEngine != "Milvus",
+		IncludeEmbeddings: cfg.IncludeEmbeddings && cfg.Vectors.InSchema(),
 	}
 	for _, s := range cfg.Scopes {
 		s = memory.NormalizeScope(s) // stored scopes are NFC
@@ -262,7 +268,7 @@ const milvusFetchBytes = 8 << 20
 // withMilvusVectors wraps add so that items are held in batches (of milvusFetchBatch
 // items or milvusFetchBytes of content) whose vectors are fetched from Milvus in one
 // request each; flush sends the last batch.
-func withMilvusVectors(ix *milvus.Index, add func(context.Context, memory.Item) error) (
+func withFetchedVectors(ix engine.Fetcher, add func(context.Context, memory.Item) error) (
 	func(context.Context, memory.Item) error, func(context.Context) error) {
 	batch := make([]memory.Item, 0, milvusFetchBatch)
 	var bytes int

@@ -28,6 +28,7 @@ import (
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
@@ -85,7 +86,7 @@ func newFixture(t testing.TB) *fixtureEnv {
 func (f *fixtureEnv) config(prefix string) SnapshotConfig {
 	return SnapshotConfig{
 		StoreNamespace: "team-a", StoreName: "bot", Tenant: "acme", SnapshotName: "s1",
-		Schema: f.schema, VectorEngine: "Postgres", EmbeddingModel: "memory-operator/hashing-v1", Dimension: 8, Metric: "COSINE",
+		Schema: f.schema, Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: "memory-operator/hashing-v1", Dimension: 8, Metric: "COSINE",
 		Destination:      Destination{Endpoint: f.s3cfg.Endpoint, Insecure: true, Bucket: f.bucket, Prefix: prefix},
 		Types:            []string{"episodic", "semantic", "procedural"},
 		CompressionLevel: 1,

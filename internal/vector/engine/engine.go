@@ -1,0 +1,152 @@
+// Package engine opens a store's vector index in the processes that use it (the
+// gateway and every Job) from one set of flags, so each engine is configured, logged
+// into and opened the same way everywhere:
+//
+//   - Postgres: pgindex, plain arrays in the store's schema, searched exactly;
+//   - PGVector: pgvector, the vector extension's HNSW index in the store's schema;
+//   - Milvus: one collection of a Milvus server, reached as the store's own Milvus
+//     user when the server has authentication (the login comes from the environment,
+//     never from flags).
+package engine
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
+)
+
+// The engines, as spec.vector.engine and status.vector.engine name them.
+const (
+	Postgres = "Postgres"
+	PGVector = "PGVector"
+	Milvus   = "Milvus"
+)
+
+// Environment variables holding the store's Milvus login. The operator fills them from
+// the store's Secrets by reference, so no password is an argument or in a Pod spec.
+const (
+	EnvMilvusUsername = "MEMORY_MILVUS_USERNAME"
+	EnvMilvusPassword = "MEMORY_MILVUS_PASSWORD"
+)
+
+// Vectors says where a store's vectors are. Configurations of the gateway and the
+// Jobs embed it, so its fields read as theirs (cfg.VectorEngine).
+type Vectors struct {
+	// VectorEngine is Postgres, PGVector or Milvus.
+	VectorEngine string
+	// MilvusAddress (host:port) and Collection locate a Milvus engine's collection.
+	MilvusAddress, Collection string
+	// EfSearch and ExactBelow tune the PGVector engine's searches (0: its defaults):
+	// the HNSW candidate list size, and the scope size up to which a search is exact.
+	EfSearch, ExactBelow int
+}
+
+// Register adds the flags of v to fs.
+func (v *Vectors) Register(fs *flag.FlagSet) {
+	fs.StringVar(&v.VectorEngine, "vector-engine", Postgres, "Postgres, PGVector or Milvus")
+	fs.StringVar(&v.MilvusAddress, "milvus-address", "", "Milvus host:port (Milvus engine)")
+	fs.StringVar(&v.Collection, "collection", "", "Milvus collection (Milvus engine)")
+	fs.IntVar(&v.EfSearch, "hnsw-ef-search", 0, "HNSW candidate list size of a search (PGVector engine; 0: default)")
+	fs.IntVar(&v.ExactBelow, "exact-search-below", 0, "scope size up to which searches are exact (PGVector engine; 0: default)")
+}
+
+// Args renders v as the flags Register parses.
+func (v Vectors) Args() []string {
+	args := []string{"--vector-engine=" + v.VectorEngine}
+	if v.MilvusAddress != "" {
+		args = append(args, "--milvus-address="+v.MilvusAddress)
+	}
+	if v.Collection != "" {
+		args = append(args, "--collection="+v.Collection)
+	}
+	if v.EfSearch > 0 {
+		args = append(args, "--hnsw-ef-search="+strconv.Itoa(v.EfSearch))
+	}
+	if v.ExactBelow > 0 {
+		args = append(args, "--exact-search-below="+strconv.Itoa(v.ExactBelow))
+	}
+	return args
+}
+
+// Validate checks the engine and where its index is.
+func (v Vectors) Validate() error {
+	if err := v.ValidateEngine(); err != nil {
+		return err
+	}
+	if v.VectorEngine == Milvus && (v.MilvusAddress == "" || v.Collection == "") {
+		return errors.New("the Milvus engine needs --milvus-address and --collection")
+	}
+	return nil
+}
+
+// ValidateEngine checks the engine's name and tuning, for callers that may not need
+// to reach the index.
+func (v Vectors) ValidateEngine() error {
+	switch v.VectorEngine {
+	case Postgres, PGVector, Milvus:
+	default:
+		return fmt.Errorf("--vector-engine %q: want Postgres, PGVector or Milvus", v.VectorEngine)
+	}
+	if v.EfSearch < 0 || v.ExactBelow < 0 {
+		return errors.New("--hnsw-ef-search and --exact-search-below must not be negative")
+	}
+	return nil
+}
+
+// InSchema reports whether the vectors are the schema's own vectors table (the
+// Postgres engine), which exports and imports read and write with the memories; the
+// other engines' vectors are fetched from and written to their index.
+func (v Vectors) InSchema() bool { return v.VectorEngine == Postgres }
+
+// External reports whether the index is on another server than the store's
+// PostgreSQL (Milvus), which may be down while PostgreSQL is up.
+func (v Vectors) External() bool { return v.VectorEngine == Milvus }
+
+// Login is a store's Milvus user. Empty for a server without authentication.
+type Login struct {
+	Username, Password string
+}
+
+// LoginFromEnv reads the Milvus login from EnvMilvusUsername and EnvMilvusPassword.
+func LoginFromEnv() Login {
+	return Login{Username: os.Getenv(EnvMilvusUsername), Password: os.Getenv(EnvMilvusPassword)}
+}
+
+// DialTimeout bounds connecting to Milvus: the SDK dials blocking and would retry an
+// unreachable server for as long as the context lives, leaving a caller hanging with
+// no word of why. Tests shorten it.
+var DialTimeout = 30 * time.Second
+
+// Open returns the store's index and a function that releases what it holds. pool is
+// the store's PostgreSQL pool (its role's) and schema its schema; the Postgres and
+// PGVector engines use them, Milvus dials its server as login.
+func (v Vectors) Open(ctx context.Context, pool *pgxpool.Pool, schema string, spec vector.Spec, login Login) (vector.Index, func(), error) {
+	switch v.VectorEngine {
+	case Milvus:
+		c, err := dialMilvus(ctx, v.MilvusAddress, login)
+		if err != nil {
+			return nil, nil, err
+		}
+		return milvus.New(c, v.Collection, spec), func() { _ = c.Close() }, nil
+	case PGVector:
+		return openPGVector(pool, schema, spec, v), func() {}, nil
+	default:
+		return pgindex.New(pool, schema, spec), func() {}, nil
+	}
+}
+
+// Fetcher is an index whose stored vectors can be read back by memory ID, for
+// snapshots of engines that keep vectors outside the schema's vectors table.
+type Fetcher interface {
+	Fetch(ctx context.Context, ids []string) (map[string][]float32, error)
+}
