@@ -54,11 +54,11 @@ lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: tools
-tools: ## Build the test harness: kube-apiserver, etcd, kubectl, MinIO, Toxiproxy, Milvus Lite, the clients venv (cached in bin/).
+tools: ## Build the test harness: kube-apiserver, etcd, kubectl, MinIO, Toxiproxy, Milvus Lite, PostgreSQL 16 with pgvector and Milvus server (engines venv), the clients venv (cached in bin/).
 	hack/install-tools.sh all
 
 .PHONY: test
-test: tools vet ## Start PostgreSQL, MinIO, Milvus Lite and Toxiproxy on loopback and run every test (unit, integration, envtest, fault tables), then each fuzz target briefly.
+test: tools vet ## Start PostgreSQL 15 and 16 (pgvector), MinIO, Milvus Lite, a Milvus server with authentication and Toxiproxy on loopback and run every test (unit, integration, envtest, fault tables), then each fuzz target briefly.
 	hack/services.sh run go test ./... -count=1 $(GOTEST_ARGS)
 	FUZZTIME=5000x hack/fuzz.sh
 

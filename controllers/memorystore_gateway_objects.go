@@ -253,6 +253,10 @@ func buildGatewayDeployment(store *memoryv1alpha1.MemoryStore, cfg gateway.Confi
 	}
 	maps.Copy(podLabels, labels) // ours win: they select the pods
 	podAnnotations[gatewayConfigHashAnnotation] = configHash(cfg, in)
+	if v := store.Status.CredentialsRotation; v != "" {
+		// The pods read their logins from the Secrets at start: new logins, new pods.
+		podAnnotations[memoryv1alpha1.AnnotationRotateCredentials] = v
+	}
 
 	env := []corev1.EnvVar{secretEnv(gateway.EnvPostgresURI, store.ConnectionSecretNameOrDefault(), keyURI)}
 	env = append(env, milvusLoginEnv(store, store.ConnectionSecretNameOrDefault())...)

@@ -97,6 +97,13 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
 	}
 	store.Status.WorkerSecret = store.WorkerSecretName()
+	if token := store.RotationRequested(); token != "" {
+		now := metav1.Now()
+		store.Status.CredentialsRotation, store.Status.CredentialsRotatedAt = token, &now
+		r.Recorder.Eventf(store, nil, "Normal", "CredentialsRotated", "Provision",
+			"Gave roles %s and %s%s new passwords (rotate-credentials %q); the gateway restarts with them",
+			names.Role, names.WorkerRole, milvusUserNote(info.milvusUser), token)
+	}
 
 	store.SetCondition(memoryv1alpha1.ConditionDegraded, metav1.ConditionFalse, memoryv1alpha1.ReasonNoConflict, "Backends match the spec")
 	store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,

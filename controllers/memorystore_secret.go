@@ -44,6 +44,12 @@ const (
 // there is no Secret yet. Reusing it keeps agents and Jobs connected across reconciles
 // and operator restarts; EnsurePostgres sets the role to whatever this returns.
 func (r *MemoryStoreReconciler) rolePassword(ctx context.Context, store *memoryv1alpha1.MemoryStore, name string) (string, error) {
+	return r.secretPassword(ctx, store, name, keyPassword)
+}
+
+// secretPassword returns the value of key in the store's Secret name, or a new
+// password when there is none yet.
+func (r *MemoryStoreReconciler) secretPassword(ctx context.Context, store *memoryv1alpha1.MemoryStore, name, key string) (string, error) {
 	secret := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: store.Namespace, Name: name}, secret)
 	switch {
@@ -55,14 +61,23 @@ func (r *MemoryStoreReconciler) rolePassword(ctx context.Context, store *memoryv
 		return "", stepErrorf(memoryv1alpha1.ReasonSecretConflict,
 			"Secret %s/%s exists and is not managed by this MemoryStore; choose another connectionSecretName", store.Namespace, secret.Name)
 	}
-	if pw := secret.Data[keyPassword]; len(pw) > 0 {
+	if pw := secret.Data[key]; len(pw) > 0 {
 		return string(pw), nil
 	}
 	return newPassword()
 }
 
-// rolePasswords are the passwords of the store's two roles.
+// rolePasswords are the passwords of the store's two roles: new ones when a rotation is
+// requested (store.RotationRequested), else those in its Secrets.
 func (r *MemoryStoreReconciler) rolePasswords(ctx context.Context, store *memoryv1alpha1.MemoryStore) (provision.Passwords, error) {
+	if store.RotationRequested() != "" {
+		agent, err := newPassword()
+		if err != nil {
+			return provision.Passwords{}, err
+		}
+		worker, err := newPassword()
+		return provision.Passwords{Agent: agent, Worker: worker}, err
+	}
 	agent, err := r.rolePassword(ctx, store, store.ConnectionSecretNameOrDefault())
 	if err != nil {
 		return provision.Passwords{}, err
@@ -86,6 +101,9 @@ type connectionInfo struct {
 	passwords provision.Passwords
 	engine    string
 	model     string
+	// milvusUser and milvusPassword are the store's own Milvus login, when its
+	// engine is Milvus on a server with authentication.
+	milvusUser, milvusPassword string
 }
 
 // ensureConnectionSecret creates or updates the Secret agents mount. It carries the
@@ -109,9 +127,10 @@ func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, stor
 		keyEmbedderURL:    store.Spec.Embedder.Endpoint,
 		keyEmbeddingModel: info.model,
 	}
-	if m := info.backend.milvus; m != nil {
+	if m := info.backend.milvus; m != nil && info.engine == provision.EngineMilvus {
 		data[keyMilvusAddress] = m.Address
 		data[keyCollection] = info.names.Collection
+		info.addMilvusLogin(data)
 	}
 	if s := info.backend.s3; s != nil {
 		data[keyS3Endpoint] = s.Endpoint
@@ -140,7 +159,7 @@ func agentURI(info connectionInfo) string {
 func (r *MemoryStoreReconciler) ensureWorkerSecret(ctx context.Context, store *memoryv1alpha1.MemoryStore, info connectionInfo) error {
 	w := info.backend.postgres
 	w.User, w.Password = info.names.WorkerRole, info.passwords.Worker
-	return r.ensureSecret(ctx, store, store.WorkerSecretName(), "worker", map[string]string{
+	data := map[string]string{
 		keyHost:     w.Host,
 		keyPort:     strconv.Itoa(w.Port),
 		keyDatabase: w.Database,
@@ -149,7 +168,17 @@ func (r *MemoryStoreReconciler) ensureWorkerSecret(ctx context.Context, store *m
 		keyPassword: w.Password,
 		keySSLMode:  w.SSLMode,
 		keyURI:      w.URL(url.Values{"options": {"-c search_path=" + info.names.Schema}}),
-	})
+	}
+	info.addMilvusLogin(data)
+	return r.ensureSecret(ctx, store, store.WorkerSecretName(), "worker", data)
+}
+
+// addMilvusLogin puts the store's Milvus login in a Secret's data, when it has one.
+func (info connectionInfo) addMilvusLogin(data map[string]string) {
+	if info.milvusUser != "" {
+		data[keyMilvusUsername] = info.milvusUser
+		data[keyMilvusPassword] = info.milvusPassword
+	}
 }
 
 // ensureSecret creates or updates one of the store's Secrets, owned by the store. The

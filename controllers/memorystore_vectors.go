@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"context"
+
 	corev1 "k8s.io/api/core/v1"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
@@ -79,4 +81,21 @@ func milvusLoginEnv(store *memoryv1alpha1.MemoryStore, secret string) []corev1.E
 		secretEnv(engine.EnvMilvusUsername, secret, keyMilvusUsername),
 		secretEnv(engine.EnvMilvusPassword, secret, keyMilvusPassword),
 	}
+}
+
+// milvusUserNote names the store's Milvus user in a sentence listing its logins.
+func milvusUserNote(user string) string {
+	if user == "" {
+		return ""
+	}
+	return " and Milvus user " + user
+}
+
+// milvusPassword is the store's Milvus user's password: a new one when a rotation is
+// requested, else the one in its worker Secret (new on the first provisioning).
+func (r *MemoryStoreReconciler) milvusPassword(ctx context.Context, store *memoryv1alpha1.MemoryStore) (string, error) {
+	if store.RotationRequested() != "" {
+		return newPassword()
+	}
+	return r.secretPassword(ctx, store, store.WorkerSecretName(), keyMilvusPassword)
 }

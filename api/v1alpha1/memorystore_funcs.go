@@ -8,6 +8,21 @@ import (
 // FinalizerName guards a store's external resources until deletion is handled.
 const FinalizerName = "memory.amemory.io/finalizer"
 
+// AnnotationRotateCredentials asks for new logins: when its value differs from
+// status.credentialsRotation, the operator gives the store's PostgreSQL roles and its
+// Milvus user new passwords, writes them to the store's Secrets and restarts the
+// gateway; the old passwords stop working. Any new value (a date, a counter) asks again.
+const AnnotationRotateCredentials = "memory.amemory.io/rotate-credentials"
+
+// RotationRequested is the rotate-credentials annotation's value when it asks for a
+// rotation not done yet, else "".
+func (s *MemoryStore) RotationRequested() string {
+	if v := s.Annotations[AnnotationRotateCredentials]; v != "" && v != s.Status.CredentialsRotation {
+		return v
+	}
+	return ""
+}
+
 // WorkerSecretName is the name of the Secret with the login of the store's Jobs
 // (snapshot, restore, archival): the connection Secret's name and "-worker".
 func (s *MemoryStore) WorkerSecretName() string { return s.ConnectionSecretNameOrDefault() + "-worker" }

@@ -446,6 +446,13 @@ type MemoryStoreStatus struct {
 	// bookkeeping agents never need. Agents must not mount it.
 	// +optional
 	WorkerSecret string `json:"workerSecret,omitempty"`
+	// CredentialsRotation is the last value of the rotate-credentials annotation the
+	// operator acted on: the store's logins were replaced then.
+	// +optional
+	CredentialsRotation string `json:"credentialsRotation,omitempty"`
+	// CredentialsRotatedAt is when the store's logins were last replaced on request.
+	// +optional
+	CredentialsRotatedAt *metav1.Time `json:"credentialsRotatedAt,omitempty"`
 
 	// Snapshots is the snapshot schedule's state.
 	// +optional

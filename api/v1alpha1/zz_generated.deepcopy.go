@@ -1260,6 +1260,10 @@ func (in *MemoryStoreStatus) DeepCopyInto(out *MemoryStoreStatus) {
 		*out = new(EmbedderStatus)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.CredentialsRotatedAt != nil {
+		in, out := &in.CredentialsRotatedAt, &out.CredentialsRotatedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.Snapshots != nil {
 		in, out := &in.Snapshots, &out.Snapshots
 		*out = new(SnapshotScheduleStatus)
