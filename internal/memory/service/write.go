@@ -106,12 +106,18 @@ func (m *Memory) Write(ctx context.Context, items []memory.Item, opts WriteOptio
 	}
 
 	w := &writer{m: m, opts: opts, items: items, vecs: vecs, embedFailed: embedErr != nil, results: make([]WriteResult, len(items))}
+	if len(items) > 1 {
+		if done, err := w.writeBatch(ctx); done {
+			return w.done(), err
+		}
+		// The batch names stored memories (by memory_id or key): item by item below.
+	}
 	// Key-less items with a vector go through the near-duplicate check, one (scope,
 	// type) group at a time (one lock held at a time: no lock-order deadlocks).
 	var plain []int
 	groups := map[groupKey][]int{}
 	for i, it := range items {
-		if opts.DedupThreshold > 0 && it.Key == "" && it.MemoryType.Foldable() && vecs[i] != nil && it.ArchivedAt == nil {
+		if w.foldable(i) {
 			k := groupKey{it.Scope, it.MemoryType}
 			groups[k] = append(groups[k], i)
 		} else {
