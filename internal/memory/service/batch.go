@@ -68,17 +68,11 @@ func (w *writer) writeBatch(ctx context.Context) (bool, error) {
 		pending map[groupKey][]knownVector
 	)
 	if len(groups) > 0 {
-		select {
-		case w.m.dedupSlots <- struct{}{}:
-			defer func() { <-w.m.dedupSlots }()
-		case <-ctx.Done():
-			return true, fmt.Errorf("memory service: write: %w", ctx.Err())
-		}
 		var err error
-		if lock, err = w.m.store.LockScopes(ctx, groups); err != nil {
-			return true, fmt.Errorf("memory service: write: %w", err)
+		if lock, err = w.lockGroups(ctx, groups); err != nil {
+			return true, err
 		}
-		defer lock.Unlock()
+		defer func() { lock.Unlock(); <-w.m.dedupSlots }()
 		if pending, err = w.m.unindexedGroups(ctx, lock, groups); err != nil {
 			return true, err
 		}
@@ -112,45 +106,55 @@ func (w *writer) writeBatch(ctx context.Context) (bool, error) {
 		if err != nil {
 			return true, fmt.Errorf("memory service: write: %w", err)
 		}
-		var written []int
-		var refs []pgstore.PendingRef
-		for i, r := range res {
-			if ops[i].Kind == pgstore.BatchReinforce {
-				w.results[i] = WriteResult{MemoryID: r.MemoryID, Outcome: Reinforced, Indexed: true, Similarity: sims[i]}
-				w.stored = append(w.stored, i)
-				continue
-			}
-			w.record(i, r)
-			if r.Outcome == pgstore.Inserted {
-				written = append(written, i)
-				refs = append(refs, pgstore.PendingRef{MemoryID: r.MemoryID, Seq: r.Pending})
-			}
-		}
 		// Indexed before the locks go, so the next writer's check finds them.
-		w.index(ctx, written, refs)
+		w.finish(ctx, ops, sims, res)
 		return true, nil
 	}
 	return false, nil
+}
+
+// lockGroups takes a near-duplicate slot and the locks of groups; the caller
+// unlocks and frees the slot.
+func (w *writer) lockGroups(ctx context.Context, groups []pgstore.ScopeType) (*pgstore.ScopeLock, error) {
+	select {
+	case w.m.dedupSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("memory service: write: %w", ctx.Err())
+	}
+	lock, err := w.m.store.LockScopes(ctx, groups)
+	if err != nil {
+		<-w.m.dedupSlots
+		return nil, fmt.Errorf("memory service: write: %w", err)
+	}
+	return lock, nil
+}
+
+// finish records a committed batch's results and indexes what it inserted.
+func (w *writer) finish(ctx context.Context, ops []pgstore.BatchOp, sims []float32, res []pgstore.PutResult) {
+	var written []int
+	var refs []pgstore.PendingRef
+	for i, r := range res {
+		if ops[i].Kind == pgstore.BatchReinforce {
+			w.results[i] = WriteResult{MemoryID: r.MemoryID, Outcome: Reinforced, Indexed: true, Similarity: sims[i]}
+			w.stored = append(w.stored, i)
+			continue
+		}
+		w.record(i, r)
+		if r.Outcome == pgstore.Inserted {
+			written = append(written, i)
+			refs = append(refs, pgstore.PendingRef{MemoryID: r.MemoryID, Seq: r.Pending})
+		}
+	}
+	w.index(ctx, written, refs)
 }
 
 // plan decides every item's outcome, in order, as writing them one by one would
 // (see the top of this file). ok is false when an item names a stored memory, or one
 // an earlier item inserts: the batch is then written item by item.
 func (w *writer) plan(ctx context.Context, b *pgstore.BatchTx, hits []vector.Hit, pending map[groupKey][]knownVector) (ops []pgstore.BatchOp, sims []float32, ok bool, err error) {
-	var named []string // the memories a reinforcement could fold into
-	for _, h := range hits {
-		if h.ID != "" {
-			named = append(named, h.ID)
-		}
-	}
-	for _, p := range pending {
-		for _, u := range p {
-			named = append(named, u.id)
-		}
-	}
-	live, err := b.Live(ctx, named)
+	live, err := liveNamed(ctx, b, hits, pending)
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("memory service: write: %w", err)
+		return nil, nil, false, err
 	}
 	metric := w.m.index.Spec().Metric
 	ops = make([]pgstore.BatchOp, len(w.items))
@@ -201,6 +205,27 @@ func (w *writer) plan(ctx context.Context, b *pgstore.BatchTx, hits []vector.Hit
 		}
 	}
 	return ops, sims, true, nil
+}
+
+// liveNamed returns which of the memories the index hits and the pending work name
+// (those a reinforcement could fold into) are live.
+func liveNamed(ctx context.Context, b *pgstore.BatchTx, hits []vector.Hit, pending map[groupKey][]knownVector) (map[string]bool, error) {
+	var named []string
+	for _, h := range hits {
+		if h.ID != "" {
+			named = append(named, h.ID)
+		}
+	}
+	for _, p := range pending {
+		for _, u := range p {
+			named = append(named, u.id)
+		}
+	}
+	live, err := b.Live(ctx, named)
+	if err != nil {
+		return nil, fmt.Errorf("memory service: write: %w", err)
+	}
+	return live, nil
 }
 
 // nearestOf is nearest for one item of a batch: the index's hit (searched before the

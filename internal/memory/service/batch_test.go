@@ -59,11 +59,18 @@ func randomItems(r *mrand.Rand, n int, prefix string) []memory.Item {
 // for the foldable types and the others, at thresholds that fold often and rarely.
 func TestGuaranteeBatchDecidesAsOneByOne(t *testing.T) {
 	for _, threshold := range []float64{0.5, 0.8, 0.95} {
-		for seed := range uint64(3) {
+		for seed := range uint64(4) {
+			// Odd seeds: one item rewrites a stored memory (its memory_id), which
+			// sends the batch item by item.
 			t.Run(fmt.Sprintf("threshold=%v/seed=%d", threshold, seed), func(t *testing.T) {
 				r := mrand.New(mrand.NewPCG(seed, uint64(threshold*100)))
 				stored := randomItems(r, 60, "old")
 				batch := randomItems(r, 120, "new")
+				if seed%2 == 1 {
+					stored[0].Key = ""
+					batch[60].MemoryID, batch[60].Scope, batch[60].Key = stored[0].MemoryID, stored[0].Scope, ""
+					batch[60].Content = json.RawMessage(`{"text":"rewritten"}`)
+				}
 				opts := service.WriteOptions{DedupThreshold: threshold}
 				one, batched := newEnv(t, backends[0], nil), newEnv(t, backends[0], nil)
 				for _, e := range []*env{one, batched} {
