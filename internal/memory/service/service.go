@@ -319,7 +319,18 @@ func (m *Memory) recheck(ctx context.Context, ops []indexOp) ([]indexOp, error) 
 	for i, op := range ops {
 		ids[i] = op.id
 	}
-	items, err := m.store.GetMany(ctx, ids) // one query, however many
+	var items []memory.Item
+	var err error
+	if len(ids) == 1 { // a single write keeps its primary-key lookup
+		var it memory.Item
+		if it, err = m.store.Get(ctx, ids[0]); err == nil {
+			items = append(items, it)
+		} else if errors.Is(err, pgstore.ErrNotFound) {
+			err = nil
+		}
+	} else {
+		items, err = m.store.GetMany(ctx, ids) // one query, however many
+	}
 	if err != nil {
 		return nil, err
 	}
