@@ -226,6 +226,18 @@ func (s *Store) writeTermDocs(ctx context.Context, tx pgx.Tx, docs []termDoc) er
 	if len(docs) == 0 {
 		return nil
 	}
+	// One round trip: Put pays it on every write that changes a value.
+	b := &pgx.Batch{}
+	s.queueTermDocs(b, docs)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("writing postings: %w", err)
+	}
+	return nil
+}
+
+// queueTermDocs queues on b the statements that replace the postings of docs and
+// returns how many it queued.
+func (s *Store) queueTermDocs(b *pgx.Batch, docs []termDoc) int {
 	var (
 		ids, scopes          []string
 		hashes               [][]byte
@@ -240,8 +252,6 @@ func (s *Store) writeTermDocs(ctx context.Context, tx pgx.Tx, docs []termDoc) er
 			pTF, pDL = append(pTF, d.tfs[i]), append(pDL, d.length)
 		}
 	}
-	// One round trip: Put pays it on every write that changes a value.
-	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM `+s.t.memoryTerms+` WHERE memory_id = ANY($1)`, ids)
 	b.Queue(`DELETE FROM `+s.t.termDocs+` WHERE memory_id = ANY($1)`, ids)
 	b.Queue(`INSERT INTO `+s.t.termDocs+` (memory_id, scope, content_hash, length)
@@ -249,11 +259,9 @@ func (s *Store) writeTermDocs(ctx context.Context, tx pgx.Tx, docs []termDoc) er
 	if len(pIDs) > 0 {
 		b.Queue(`INSERT INTO `+s.t.memoryTerms+` (scope, term, memory_id, tf, dl)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[])`, pScopes, pTerm, pIDs, pTF, pDL)
+		return 4
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("writing postings: %w", err)
-	}
-	return nil
+	return 3
 }
 
 // markTermsOwed records, in a bulk write's transaction, that scopes have memories

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -289,25 +290,63 @@ func splitRefs(refs []PendingRef) ([]string, []int64) {
 type ScopeLock struct {
 	s    *Store
 	conn *pgxpool.Conn
-	key  int64
+	keys []int64 // one per (scope, type), ascending
 }
 
-// LockScope takes the near-duplicate lock of (scope, typ), waiting for its holder.
-// Release it with Unlock.
-func (s *Store) LockScope(ctx context.Context, scope string, typ memory.Type) (*ScopeLock, error) {
+// scopeLockKey is the advisory lock key of (scope, typ).
+func (s *Store) scopeLockKey(scope string, typ memory.Type) int64 {
 	h := fnv.New64a()
 	for _, p := range []string{"memory-operator/pgstore/dedup", s.schema, scope, string(typ)} {
 		h.Write([]byte(p))
 		h.Write([]byte{0})
 	}
+	return int64(h.Sum64())
+}
+
+// LockScope takes the near-duplicate lock of (scope, typ), waiting for its holder.
+// Release it with Unlock.
+func (s *Store) LockScope(ctx context.Context, scope string, typ memory.Type) (*ScopeLock, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: lock scope: %w", err)
 	}
-	l := &ScopeLock{s: s, conn: conn, key: int64(h.Sum64())}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, l.key); err != nil {
+	l := &ScopeLock{s: s, conn: conn, keys: []int64{s.scopeLockKey(scope, typ)}}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, l.keys[0]); err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("pgstore: lock scope: %w", err)
+	}
+	return l, nil
+}
+
+// ScopeType is one (scope, memory type): the unit of the near-duplicate lock.
+type ScopeType struct {
+	Scope string
+	Type  memory.Type
+}
+
+// LockScopes takes the near-duplicate locks of every group at once, on one connection
+// and in one statement, waiting for their holders: a batch pays one round trip for
+// them, not one per group. The locks are taken in ascending key order, so two
+// batches (or a batch and single writers, which hold one lock) never wait on each
+// other in a cycle. Release them with Unlock.
+func (s *Store) LockScopes(ctx context.Context, groups []ScopeType) (*ScopeLock, error) {
+	keys := make([]int64, len(groups))
+	for i, g := range groups {
+		keys[i] = s.scopeLockKey(g.Scope, g.Type)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: lock scopes: %w", err)
+	}
+	l := &ScopeLock{s: s, conn: conn, keys: keys}
+	// unnest yields the array in order, and the aggregate takes the locks row by row.
+	if _, err := conn.Exec(ctx, `SELECT count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS k`, keys); err != nil {
+		// Some of the locks may be held: closing the session releases them.
+		_ = conn.Conn().Close(context.Background())
+		conn.Release()
+		return nil, fmt.Errorf("pgstore: lock scopes: %w", err)
 	}
 	return l, nil
 }
@@ -317,7 +356,13 @@ func (s *Store) LockScope(ctx context.Context, scope string, typ memory.Type) (*
 func (l *ScopeLock) Unlock() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.key); err != nil {
+	var err error
+	if len(l.keys) == 1 {
+		_, err = l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, l.keys[0])
+	} else {
+		_, err = l.conn.Exec(ctx, `SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS k`, l.keys)
+	}
+	if err != nil {
 		_ = l.conn.Conn().Close(ctx)
 	}
 	l.conn.Release()
@@ -345,6 +390,36 @@ func (l *ScopeLock) PendingIn(ctx context.Context, scope string, typ memory.Type
 	return items, nil
 }
 
+// PendingInGroups is PendingIn for several groups in one query (at most 1000 a
+// group, as PendingIn).
+func (l *ScopeLock) PendingInGroups(ctx context.Context, groups []ScopeType) (map[ScopeType][]memory.Item, error) {
+	scopes := make([]string, len(groups))
+	types := make([]string, len(groups))
+	for i, g := range groups {
+		scopes[i], types[i] = g.Scope, string(g.Type)
+	}
+	rows, err := l.conn.Query(ctx, `SELECT `+memoryCols+` FROM (
+			SELECT m.*, row_number() OVER (PARTITION BY m.scope, m.memory_type ORDER BY m.memory_id) AS n
+			FROM unnest($1::text[], $2::text[]) AS g(scope, typ)
+			JOIN `+l.s.t.memories+` m ON m.scope = g.scope AND m.memory_type = g.typ
+			JOIN `+l.s.t.indexPending+` p ON p.memory_id = m.memory_id
+			WHERE m.archived_at IS NULL) x
+		WHERE n <= 1000 ORDER BY scope, memory_type, memory_id`, scopes, types)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: pending in scopes: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (memory.Item, error) { return scanItem(r) })
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: pending in scopes: %w", err)
+	}
+	out := map[ScopeType][]memory.Item{}
+	for _, it := range items {
+		k := ScopeType{it.Scope, it.MemoryType}
+		out[k] = append(out[k], it)
+	}
+	return out, nil
+}
+
 // Reinforce raises a memory's base score by boost (capped at 1) and sets its
 // updated_at to now: a near-duplicate write counts as the memory being mentioned
 // again (its age restarts). The near-duplicate's own content goes to the memory's
@@ -353,6 +428,33 @@ func (l *ScopeLock) PendingIn(ctx context.Context, scope string, typ memory.Type
 // restated a thousand times in the same words adds one entry. The memory's content,
 // and so its vector, is unchanged.
 func (l *ScopeLock) Reinforce(ctx context.Context, id string, folded memory.Item, boost float64, now time.Time) (memory.Item, error) {
+	args, err := reinforceArgs(id, folded, boost, now)
+	if err != nil {
+		return memory.Item{}, fmt.Errorf("pgstore: reinforce %q: %w", id, err)
+	}
+	it, err := scanItem(l.conn.QueryRow(ctx, l.s.reinforceSQL()+` RETURNING `+memoryCols, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return memory.Item{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return memory.Item{}, fmt.Errorf("pgstore: reinforce %q: %w", id, err)
+	}
+	return it, nil
+}
+
+// reinforceSQL is Reinforce's statement ($1 id, $2 boost, $3 now, $4 the revision),
+// without its RETURNING clause.
+func (s *Store) reinforceSQL() string {
+	return `UPDATE ` + s.t.memories + `
+		SET base_score = least(1.0, base_score + $2), updated_at = greatest(updated_at, $3),
+			history = CASE WHEN content = $4::jsonb->0->'content'
+				OR EXISTS (SELECT 1 FROM jsonb_array_elements(history) h WHERE h->'content' = $4::jsonb->0->'content')
+				THEN history ELSE history || $4::jsonb END
+		WHERE memory_id = $1 AND archived_at IS NULL`
+}
+
+// reinforceArgs are reinforceSQL's arguments for folding folded into id.
+func reinforceArgs(id string, folded memory.Item, boost float64, now time.Time) ([]any, error) {
 	at := now.UTC().Truncate(time.Microsecond)
 	updated := folded.UpdatedAt
 	if updated.IsZero() {
@@ -361,21 +463,9 @@ func (l *ScopeLock) Reinforce(ctx context.Context, id string, folded memory.Item
 	rev, err := historyJSON([]memory.Revision{{Content: folded.Content, Source: folded.Source, BaseScore: folded.BaseScore,
 		UpdatedAt: updated.UTC().Truncate(time.Microsecond), SupersededAt: at}})
 	if err != nil {
-		return memory.Item{}, fmt.Errorf("pgstore: reinforce %q: %w", id, err)
+		return nil, err
 	}
-	it, err := scanItem(l.conn.QueryRow(ctx, `UPDATE `+l.s.t.memories+`
-		SET base_score = least(1.0, base_score + $2), updated_at = greatest(updated_at, $3),
-			history = CASE WHEN content = $4::jsonb->0->'content'
-				OR EXISTS (SELECT 1 FROM jsonb_array_elements(history) h WHERE h->'content' = $4::jsonb->0->'content')
-				THEN history ELSE history || $4::jsonb END
-		WHERE memory_id = $1 AND archived_at IS NULL RETURNING `+memoryCols, id, boost, at, rev))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return memory.Item{}, fmt.Errorf("%w: %q", ErrNotFound, id)
-	}
-	if err != nil {
-		return memory.Item{}, fmt.Errorf("pgstore: reinforce %q: %w", id, err)
-	}
-	return it, nil
+	return []any{id, boost, at, rev}, nil
 }
 
 // Duplicate returns the ID of the key-less memory of item's scope with item's exact

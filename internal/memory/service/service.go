@@ -315,16 +315,33 @@ func (m *Memory) embedText(id string, item memory.Item) (string, error) {
 // recheck reads the memories of ops and returns the ops that no longer match what is
 // stored, with the stored state.
 func (m *Memory) recheck(ctx context.Context, ops []indexOp) ([]indexOp, error) {
+	ids := make([]string, len(ops))
+	for i, op := range ops {
+		ids[i] = op.id
+	}
+	var items []memory.Item
+	var err error
+	if len(ids) == 1 { // a single write keeps its primary-key lookup
+		var it memory.Item
+		if it, err = m.store.Get(ctx, ids[0]); err == nil {
+			items = append(items, it)
+		} else if errors.Is(err, pgstore.ErrNotFound) {
+			err = nil
+		}
+	} else {
+		items, err = m.store.GetMany(ctx, ids) // one query, however many
+	}
+	if err != nil {
+		return nil, err
+	}
+	stored := make(map[string]memory.Item, len(items))
+	for _, it := range items {
+		stored[it.MemoryID] = it
+	}
 	var changed []indexOp
 	for _, op := range ops {
-		cur, err := m.store.Get(ctx, op.id)
-		var now indexOp
-		switch {
-		case errors.Is(err, pgstore.ErrNotFound):
-			now = indexOp{id: op.id} // forgotten meanwhile: no vector
-		case err != nil:
-			return nil, err
-		default:
+		now := indexOp{id: op.id} // forgotten meanwhile: no vector
+		if cur, ok := stored[op.id]; ok {
 			now = opFor(op.id, cur)
 		}
 		if !sameIndexState(op, now) {

@@ -41,6 +41,10 @@ import (
 //  5. The vectors are written; on success the index work is marked done. When the
 //     index fails the write is still acknowledged (Indexed false) and DrainPending
 //     finishes it.
+//
+// A batch of new memories (more than one item, none naming a stored memory by
+// memory_id or key) takes the batch path of batch.go: the same decisions as writing
+// its items one by one in order, in one transaction and a handful of round trips.
 
 // Outcomes of Write beyond pgstore's.
 const (
@@ -77,8 +81,9 @@ type WriteResult struct {
 }
 
 // Write stores items as described at the top of this file; results[i] is items[i]'s
-// outcome. An error means nothing after the failed item was stored (results holds
-// what was); an index failure is not an error (see WriteResult.Indexed).
+// outcome. An error means nothing of a batch of new memories was stored (it is one
+// transaction), and for any other batch nothing after the failed item (results
+// holds what was); an index failure is not an error (see WriteResult.Indexed).
 func (m *Memory) Write(ctx context.Context, items []memory.Item, opts WriteOptions) ([]WriteResult, error) {
 	now := time.Now()
 	for i := range items {
@@ -106,12 +111,25 @@ func (m *Memory) Write(ctx context.Context, items []memory.Item, opts WriteOptio
 	}
 
 	w := &writer{m: m, opts: opts, items: items, vecs: vecs, embedFailed: embedErr != nil, results: make([]WriteResult, len(items))}
+	if len(items) > 1 {
+		if done, err := w.writeBatch(ctx); done {
+			return w.done(), err
+		}
+		// The batch names stored memories (by memory_id or key). With near-duplicate
+		// checks each item is written as if alone, in order, so that each sees what
+		// the ones before it stored and indexed; without, below (in order too).
+		for i := range items {
+			if w.foldable(i) {
+				return w.oneByOne(ctx)
+			}
+		}
+	}
 	// Key-less items with a vector go through the near-duplicate check, one (scope,
 	// type) group at a time (one lock held at a time: no lock-order deadlocks).
 	var plain []int
 	groups := map[groupKey][]int{}
 	for i, it := range items {
-		if opts.DedupThreshold > 0 && it.Key == "" && it.MemoryType.Foldable() && vecs[i] != nil && it.ArchivedAt == nil {
+		if w.foldable(i) {
 			k := groupKey{it.Scope, it.MemoryType}
 			groups[k] = append(groups[k], i)
 		} else {
@@ -132,6 +150,22 @@ func (m *Memory) Write(ctx context.Context, items []memory.Item, opts WriteOptio
 	}
 	if err := w.storePlain(ctx, plain); err != nil {
 		return w.done(), err
+	}
+	return w.done(), nil
+}
+
+// oneByOne writes the items one at a time, in order, each as Write writes one item.
+func (w *writer) oneByOne(ctx context.Context) ([]WriteResult, error) {
+	for i, it := range w.items {
+		var err error
+		if w.foldable(i) {
+			err = w.dedupGroup(ctx, groupKey{it.Scope, it.MemoryType}, []int{i})
+		} else {
+			err = w.storePlain(ctx, []int{i})
+		}
+		if err != nil {
+			return w.done(), err
+		}
 	}
 	return w.done(), nil
 }
