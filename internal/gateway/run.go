@@ -127,7 +127,7 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 	li := &lazyIndex{spec: spec}
 	if cfg.VectorEngine == "Milvus" {
 		li.dial = func(ctx context.Context) (vector.Index, func(), error) {
-			c, err := milvus.Connect(ctx, cfg.MilvusAddress)
+			c, err := milvus.Connect(ctx, milvus.Conn{Address: cfg.MilvusAddress})
 			if err != nil {
 				return nil, nil, err
 			}

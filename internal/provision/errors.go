@@ -9,8 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/minio/minio-go/v7"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
 )
 
 // Reason classifies a failure the way a MemoryStore condition reports it. The values
@@ -83,6 +86,20 @@ func classify(what string, err error) error {
 	}
 	if errors.Is(err, vector.ErrMetricMismatch) {
 		return wrap(ReasonMetricMismatch)
+	}
+	if errors.Is(err, milvus.ErrNotOwner) {
+		return wrap(ReasonTenantConflict)
+	}
+	// Milvus (its SDK) reports a refused login and a missing privilege as gRPC
+	// statuses: "auth check failure" (Unauthenticated), "PrivilegeSearch: permission
+	// deny to <user>" (PermissionDenied).
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		return wrap(ReasonAuthenticationFailed)
+	case codes.PermissionDenied:
+		return wrap(ReasonPermissionDenied)
+	case codes.Unavailable:
+		return wrap(ReasonUnreachable)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -20,7 +20,7 @@ var milvusConnectTimeout = 30 * time.Second
 func connectMilvus(ctx context.Context, addr string) (client.Client, error) {
 	cctx, cancel := context.WithTimeout(ctx, milvusConnectTimeout)
 	defer cancel()
-	c, err := milvus.Connect(cctx, addr)
+	c, err := milvus.Connect(cctx, milvus.Conn{Address: addr})
 	if err != nil {
 		if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within %s: %w", milvusConnectTimeout, err)
