@@ -301,10 +301,11 @@ func ScopeFilter(scope string, types []string) (string, error) {
 // filters compare with: an ASCII scope is itself (every collection written before
 // Unicode scopes holds only those, and keeps its meaning); any other is "~" and the
 // unpadded base64url SHA-256 of its UTF-8 (44 bytes). A Milvus server does not read
-// every Unicode literal back as written: its expression parser first spells each Han
-// character as a \u escape of four hex digits (planparserv2's convertHanToASCII), so
-// one beyond the BMP turns into another character (U+20BB7 𠮷 reads as U+0BB7 ஷ), and
-// a filter on user:𠮷 would match user:ஷ's vectors. An ASCII value means the same to
+// every Unicode literal back as written: the expression parser of some versions first
+// spells each Han character as a \u escape of four hex digits (planparserv2's
+// convertHanToASCII), so one beyond the BMP turns into another character (U+20BB7 𠮷
+// reads as U+0BB7 ஷ), and a filter on user:𠮷 would match user:ஷ's vectors (Milvus
+// 2.3.5's does not: TestLiteralAgainstMilvusServer). An ASCII value means the same to
 // every server version and to Milvus Lite. '~' is in no scope, so the two forms never
 // meet; the field is only ever compared, never read back as a scope.
 func scopeValue(scope string) string {
