@@ -34,7 +34,7 @@ import (
 // roles), nothing on another collection. What the SDK also calls (HasCollection,
 // DescribeCollection, DescribeIndex) every user may do through Milvus's built-in
 // role public (Global DescribeCollection and ShowCollections, IndexDetail on every
-// collection): metadata, not data. docs/memorystore.md has this list.
+// collection): metadata, not data.
 var MilvusPrivileges = []string{"Delete", "Load", "Query", "Search", "Upsert"}
 
 // Milvus limits on passwords: 6 to 256 characters, and bcrypt, which stores them,

@@ -132,8 +132,8 @@ func grantsOf(t *testing.T, c client.Client, role string) []string {
 // TestGuaranteeMilvusTenantLeastPrivilege: a store's Milvus login does everything the
 // gateway and the Jobs do on its own collection, and nothing on another store's
 // (search, query, write, delete, drop), nor anything beyond data: no collections,
-// users, roles or grants. The role holds exactly the privileges docs/memorystore.md
-// lists (written out here again, not read from MilvusPrivileges), and re-provisioning
+// users, roles or grants. The role holds exactly the privileges the operator documents
+// (written out here again, not read from MilvusPrivileges), and re-provisioning
 // takes back what was added by hand.
 func TestGuaranteeMilvusTenantLeastPrivilege(t *testing.T) {
 	admin := milvusAdmin(t)
