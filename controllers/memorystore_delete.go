@@ -108,7 +108,7 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 	// The collection is dropped only with a schema of ours, and only if it carries
 	// this store's mark (DeleteVectors); another store's stays.
 	if own == provision.OwnedByUs && rb.milvus != nil {
-		err := provision.DeleteVectors(ctx, rb.milvus, names, vectorOwner(store, names))
+		err := provision.DeleteVectors(ctx, rb.postgres, rb.milvus, names, vectorOwner(store, names))
 		switch {
 		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
 			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the Milvus collection alone: %v", err)

@@ -191,10 +191,10 @@ func (e *env) soakStore(ctx context.Context, milvusAddr string) (admin provision
 	}
 	pw = provision.Passwords{Agent: "soak-agent-pw", Worker: "soak-worker-pw"}
 	mc := &provision.MilvusConn{Address: milvusAddr}
-	_ = provision.DeleteVectors(ctx, mc, names, milvus.Owner{ID: "soak/gateway"})
+	_ = provision.DeleteVectors(ctx, admin, mc, names, milvus.Owner{ID: "soak/gateway"})
 	_ = provision.DeletePostgres(ctx, admin, names, "soak/gateway")
 	drop = func() {
-		_ = provision.DeleteVectors(context.Background(), mc, names, milvus.Owner{ID: "soak/gateway"})
+		_ = provision.DeleteVectors(context.Background(), admin, mc, names, milvus.Owner{ID: "soak/gateway"})
 		_ = provision.DeletePostgres(context.Background(), admin, names, "soak/gateway")
 	}
 	if _, err := provision.EnsurePostgres(ctx, admin, names, "soak/gateway", pw); err != nil {

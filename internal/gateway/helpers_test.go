@@ -134,7 +134,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	t.Cleanup(func() {
 		if mc != nil {
-			_ = provision.DeleteVectors(context.Background(), mc, names, milvus.Owner{ID: owner})
+			_ = provision.DeleteVectors(context.Background(), admin, mc, names, milvus.Owner{ID: owner})
 		}
 		if err := provision.DeletePostgres(context.Background(), admin, names, owner); err != nil {
 			t.Errorf("DeletePostgres: %v", err)

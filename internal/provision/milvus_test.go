@@ -51,7 +51,7 @@ func milvusTenant(t *testing.T, admin MilvusConn, tenant, owner, password string
 		if err := DeleteMilvusTenant(context.Background(), admin, names, milvus.Owner{ID: owner}); err != nil {
 			t.Errorf("DeleteMilvusTenant: %v", err)
 		}
-		if err := DeleteVectors(context.Background(), &admin, names, milvus.Owner{ID: owner}); err != nil {
+		if err := DeleteVectors(context.Background(), PostgresConn{}, &admin, names, milvus.Owner{ID: owner}); err != nil {
 			t.Errorf("DeleteVectors: %v", err)
 		}
 	})
@@ -338,7 +338,7 @@ func TestMilvusTenantDelete(t *testing.T) {
 	}
 	// The collection goes afterwards (DeleteVectors), and deleting the tenant with no
 	// collection left is fine too.
-	if err := DeleteVectors(ctx, &admin, names, milvus.Owner{ID: "team/del"}); err != nil {
+	if err := DeleteVectors(ctx, PostgresConn{}, &admin, names, milvus.Owner{ID: "team/del"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := DeleteMilvusTenant(ctx, admin, names, milvus.Owner{ID: "team/del"}); err != nil {

@@ -56,12 +56,9 @@ func EnsureVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Na
 		return VectorResult{}, fail(ReasonBackendError, "vector spec: %v", err)
 	}
 	if m != nil {
-		if owner.AdoptUnmarked {
-			own, _, err := SchemaOwnership(ctx, pg, names, owner.ID)
-			if err != nil {
-				return VectorResult{}, err
-			}
-			owner.AdoptUnmarked = own == OwnedByUs
+		owner, err := vouched(ctx, pg, names, owner)
+		if err != nil {
+			return VectorResult{}, err
 		}
 		c, err := ConnectMilvus(ctx, *m)
 		if err != nil {
@@ -85,13 +82,18 @@ func EnsureVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Na
 	return VectorResult{Engine: EnginePostgres, Collection: names.Schema + ".vectors"}, nil
 }
 
-// DeleteVectors drops the store's Milvus collection if it is owner's (unmarked and
-// owner.AdoptUnmarked counts, as in EnsureVectors); one that is not gives
+// DeleteVectors drops the store's Milvus collection if it is owner's: marked as
+// owner.ID's, or unmarked while owner.AdoptUnmarked and pg's schema for the store
+// carries the store's mark (as in EnsureVectors). One that is not gives
 // TenantConflict and stays. PostgreSQL-embedded vectors go with the schema
-// (DeletePostgres).
-func DeleteVectors(ctx context.Context, m *MilvusConn, names Names, owner milvus.Owner) error {
+// (DeletePostgres), so call this first.
+func DeleteVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Names, owner milvus.Owner) error {
 	if m == nil {
 		return nil
+	}
+	owner, err := vouched(ctx, pg, names, owner)
+	if err != nil {
+		return err
 	}
 	c, err := ConnectMilvus(ctx, *m)
 	if err != nil {
@@ -102,4 +104,17 @@ func DeleteVectors(ctx context.Context, m *MilvusConn, names Names, owner milvus
 		return classify(fmt.Sprintf("Milvus %s: dropping collection %s", m.Address, names.Collection), err)
 	}
 	return nil
+}
+
+// vouched keeps owner.AdoptUnmarked only while the store's schema carries its mark.
+func vouched(ctx context.Context, pg PostgresConn, names Names, owner milvus.Owner) (milvus.Owner, error) {
+	if !owner.AdoptUnmarked {
+		return owner, nil
+	}
+	own, _, err := SchemaOwnership(ctx, pg, names, owner.ID)
+	if err != nil {
+		return owner, err
+	}
+	owner.AdoptUnmarked = own == OwnedByUs
+	return owner, nil
 }
