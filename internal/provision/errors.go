@@ -90,16 +90,8 @@ func classify(what string, err error) error {
 	if errors.Is(err, milvus.ErrNotOwner) {
 		return wrap(ReasonTenantConflict)
 	}
-	// Milvus (its SDK) reports a refused login and a missing privilege as gRPC
-	// statuses: "auth check failure" (Unauthenticated), "PrivilegeSearch: permission
-	// deny to <user>" (PermissionDenied).
-	switch status.Code(err) {
-	case codes.Unauthenticated:
-		return wrap(ReasonAuthenticationFailed)
-	case codes.PermissionDenied:
-		return wrap(ReasonPermissionDenied)
-	case codes.Unavailable:
-		return wrap(ReasonUnreachable)
+	if r, ok := grpcReason(err); ok {
+		return wrap(r)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -130,4 +122,19 @@ func classify(what string, err error) error {
 		return wrap(ReasonUnreachable)
 	}
 	return wrap(ReasonBackendError)
+}
+
+// grpcReason reads the gRPC status Milvus (its SDK) reports a refused login, a missing
+// privilege or an unreachable server with: "auth check failure" (Unauthenticated),
+// "PrivilegeSearch: permission deny to <user>" (PermissionDenied).
+func grpcReason(err error) (Reason, bool) {
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		return ReasonAuthenticationFailed, true
+	case codes.PermissionDenied:
+		return ReasonPermissionDenied, true
+	case codes.Unavailable:
+		return ReasonUnreachable, true
+	}
+	return "", false
 }

@@ -49,7 +49,7 @@ const (
 // bindings (and forgotten logins) to its proxies in the background, seconds later
 // (longer on a busy server). Calling EnsureMilvusTenant again later is the remedy
 // (each call also sends the binding again); it is not a failure of the backend.
-var ErrMilvusTenantPending = errors.New("Milvus has not applied the store's user and role yet")
+var ErrMilvusTenantPending = errors.New("the Milvus server has not applied the store's user and role yet")
 
 // EnsureMilvusTenant makes the store's Milvus user (names.MilvusUser) log in with
 // password and hold only its role (names.MilvusRole), which holds only

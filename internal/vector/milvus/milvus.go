@@ -8,6 +8,11 @@
 //	memory_type VarChar(16)
 //	embedding   FloatVector(dim), HNSW index (M=16, efConstruction=200) with the spec's metric
 //
+// A collection carries the identity of the store it belongs to in its properties
+// (OwnerProperty); EnsureCollection and DropCollection touch no collection of another
+// store's (see Owner). Connect authenticates with a Conn's user and password, for a
+// server with authentication on.
+//
 // The collection is created with Strong consistency and every search asks for Strong
 // consistency, so a vector written by any process is visible to the next search.
 //
