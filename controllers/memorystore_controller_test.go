@@ -100,7 +100,7 @@ func TestMemoryStoreProvisionsEveryBackend(t *testing.T) {
 	mc, err := provision.ConnectMilvus(ctx, provision.MilvusConn{Address: f.milvus})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = mc.Close() }()
-	created, err := milvus.EnsureCollection(ctx, mc, schema, vector.Spec{Dimension: 16, Metric: vector.Metric("COSINE")})
+	created, err := milvus.EnsureCollection(ctx, mc, schema, vector.Spec{Dimension: 16, Metric: vector.Metric("COSINE")}, milvus.Owner{ID: ns + "/support-bot"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(created).To(BeFalse())
 
@@ -263,7 +263,8 @@ func TestMemoryStoreDegradedOnDimensionMismatch(t *testing.T) {
 	}
 	defer func() { _ = mc.Close() }()
 	spec8 := vector.Spec{Dimension: 8, Metric: vector.Metric("COSINE")}
-	if _, err := milvus.EnsureCollection(ctx, mc, collection, spec8); err != nil {
+	// Marked as the store's own, so the store meets the dimension, not a stranger.
+	if _, err := milvus.EnsureCollection(ctx, mc, collection, spec8, milvus.Owner{ID: ns + "/mismatch"}); err != nil {
 		t.Fatal(err)
 	}
 	existing := milvus.New(mc, collection, spec8)

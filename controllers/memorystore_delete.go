@@ -105,12 +105,18 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 		return nil, nil
 	}
 	var deleted []string
-	// A collection carries no owner mark: it is dropped only with a schema of ours.
+	// The collection is dropped only with a schema of ours, and only if it carries
+	// this store's mark (DeleteVectors); another store's stays.
 	if own == provision.OwnedByUs && rb.milvus != nil {
-		if err := provision.DeleteVectors(ctx, rb.milvus, names); err != nil {
+		err := provision.DeleteVectors(ctx, rb.postgres, rb.milvus, names, vectorOwner(store, names))
+		switch {
+		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
+			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the Milvus collection alone: %v", err)
+		case err != nil:
 			return nil, err
+		default:
+			deleted = append(deleted, "Milvus collection "+names.Collection)
 		}
-		deleted = append(deleted, "Milvus collection "+names.Collection)
 	} else if rb.milvus != nil {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete",
 			"Left Milvus collection %s in place: no schema of this store says it is its own", names.Collection)

@@ -16,11 +16,21 @@ import (
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
 )
 
 // ownerOf identifies a store in the marks it leaves on backends. Namespace and name (not
 // UID) so that a store deleted with Retain and created again adopts its data.
 func ownerOf(store *memoryv1alpha1.MemoryStore) string { return store.Namespace + "/" + store.Name }
+
+// vectorOwner is the store's claim on its Milvus collection. A collection made before
+// collections carried owner marks is adopted only when this store's status already
+// records it as its own (a store that met another's collection never got that far);
+// provisioning also wants the store's schema to carry its mark (EnsureVectors).
+func vectorOwner(store *memoryv1alpha1.MemoryStore, names provision.Names) milvus.Owner {
+	v := store.Status.Vector
+	return milvus.Owner{ID: ownerOf(store), AdoptUnmarked: v != nil && v.Engine == provision.EngineMilvus && v.Collection == names.Collection}
+}
 
 // provision runs the ordered steps and records a condition for each. It stops at the
 // first failure: later steps depend on earlier ones (the role needs the schema, the
@@ -60,7 +70,7 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		return r.stepFailed(store, memoryv1alpha1.ConditionEmbedderReady, err)
 	}
 	spec := vector.Spec{Dimension: int(store.Spec.Vector.Dimension), Metric: vector.Metric(store.MetricOrDefault())}
-	vec, err := provision.EnsureVectors(ctx, rb.postgres, rb.milvus, names, spec)
+	vec, err := provision.EnsureVectors(ctx, rb.postgres, rb.milvus, names, vectorOwner(store, names), spec)
 	if err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionVectorReady, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
 )
 
 // TestPendingListAndRetry: memoryctl shows a store's parked index work through a real
@@ -43,7 +44,7 @@ func TestPendingListAndRetry(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = provision.DeletePostgres(context.Background(), admin, names, owner) })
 	spec := vector.Spec{Dimension: 64, Metric: vector.Cosine}
-	if _, err := provision.EnsureVectors(ctx, admin, nil, names, spec); err != nil {
+	if _, err := provision.EnsureVectors(ctx, admin, nil, names, milvus.Owner{ID: owner}, spec); err != nil {
 		t.Fatal(err)
 	}
 	key, err := gateway.GenerateKey()

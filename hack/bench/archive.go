@@ -158,20 +158,21 @@ func (e *env) benchVectorDeletes(ctx context.Context, store *pgstore.Store, arch
 		fmt.Println("vector deletes: skipped (MEMORY_TEST_MILVUS_ADDR unset)")
 		return nil
 	}
-	c, err := milvus.Connect(ctx, addr)
+	c, err := milvus.Connect(ctx, milvus.Conn{Address: addr})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = c.Close() }()
 	const coll = "bench_archive"
+	owner := milvus.Owner{ID: "bench/archive"}
 	spec := vector.Spec{Dimension: 8, Metric: vector.Cosine}
-	if err := milvus.DropCollection(ctx, c, coll); err != nil {
+	if err := milvus.DropCollection(ctx, c, coll, owner); err != nil {
 		return err
 	}
-	if _, err := milvus.EnsureCollection(ctx, c, coll, spec); err != nil {
+	if _, err := milvus.EnsureCollection(ctx, c, coll, spec, owner); err != nil {
 		return err
 	}
-	defer func() { _ = milvus.DropCollection(context.Background(), c, coll) }()
+	defer func() { _ = milvus.DropCollection(context.Background(), c, coll, owner) }()
 	ix := milvus.New(c, coll, spec)
 
 	start := time.Now()

@@ -29,6 +29,7 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
@@ -298,7 +299,7 @@ func (e *env) provisionStore(ctx context.Context, tenant string, spec vector.Spe
 		return provision.Names{}, "", nil, err
 	}
 	drop := func() { _ = provision.DeletePostgres(context.Background(), admin, names, owner) }
-	if _, err := provision.EnsureVectors(ctx, admin, nil, names, spec); err != nil {
+	if _, err := provision.EnsureVectors(ctx, admin, nil, names, milvus.Owner{ID: owner}, spec); err != nil {
 		drop()
 		return provision.Names{}, "", nil, err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
 )
 
 // The soak (make soak): concurrent clients write, update, search and forget across
@@ -191,16 +192,16 @@ func (e *env) soakStore(ctx context.Context, milvusAddr string) (admin provision
 	}
 	pw = provision.Passwords{Agent: "soak-agent-pw", Worker: "soak-worker-pw"}
 	mc := &provision.MilvusConn{Address: milvusAddr}
-	_ = provision.DeleteVectors(ctx, mc, names)
+	_ = provision.DeleteVectors(ctx, admin, mc, names, milvus.Owner{ID: "soak/gateway"})
 	_ = provision.DeletePostgres(ctx, admin, names, "soak/gateway")
 	drop = func() {
-		_ = provision.DeleteVectors(context.Background(), mc, names)
+		_ = provision.DeleteVectors(context.Background(), admin, mc, names, milvus.Owner{ID: "soak/gateway"})
 		_ = provision.DeletePostgres(context.Background(), admin, names, "soak/gateway")
 	}
 	if _, err := provision.EnsurePostgres(ctx, admin, names, "soak/gateway", pw); err != nil {
 		return admin, names, pw, drop, err
 	}
-	if _, err := provision.EnsureVectors(ctx, admin, mc, names, vector.Spec{Dimension: soakDim, Metric: vector.Cosine}); err != nil {
+	if _, err := provision.EnsureVectors(ctx, admin, mc, names, milvus.Owner{ID: "soak/gateway"}, vector.Spec{Dimension: soakDim, Metric: vector.Cosine}); err != nil {
 		return admin, names, pw, drop, err
 	}
 	return admin, names, pw, drop, nil

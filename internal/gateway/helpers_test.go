@@ -24,6 +24,7 @@ import (
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
 )
 
 // testDim is the tests' vector dimension (hashing embedder).
@@ -129,12 +130,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 		mc = &provision.MilvusConn{Address: o.milvus}
 	}
-	if _, err := provision.EnsureVectors(ctx, admin, mc, names, spec); err != nil {
+	if _, err := provision.EnsureVectors(ctx, admin, mc, names, milvus.Owner{ID: owner}, spec); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if mc != nil {
-			_ = provision.DeleteVectors(context.Background(), mc, names)
+			_ = provision.DeleteVectors(context.Background(), admin, mc, names, milvus.Owner{ID: owner})
 		}
 		if err := provision.DeletePostgres(context.Background(), admin, names, owner); err != nil {
 			t.Errorf("DeletePostgres: %v", err)

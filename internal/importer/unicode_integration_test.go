@@ -120,7 +120,7 @@ func TestGuaranteeImportUnicodeIdentities(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	mc, err := milvus.Connect(ctx, testutil.MilvusAddr(t))
+	mc, err := milvus.Connect(ctx, milvus.Conn{Address: testutil.MilvusAddr(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +184,8 @@ func TestGuaranteeImportUnicodeIdentities(t *testing.T) {
 						idx = pgindex.New(pool, schema, spec)
 					} else {
 						coll := testutil.UniqueName("uni_")
-						t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), mc, coll) })
-						if _, err := milvus.EnsureCollection(ctx, mc, coll, spec); err != nil {
+						t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), mc, coll, milvus.Owner{ID: "test"}) })
+						if _, err := milvus.EnsureCollection(ctx, mc, coll, spec, milvus.Owner{ID: "test"}); err != nil {
 							t.Fatal(err)
 						}
 						idx = milvus.New(mc, coll, spec)

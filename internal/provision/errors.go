@@ -9,8 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/minio/minio-go/v7"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
 )
 
 // Reason classifies a failure the way a MemoryStore condition reports it. The values
@@ -95,6 +98,12 @@ func classify(what string, err error) error {
 	if errors.Is(err, vector.ErrMetricMismatch) {
 		return wrap(ReasonMetricMismatch)
 	}
+	if errors.Is(err, milvus.ErrNotOwner) {
+		return wrap(ReasonTenantConflict)
+	}
+	if r, ok := grpcReason(err); ok {
+		return wrap(r)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
@@ -124,4 +133,19 @@ func classify(what string, err error) error {
 		return wrap(ReasonUnreachable)
 	}
 	return wrap(ReasonBackendError)
+}
+
+// grpcReason reads the gRPC status Milvus (its SDK) reports a refused login, a missing
+// privilege or an unreachable server with: "auth check failure" (Unauthenticated),
+// "PrivilegeSearch: permission deny to <user>" (PermissionDenied).
+func grpcReason(err error) (Reason, bool) {
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		return ReasonAuthenticationFailed, true
+	case codes.PermissionDenied:
+		return ReasonPermissionDenied, true
+	case codes.Unavailable:
+		return ReasonUnreachable, true
+	}
+	return "", false
 }

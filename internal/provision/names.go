@@ -5,6 +5,8 @@
 package provision
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
@@ -23,6 +25,10 @@ type Names struct {
 	Schema, Role, WorkerRole string
 	// Collection is the Milvus collection (unused with PostgreSQL-embedded vectors).
 	Collection string
+	// MilvusUser and MilvusRole are the store's login on a Milvus server with
+	// authentication on, and the role holding its privileges on Collection only
+	// (EnsureMilvusTenant).
+	MilvusUser, MilvusRole string
 	// Prefix is the store's object-storage prefix, ending in '/'.
 	Prefix string
 }
@@ -43,6 +49,24 @@ func NamesFor(tenant, basePrefix string) (Names, error) {
 		Role:       ident + "_agent",
 		WorkerRole: ident + "_worker",
 		Collection: ident,
+		MilvusUser: milvusUser(ident),
+		MilvusRole: ident + "_role",
 		Prefix:     prefix,
 	}, nil
+}
+
+// maxMilvusUser is the longest user name Milvus accepts (proxy.maxUsernameLength; the
+// first character a letter, then letters, digits and underscores, as ident is). Role
+// names may be 255 characters, so the role is ident with a suffix.
+const maxMilvusUser = 32
+
+// milvusUser is ident when it fits in a Milvus user name with a character to spare,
+// else its first 19 characters, '_' and 12 hex digits of its SHA-256: exactly 32, so
+// the two forms never meet, and distinct tenants sharing a prefix stay distinct.
+func milvusUser(ident string) string {
+	if len(ident) < maxMilvusUser {
+		return ident
+	}
+	sum := sha256.Sum256([]byte(ident))
+	return ident[:maxMilvusUser-13] + "_" + hex.EncodeToString(sum[:])[:12]
 }

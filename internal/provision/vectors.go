@@ -18,12 +18,9 @@ const (
 	EnginePGVector = "PGVector"
 )
 
-// MilvusConn is how to reach a Milvus server.
-type MilvusConn struct {
-	Address  string
-	Username string
-	Password string
-}
+// MilvusConn is how to reach a Milvus server, as a given user when the server has
+// authentication on.
+type MilvusConn = milvus.Conn
 
 // VectorResult reports the index a store uses.
 type VectorResult struct {
@@ -38,7 +35,7 @@ type VectorResult struct {
 func ConnectMilvus(ctx context.Context, m MilvusConn) (client.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	c, err := client.NewClient(ctx, client.Config{Address: m.Address, Username: m.Username, Password: m.Password})
+	c, err := milvus.Connect(ctx, m)
 	if err != nil {
 		return nil, classify("Milvus "+m.Address, err)
 	}
@@ -46,20 +43,29 @@ func ConnectMilvus(ctx context.Context, m MilvusConn) (client.Client, error) {
 }
 
 // EnsureVectors makes sure the store's vector index exists with the declared shape:
-// a Milvus collection when m is set, else the PostgreSQL-embedded table in the store's
-// schema. An existing index of another dimension is reported (DimensionMismatch) and
-// left untouched.
-func EnsureVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Names, spec vector.Spec) (VectorResult, error) {
+// a Milvus collection when m is set, marked as owner.ID's, else the
+// PostgreSQL-embedded table in the store's schema. An existing index of another
+// dimension is reported (DimensionMismatch), a collection that is not the store's
+// (TenantConflict), and either is left untouched. owner.AdoptUnmarked lets an
+// unmarked collection (made before collections were marked) become the store's, and
+// only while pg's schema for the store carries the store's own mark (SchemaOwnership):
+// the caller vouches that the collection was the store's (for the operator: its
+// status already records it), the schema that the tenant is.
+func EnsureVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Names, owner milvus.Owner, spec vector.Spec) (VectorResult, error) {
 	if err := spec.Validate(); err != nil {
 		return VectorResult{}, fail(ReasonBackendError, "vector spec: %v", err)
 	}
 	if m != nil {
+		owner, err := vouched(ctx, pg, names, owner)
+		if err != nil {
+			return VectorResult{}, err
+		}
 		c, err := ConnectMilvus(ctx, *m)
 		if err != nil {
 			return VectorResult{}, err
 		}
 		defer c.Close()
-		created, err := milvus.EnsureCollection(ctx, c, names.Collection, spec)
+		created, err := milvus.EnsureCollection(ctx, c, names.Collection, spec, owner)
 		if err != nil {
 			return VectorResult{}, classify(fmt.Sprintf("Milvus %s: collection %s", m.Address, names.Collection), err)
 		}
@@ -76,19 +82,39 @@ func EnsureVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Na
 	return VectorResult{Engine: EnginePostgres, Collection: names.Schema + ".vectors"}, nil
 }
 
-// DeleteVectors drops the store's Milvus collection. PostgreSQL-embedded vectors go
-// with the schema (DeletePostgres).
-func DeleteVectors(ctx context.Context, m *MilvusConn, names Names) error {
+// DeleteVectors drops the store's Milvus collection if it is owner's: marked as
+// owner.ID's, or unmarked while owner.AdoptUnmarked and pg's schema for the store
+// carries the store's mark (as in EnsureVectors). One that is not gives
+// TenantConflict and stays. PostgreSQL-embedded vectors go with the schema
+// (DeletePostgres), so call this first.
+func DeleteVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Names, owner milvus.Owner) error {
 	if m == nil {
 		return nil
+	}
+	owner, err := vouched(ctx, pg, names, owner)
+	if err != nil {
+		return err
 	}
 	c, err := ConnectMilvus(ctx, *m)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := milvus.DropCollection(ctx, c, names.Collection); err != nil {
+	if err := milvus.DropCollection(ctx, c, names.Collection, owner); err != nil {
 		return classify(fmt.Sprintf("Milvus %s: dropping collection %s", m.Address, names.Collection), err)
 	}
 	return nil
+}
+
+// vouched keeps owner.AdoptUnmarked only while the store's schema carries its mark.
+func vouched(ctx context.Context, pg PostgresConn, names Names, owner milvus.Owner) (milvus.Owner, error) {
+	if !owner.AdoptUnmarked {
+		return owner, nil
+	}
+	own, _, err := SchemaOwnership(ctx, pg, names, owner.ID)
+	if err != nil {
+		return owner, err
+	}
+	owner.AdoptUnmarked = own == OwnedByUs
+	return owner, nil
 }

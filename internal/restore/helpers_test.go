@@ -125,7 +125,7 @@ func (e *env) newStoreSpec(t testing.TB, spec vector.Spec) *store {
 
 func milvusClient(t testing.TB) client.Client {
 	t.Helper()
-	c, err := milvus.Connect(context.Background(), testutil.MilvusAddr(t))
+	c, err := milvus.Connect(context.Background(), milvus.Conn{Address: testutil.MilvusAddr(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +136,8 @@ func milvusClient(t testing.TB) client.Client {
 func newMilvusIndex(t testing.TB, c client.Client, spec vector.Spec) *milvus.Index {
 	t.Helper()
 	name := testutil.UniqueName("restore_")
-	t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), c, name) })
-	if _, err := milvus.EnsureCollection(context.Background(), c, name, spec); err != nil {
+	t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), c, name, milvus.Owner{ID: "test"}) })
+	if _, err := milvus.EnsureCollection(context.Background(), c, name, spec, milvus.Owner{ID: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	return milvus.New(c, name, spec)

@@ -79,16 +79,16 @@ func newArchiveEnv(t *testing.T, engine string, n int) *archiveEnv {
 	e.job.PostgresURI = w.URL(nil)
 	if engine == "Milvus" {
 		e.milvus = testutil.MilvusAddr(t)
-		c, err := milvus.Connect(ctx, e.milvus)
+		c, err := milvus.Connect(ctx, milvus.Conn{Address: e.milvus})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		e.coll = testutil.UniqueName("arch_")
-		if _, err := milvus.EnsureCollection(ctx, c, e.coll, spec8); err != nil {
+		if _, err := milvus.EnsureCollection(ctx, c, e.coll, spec8, milvus.Owner{ID: "test"}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), c, e.coll) })
+		t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), c, e.coll, milvus.Owner{ID: "test"}) })
 		e.mix = milvus.New(c, e.coll, spec8)
 		e.index = e.mix
 	} else {

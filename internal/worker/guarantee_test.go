@@ -21,6 +21,7 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
@@ -537,7 +538,7 @@ func provisionStore(t *testing.T) provisionedStore {
 	if _, err := provision.EnsurePostgres(ctx, admin, names, owner, provision.Passwords{Agent: "agent-pw", Worker: "worker-pw"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := provision.EnsureVectors(ctx, admin, nil, names, spec8); err != nil {
+	if _, err := provision.EnsureVectors(ctx, admin, nil, names, milvus.Owner{ID: owner}, spec8); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

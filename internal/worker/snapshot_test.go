@@ -275,16 +275,16 @@ func TestSnapshotEmbeddings(t *testing.T) {
 				index = f.pgIndex(t)
 			} else {
 				addr := testutil.MilvusAddr(t)
-				c, err := milvus.Connect(ctx, addr)
+				c, err := milvus.Connect(ctx, milvus.Conn{Address: addr})
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = c.Close() })
 				collection := testutil.UniqueName("snap_")
-				if _, err := milvus.EnsureCollection(ctx, c, collection, spec8); err != nil {
+				if _, err := milvus.EnsureCollection(ctx, c, collection, spec8, milvus.Owner{ID: "test"}); err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), c, collection) })
+				t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), c, collection, milvus.Owner{ID: "test"}) })
 				index = milvus.New(c, collection, spec8)
 				cfg.VectorEngine, cfg.MilvusAddress, cfg.Collection = "Milvus", addr, collection
 			}

@@ -25,6 +25,7 @@ import (
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
+	"github.com/amemory/memory-operator/internal/vector/milvus"
 	"github.com/amemory/memory-operator/test/importers"
 )
 
@@ -131,7 +132,7 @@ func newStore(t *testing.T, dim int) store {
 			t.Errorf("DeletePostgres: %v", err)
 		}
 	})
-	if _, err := provision.EnsureVectors(ctx, admin, nil, names, vector.Spec{Dimension: dim, Metric: vector.Cosine}); err != nil {
+	if _, err := provision.EnsureVectors(ctx, admin, nil, names, milvus.Owner{ID: owner}, vector.Spec{Dimension: dim, Metric: vector.Cosine}); err != nil {
 		t.Fatal(err)
 	}
 	agent := admin

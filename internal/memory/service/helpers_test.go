@@ -56,18 +56,18 @@ var backends = []backend{
 	{
 		name: "milvus",
 		newIndex: func(t *testing.T, _ *pgxpool.Pool, _ string) vector.Index {
-			c, err := milvus.Connect(context.Background(), testutil.MilvusAddr(t))
+			c, err := milvus.Connect(context.Background(), milvus.Conn{Address: testutil.MilvusAddr(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = c.Close() })
 			name := testutil.UniqueName("svc_")
 			t.Cleanup(func() {
-				if err := milvus.DropCollection(context.Background(), c, name); err != nil {
+				if err := milvus.DropCollection(context.Background(), c, name, milvus.Owner{ID: "test"}); err != nil {
 					t.Errorf("drop collection %s: %v", name, err)
 				}
 			})
-			if _, err := milvus.EnsureCollection(t.Context(), c, name, spec); err != nil {
+			if _, err := milvus.EnsureCollection(t.Context(), c, name, spec, milvus.Owner{ID: "test"}); err != nil {
 				t.Fatalf("milvus.EnsureCollection: %v", err)
 			}
 			return milvus.New(c, name, spec)

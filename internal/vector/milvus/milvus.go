@@ -8,6 +8,11 @@
 //	memory_type VarChar(16)
 //	embedding   FloatVector(dim), HNSW index (M=16, efConstruction=200) with the spec's metric
 //
+// A collection carries the identity of the store it belongs to in its properties
+// (OwnerProperty); EnsureCollection and DropCollection touch no collection of another
+// store's (see Owner). Connect authenticates with a Conn's user and password, for a
+// server with authentication on.
+//
 // The collection is created with Strong consistency and every search asks for Strong
 // consistency, so a vector written by any process is visible to the next search.
 //
@@ -30,6 +35,8 @@ import (
 
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 	"github.com/milvus-io/milvus-sdk-go/v2/entity"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/amemory/memory-operator/internal/vector"
 )
@@ -69,11 +76,27 @@ func New(c client.Client, collection string, spec vector.Spec) *Index {
 	return &Index{c: c, collection: collection, spec: spec}
 }
 
-// Connect dials a Milvus server (host:port).
-func Connect(ctx context.Context, addr string) (client.Client, error) {
-	c, err := client.NewClient(ctx, client.Config{Address: addr})
+// Conn is how to reach a Milvus server: its address (host:port) and, for a server
+// with authentication on, a user's login. A zero Username connects without
+// credentials (Milvus Lite, or a server with authentication off).
+type Conn struct {
+	Address  string
+	Username string
+	Password string
+}
+
+// Connect dials a Milvus server with conn's credentials. A refused login says
+// "authentication failed" and names the user, never the password.
+func Connect(ctx context.Context, conn Conn) (client.Client, error) {
+	c, err := client.NewClient(ctx, client.Config{Address: conn.Address, Username: conn.Username, Password: conn.Password})
 	if err != nil {
-		return nil, fmt.Errorf("connect to milvus at %s: %w", addr, err)
+		if status.Code(err) == codes.Unauthenticated {
+			if conn.Username == "" {
+				return nil, fmt.Errorf("connect to milvus at %s: authentication failed: the server wants a user and password and none were given: %w", conn.Address, err)
+			}
+			return nil, fmt.Errorf("connect to milvus at %s as %s: authentication failed: %w", conn.Address, conn.Username, err)
+		}
+		return nil, fmt.Errorf("connect to milvus at %s: %w", conn.Address, err)
 	}
 	return c, nil
 }
@@ -283,10 +306,11 @@ func ScopeFilter(scope string, types []string) (string, error) {
 // filters compare with: an ASCII scope is itself (every collection written before
 // Unicode scopes holds only those, and keeps its meaning); any other is "~" and the
 // unpadded base64url SHA-256 of its UTF-8 (44 bytes). A Milvus server does not read
-// every Unicode literal back as written: its expression parser first spells each Han
-// character as a \u escape of four hex digits (planparserv2's convertHanToASCII), so
-// one beyond the BMP turns into another character (U+20BB7 𠮷 reads as U+0BB7 ஷ), and
-// a filter on user:𠮷 would match user:ஷ's vectors. An ASCII value means the same to
+// every Unicode literal back as written: the expression parser of some versions first
+// spells each Han character as a \u escape of four hex digits (planparserv2's
+// convertHanToASCII), so one beyond the BMP turns into another character (U+20BB7 𠮷
+// reads as U+0BB7 ஷ), and a filter on user:𠮷 would match user:ஷ's vectors (Milvus
+// 2.3.5's does not: TestLiteralAgainstMilvusServer). An ASCII value means the same to
 // every server version and to Milvus Lite. '~' is in no scope, so the two forms never
 // meet; the field is only ever compared, never read back as a scope.
 func scopeValue(scope string) string {
@@ -375,25 +399,32 @@ func ValidCollectionName(name string) error {
 	return nil
 }
 
-// EnsureCollection creates the collection for spec, with its index, and loads it.
-// When the collection already exists it is checked, never altered or dropped: a
-// vector field of another dimension gives a wrapped vector.ErrDimensionMismatch, an
-// index with another metric a wrapped vector.ErrMetricMismatch, other schema
-// differences a plain error. A missing index (a crash between create and index) is
-// created. created reports whether this call created the collection.
-func EnsureCollection(ctx context.Context, c client.Client, name string, spec vector.Spec) (created bool, err error) {
+// EnsureCollection creates the collection for spec, marked as owner's (OwnerProperty),
+// with its index, and loads it. When the collection already exists it is checked,
+// never altered or dropped: one that is not owner's gives a wrapped ErrNotOwner (and
+// nothing is touched); a vector field of another dimension a wrapped
+// vector.ErrDimensionMismatch, an index with another metric a wrapped
+// vector.ErrMetricMismatch, other schema differences a plain error. An unmarked
+// collection that owner may adopt (Owner.AdoptUnmarked) is checked like the others,
+// then marked. A missing index (a crash between create and index) is created.
+// created reports whether this call created the collection.
+func EnsureCollection(ctx context.Context, c client.Client, name string, spec vector.Spec, owner Owner) (created bool, err error) {
 	if err := ValidCollectionName(name); err != nil {
 		return false, err
 	}
 	if err := spec.Validate(); err != nil {
 		return false, err
 	}
+	if owner.ID == "" {
+		return false, errors.New("milvus: no owner given for collection " + name)
+	}
 	has, err := c.HasCollection(ctx, name)
 	if err != nil {
 		return false, fmt.Errorf("milvus: check collection %s: %w", name, err)
 	}
 	if !has {
-		err := c.CreateCollection(ctx, collectionSchema(name, spec), 1, client.WithConsistencyLevel(entity.ClStrong))
+		err := c.CreateCollection(ctx, collectionSchema(name, spec), 1, client.WithConsistencyLevel(entity.ClStrong),
+			client.WithCollectionProperty(OwnerProperty, owner.ID))
 		switch {
 		case err == nil:
 			created = true
@@ -404,8 +435,23 @@ func EnsureCollection(ctx context.Context, c client.Client, name string, spec ve
 		}
 	}
 	if !created {
-		if err := checkSchema(ctx, c, name, spec); err != nil {
+		coll, err := c.DescribeCollection(ctx, name)
+		if err != nil {
+			return false, fmt.Errorf("milvus: describe collection %s: %w", name, err)
+		}
+		// Whose it is comes first: another store's collection is reported as such,
+		// whatever its shape, and not looked at further.
+		marked, err := ownership(coll, owner)
+		if err != nil {
 			return false, err
+		}
+		if err := checkSchema(coll, name, spec); err != nil {
+			return false, err
+		}
+		if !marked {
+			if err := adopt(ctx, c, name, owner); err != nil {
+				return false, err
+			}
 		}
 	}
 	if err := ensureIndex(ctx, c, name, spec); err != nil {
@@ -428,11 +474,7 @@ func collectionSchema(name string, spec vector.Spec) *entity.Schema {
 }
 
 // checkSchema compares an existing collection with the layout this package writes.
-func checkSchema(ctx context.Context, c client.Client, name string, spec vector.Spec) error {
-	coll, err := c.DescribeCollection(ctx, name)
-	if err != nil {
-		return fmt.Errorf("milvus: describe collection %s: %w", name, err)
-	}
+func checkSchema(coll *entity.Collection, name string, spec vector.Spec) error {
 	fields := map[string]*entity.Field{}
 	for _, f := range coll.Schema.Fields {
 		fields[f.Name] = f
@@ -487,17 +529,13 @@ func ensureIndex(ctx context.Context, c client.Client, name string, spec vector.
 	return nil
 }
 
-// DropCollection drops the collection; a missing collection is not an error.
-func DropCollection(ctx context.Context, c client.Client, name string) error {
-	if err := ValidCollectionName(name); err != nil {
+// DropCollection drops the collection if it is owner's (see CheckOwner); a missing
+// collection is not an error, one that is not owner's gives a wrapped ErrNotOwner and
+// stays.
+func DropCollection(ctx context.Context, c client.Client, name string, owner Owner) error {
+	exists, err := CheckOwner(ctx, c, name, owner)
+	if err != nil || !exists {
 		return err
-	}
-	has, err := c.HasCollection(ctx, name)
-	if err != nil {
-		return fmt.Errorf("milvus: check collection %s: %w", name, err)
-	}
-	if !has {
-		return nil
 	}
 	if err := c.DropCollection(ctx, name); err != nil {
 		return fmt.Errorf("milvus: drop collection %s: %w", name, err)

@@ -53,7 +53,7 @@ import (
 func connect(t *testing.T) client.Client {
 	t.Helper()
 	addr := testutil.MilvusAddr(t)
-	c, err := milvus.Connect(context.Background(), addr)
+	c, err := milvus.Connect(context.Background(), milvus.Conn{Address: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,16 +61,19 @@ func connect(t *testing.T) client.Client {
 	return c
 }
 
+// testOwner is the store the tests' collections belong to.
+var testOwner = milvus.Owner{ID: "tests/milvus"}
+
 // newCollection creates a fresh collection for spec and drops it when the test ends.
 func newCollection(t *testing.T, c client.Client, spec vector.Spec) string {
 	t.Helper()
 	name := testutil.UniqueName("t_")
 	t.Cleanup(func() {
-		if err := milvus.DropCollection(context.Background(), c, name); err != nil {
+		if err := milvus.DropCollection(context.Background(), c, name, testOwner); err != nil {
 			t.Errorf("drop %s: %v", name, err)
 		}
 	})
-	created, err := milvus.EnsureCollection(context.Background(), c, name, spec)
+	created, err := milvus.EnsureCollection(context.Background(), c, name, spec, testOwner)
 	if err != nil {
 		t.Fatalf("ensure collection %s: %v", name, err)
 	}
@@ -88,7 +91,7 @@ func TestConformance(t *testing.T) {
 		},
 		Reopen: func(t *testing.T, idx vector.Index, spec vector.Spec) (vector.Index, error) {
 			name := idx.(*milvus.Index).Collection()
-			created, err := milvus.EnsureCollection(context.Background(), c, name, spec)
+			created, err := milvus.EnsureCollection(context.Background(), c, name, spec, testOwner)
 			if err != nil {
 				return nil, err
 			}
@@ -106,7 +109,7 @@ func TestEnsureCollectionSchemaAndIdempotence(t *testing.T) {
 	spec := vector.Spec{Dimension: 16, Metric: vector.L2}
 	name := newCollection(t, c, spec)
 
-	created, err := milvus.EnsureCollection(ctx, c, name, spec)
+	created, err := milvus.EnsureCollection(ctx, c, name, spec, testOwner)
 	if err != nil || created {
 		t.Fatalf("second EnsureCollection: created=%v err=%v, want false, nil", created, err)
 	}
@@ -149,18 +152,18 @@ func TestEnsureCollectionCreatesMissingIndex(t *testing.T) {
 	c := connect(t)
 	ctx := context.Background()
 	name := testutil.UniqueName("t_")
-	t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), c, name) })
+	t.Cleanup(func() { _ = c.DropCollection(context.Background(), name) })
 	// A collection left behind by a crash between CreateCollection and CreateIndex.
 	sch := entity.NewSchema().WithName(name).
 		WithField(entity.NewField().WithName("memory_id").WithDataType(entity.FieldTypeVarChar).WithIsPrimaryKey(true).WithMaxLength(128)).
 		WithField(entity.NewField().WithName("scope").WithDataType(entity.FieldTypeVarChar).WithMaxLength(256)).
 		WithField(entity.NewField().WithName("memory_type").WithDataType(entity.FieldTypeVarChar).WithMaxLength(16)).
 		WithField(entity.NewField().WithName("embedding").WithDataType(entity.FieldTypeFloatVector).WithDim(4))
-	if err := c.CreateCollection(ctx, sch, 1); err != nil {
+	if err := c.CreateCollection(ctx, sch, 1, client.WithCollectionProperty(milvus.OwnerProperty, testOwner.ID)); err != nil {
 		t.Fatal(err)
 	}
 	spec := vector.Spec{Dimension: 4, Metric: vector.Cosine}
-	created, err := milvus.EnsureCollection(ctx, c, name, spec)
+	created, err := milvus.EnsureCollection(ctx, c, name, spec, testOwner)
 	if err != nil || created {
 		t.Fatalf("EnsureCollection = %v, %v; want false, nil", created, err)
 	}
@@ -182,14 +185,15 @@ func TestEnsureCollectionRejectsForeignSchema(t *testing.T) {
 	c := connect(t)
 	ctx := context.Background()
 	name := testutil.UniqueName("t_")
-	t.Cleanup(func() { _ = milvus.DropCollection(context.Background(), c, name) })
+	t.Cleanup(func() { _ = c.DropCollection(context.Background(), name) })
 	sch := entity.NewSchema().WithName(name).
 		WithField(entity.NewField().WithName("id").WithDataType(entity.FieldTypeInt64).WithIsPrimaryKey(true)).
 		WithField(entity.NewField().WithName("vec").WithDataType(entity.FieldTypeFloatVector).WithDim(4))
-	if err := c.CreateCollection(ctx, sch, 1); err != nil {
+	// Marked as ours, so the schema is what is checked.
+	if err := c.CreateCollection(ctx, sch, 1, client.WithCollectionProperty(milvus.OwnerProperty, testOwner.ID)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := milvus.EnsureCollection(ctx, c, name, vector.Spec{Dimension: 4, Metric: vector.Cosine})
+	_, err := milvus.EnsureCollection(ctx, c, name, vector.Spec{Dimension: 4, Metric: vector.Cosine}, testOwner)
 	if err == nil || errors.Is(err, vector.ErrDimensionMismatch) {
 		t.Fatalf("EnsureCollection on a foreign collection: err = %v, want a schema error", err)
 	}
@@ -203,11 +207,11 @@ func TestDropCollectionIdempotent(t *testing.T) {
 	c := connect(t)
 	ctx := context.Background()
 	name := testutil.UniqueName("t_")
-	if _, err := milvus.EnsureCollection(ctx, c, name, vector.Spec{Dimension: 2, Metric: vector.IP}); err != nil {
+	if _, err := milvus.EnsureCollection(ctx, c, name, vector.Spec{Dimension: 2, Metric: vector.IP}, testOwner); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if err := milvus.DropCollection(ctx, c, name); err != nil {
+		if err := milvus.DropCollection(ctx, c, name, testOwner); err != nil {
 			t.Fatalf("drop #%d: %v", i+1, err)
 		}
 	}
@@ -219,14 +223,20 @@ func TestDropCollectionIdempotent(t *testing.T) {
 func TestEnsureCollectionValidatesInput(t *testing.T) {
 	// Fails before any call reaches Milvus, so no server is needed.
 	ctx := context.Background()
-	if _, err := milvus.EnsureCollection(ctx, nil, "1bad", vector.Spec{Dimension: 4, Metric: vector.L2}); err == nil {
+	if _, err := milvus.EnsureCollection(ctx, nil, "1bad", vector.Spec{Dimension: 4, Metric: vector.L2}, testOwner); err == nil {
 		t.Error("bad name accepted")
 	}
-	if _, err := milvus.EnsureCollection(ctx, nil, "ok", vector.Spec{Dimension: 1, Metric: vector.L2}); err == nil {
+	if _, err := milvus.EnsureCollection(ctx, nil, "ok", vector.Spec{Dimension: 1, Metric: vector.L2}, testOwner); err == nil {
 		t.Error("dimension 1 accepted")
 	}
-	if _, err := milvus.EnsureCollection(ctx, nil, "ok", vector.Spec{Dimension: 4, Metric: "HAMMING"}); err == nil {
+	if _, err := milvus.EnsureCollection(ctx, nil, "ok", vector.Spec{Dimension: 4, Metric: "HAMMING"}, testOwner); err == nil {
 		t.Error("metric HAMMING accepted")
+	}
+	if _, err := milvus.EnsureCollection(ctx, nil, "ok", vector.Spec{Dimension: 4, Metric: vector.L2}, milvus.Owner{}); err == nil {
+		t.Error("no owner accepted")
+	}
+	if err := milvus.DropCollection(ctx, nil, "ok", milvus.Owner{}); err == nil {
+		t.Error("drop without an owner accepted")
 	}
 }
 
