@@ -31,3 +31,6 @@ func ForgetSizes(ix *Index) {
 	ix.sizes.m = nil
 	ix.sizes.mu.Unlock()
 }
+
+// InsertsMet reports whether a COPY of new entries met existing rows (insertNew).
+func InsertsMet(ix *Index) bool { return ix.insertsMet.Load() }
