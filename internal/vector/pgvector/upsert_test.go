@@ -34,7 +34,9 @@ func TestUpsertPathsStoreTheSameRows(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	spec := vector.Spec{Dimension: 3, Metric: vector.Cosine}
-	newIdx := func() *pgvector.Index { return pgvector.New(e.rolePool, e.newSchema(t, spec, testParams), spec, testParams) }
+	newIdx := func() *pgvector.Index {
+		return pgvector.New(e.rolePool, e.newSchema(t, spec, testParams), spec, testParams)
+	}
 	batch := func(n int, scope string, y float32) []vector.Entry {
 		out := make([]vector.Entry, n)
 		for i := range out {
