@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -132,6 +133,9 @@ func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
+	// Rows are locked in memory_id order, so writers of overlapping batches wait for
+	// each other instead of deadlocking.
+	entries = slices.SortedFunc(slices.Values(entries), func(a, b vector.Entry) int { return strings.Compare(a.ID, b.ID) })
 	err := pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error {
 		if len(entries) >= copyThreshold {
 			done, err := ix.insertNew(ctx, tx, entries)
@@ -237,7 +241,7 @@ func (ix *Index) upsertCopy(ctx context.Context, tx pgx.Tx, entries []vector.Ent
 		return false, err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO `+ix.table+` AS v (memory_id, scope, memory_type, embedding)
-		SELECT memory_id, scope, memory_type, embedding FROM `+tmp+onConflict)
+		SELECT memory_id, scope, memory_type, embedding FROM `+tmp+` ORDER BY memory_id`+onConflict)
 	return err == nil, err
 }
 
