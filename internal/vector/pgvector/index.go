@@ -95,8 +95,10 @@ func (ix *Index) statements(ctx context.Context) (*statements, error) {
 	dist := ` OPERATOR(` + e + `.` + op + `) $2::` + e + `.vector`
 	s := &statements{vectorType: e + ".vector"}
 	for i, types := range []string{"", ` AND memory_type = ANY($3::text[])`} {
-		s.exact[i] = `SELECT s.memory_id, s.embedding::real[] FROM (SELECT memory_id, embedding FROM ` + ix.table +
-			` WHERE scope = $1` + types + ` OFFSET 0) s ORDER BY s.embedding` + dist + `, s.memory_id LIMIT $` + fmt.Sprint(3+i)
+		// The cast to real[] is outside the LIMIT: inside, the planner computes it for
+		// every row of the scope before sorting (3x the cost of the search at 10k rows).
+		s.exact[i] = `SELECT b.memory_id, b.embedding::real[] FROM (SELECT s.memory_id, s.embedding FROM (SELECT memory_id, embedding FROM ` +
+			ix.table + ` WHERE scope = $1` + types + ` OFFSET 0) s ORDER BY s.embedding` + dist + `, s.memory_id LIMIT $` + fmt.Sprint(3+i) + `) b`
 		s.ann[i] = `SELECT memory_id, embedding::real[] FROM ` + ix.table +
 			` WHERE scope = $1` + types + ` ORDER BY embedding` + dist + ` LIMIT $` + fmt.Sprint(3+i)
 		s.count[i] = `SELECT count(*) FROM (SELECT FROM ` + ix.table + ` WHERE scope = $1` +
