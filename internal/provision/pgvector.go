@@ -33,7 +33,8 @@ var EngineTablePrivileges = map[string]map[string][]string{
 // admin when the database has none), the embeddings table with its HNSW index
 // (pgvector.Ensure), and the store's two roles' privileges on them (USAGE on the
 // extension's schema, EngineTablePrivileges on the table). A server without pgvector
-// (or with one too old for HNSW) fails with ExtensionMissing; an existing index of
+// (or with one too old for HNSW) fails with ExtensionMissing; the worker role may
+// also drop and build the HNSW index around a bulk load (pgvector.DropSearchIndex); an existing index of
 // another dimension or metric with DimensionMismatch or MetricMismatch, untouched.
 func EnsurePGVector(ctx context.Context, admin PostgresConn, names Names, spec vector.Spec, p pgvector.Params) (VectorResult, error) {
 	what := "PostgreSQL " + admin.Endpoint()
@@ -86,6 +87,12 @@ func grantPGVector(ctx context.Context, pool *pgxpool.Pool, names Names, ext pgv
 				return err
 			}
 			if err := grantEngineTables(ctx, tx, names.Schema, kind, role); err != nil {
+				return err
+			}
+		}
+		// Restores into a new store load without the HNSW index and build it after.
+		for _, fn := range []string{pgvector.DropIndexFunction, pgvector.BuildIndexFunction} {
+			if err := execFormattedTx(ctx, tx, `GRANT EXECUTE ON FUNCTION %I.%I() TO %I`, names.Schema, fn, names.WorkerRole); err != nil {
 				return err
 			}
 		}

@@ -101,6 +101,14 @@ func TestEnsurePGVector(t *testing.T) {
 			if _, err := pool.Exec(ctx, `TRUNCATE `+pgx.Identifier{names.Schema, "embeddings"}.Sanitize()); err == nil {
 				t.Fatalf("%s may truncate the embeddings", r.role)
 			}
+			// Only the worker may take the HNSW index away for a bulk load.
+			err = ix.DropSearchIndex(ctx)
+			if worker := r.role == names.WorkerRole; worker != (err == nil) {
+				t.Fatalf("%s: DropSearchIndex: %v", r.role, err)
+			}
+			if err := ix.BuildSearchIndex(ctx, "64MB"); (r.role == names.WorkerRole) != (err == nil) {
+				t.Fatalf("%s: BuildSearchIndex: %v", r.role, err)
+			}
 		}
 	}
 	use(t, 0)

@@ -76,10 +76,10 @@ func BenchmarkSearch(b *testing.B) {
 			b.Fatal(err)
 		}
 		// As a restore into a new store would: load, then build the index.
-		if _, err := admin.Exec(ctx, `DROP INDEX `+schema+`.embeddings_hnsw_idx`); err != nil {
+		ix := pgvector.New(admin, schema, spec, pgvector.DefaultParams())
+		if err := ix.DropSearchIndex(ctx); err != nil {
 			b.Fatal(err)
 		}
-		ix := pgvector.New(admin, schema, spec, pgvector.DefaultParams())
 		start := time.Now()
 		for _, part := range []struct {
 			scope string
@@ -98,17 +98,9 @@ func BenchmarkSearch(b *testing.B) {
 		}
 		loaded := time.Since(start)
 		start = time.Now()
-		conn, err := admin.Acquire(ctx)
-		if err != nil {
+		if err := ix.BuildSearchIndex(ctx, "1GB"); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := conn.Exec(ctx, `SET maintenance_work_mem = '1GB'`); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, `CREATE INDEX embeddings_hnsw_idx ON `+table+` USING hnsw (embedding extensions.vector_ip_ops) WITH (m = 16, ef_construction = 64)`); err != nil {
-			b.Fatal(err)
-		}
-		conn.Release()
 		if _, err := admin.Exec(ctx, `VACUUM ANALYZE `+table); err != nil {
 			b.Fatal(err)
 		}
@@ -171,4 +163,71 @@ func BenchmarkSearch(b *testing.B) {
 	}
 	run("exact", exactIx, "user:big", false)
 	run("exact-10k", pgvector.New(admin, schema, spec, pgvector.Params{ExactBelow: small}), "user:10k", false)
+}
+
+// BenchmarkUpsertIndexed measures a load into a new PGVector store both ways: COPY
+// into the table with its HNSW index in place, and DropSearchIndex, COPY,
+// BuildSearchIndex (MEMORY_BENCH_PGVECTOR_UPSERT_N vectors of 384 dimensions,
+// default 20k).
+//
+//	go test ./internal/vector/pgvector -run '^$' -bench BenchmarkUpsertIndexed -benchtime 1x
+func BenchmarkUpsertIndexed(b *testing.B) {
+	n := 20_000
+	if s := os.Getenv("MEMORY_BENCH_PGVECTOR_UPSERT_N"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	admin := openPool(b, testutil.PGVectorDSN(b), "", "")
+	if _, err := pgvector.EnsureExtension(ctx, admin); err != nil {
+		b.Fatal(err)
+	}
+	spec := vector.Spec{Dimension: benchDim, Metric: vector.Cosine}
+	rng := rand.New(rand.NewPCG(1, 1))
+	centroids := make([][]float32, 1000)
+	for i := range centroids {
+		centroids[i] = randomVector(rng, benchDim)
+	}
+	vecs := clustered(rng, centroids, n)
+	entries := make([]vector.Entry, n)
+	for i, v := range vecs {
+		entries[i] = vector.Entry{ID: fmt.Sprintf("m-%07d", i), Scope: "user:big", Type: "semantic", Vector: v}
+	}
+	load := func(b *testing.B, withIndex bool) time.Duration {
+		schema := testutil.UniqueName("pgv_upsert_")
+		if _, err := admin.Exec(ctx, `CREATE SCHEMA `+schema+`; CREATE TABLE `+schema+`.store_meta (key text primary key, value text not null)`); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _, _ = admin.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) }()
+		if err := pgvector.Ensure(ctx, admin, schema, spec, pgvector.DefaultParams()); err != nil {
+			b.Fatal(err)
+		}
+		ix := pgvector.New(admin, schema, spec, pgvector.DefaultParams())
+		start := time.Now()
+		if !withIndex {
+			if err := ix.DropSearchIndex(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for off := 0; off < n; off += 5000 {
+			if err := ix.Upsert(ctx, entries[off:min(off+5000, n)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if !withIndex {
+			if err := ix.BuildSearchIndex(ctx, "1GB"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	for range b.N {
+		indexed := load(b, true)
+		reference := load(b, false)
+		b.ReportMetric(indexed.Seconds(), "s-indexed")
+		b.ReportMetric(reference.Seconds(), "s-drop+copy+build")
+		b.ReportMetric(indexed.Seconds()/reference.Seconds(), "ratio")
+	}
 }

@@ -364,3 +364,36 @@ func readRows(rows pgx.Rows, dim int, fn func(id string, v []float32)) error {
 	}
 	return rows.Err()
 }
+
+// DropSearchIndex drops the HNSW index, for a bulk load into a store nobody searches
+// yet (a restore into a new store): COPY into the bare table and BuildSearchIndex
+// after cost a fraction of inserting into the graph. Searches stay correct meanwhile
+// (every one is exact), only slower; Ensure (every reconcile) builds a missing index
+// again. The role needs EXECUTE on DropIndexFunction (the worker role has it).
+func (ix *Index) DropSearchIndex(ctx context.Context) error {
+	if _, err := ix.pool.Exec(ctx, `SELECT `+pgx.Identifier{ix.schema, DropIndexFunction}.Sanitize()+`()`); err != nil {
+		return fmt.Errorf("drop the HNSW index of %s: %w", ix.table, err)
+	}
+	return nil
+}
+
+// BuildSearchIndex builds the HNSW index unless it exists, with maintenanceWorkMem
+// (a PostgreSQL size such as "1GB"; empty keeps the server's) as the build's memory:
+// pgvector builds fast only while the graph fits in it (about 1.1 KiB per vector of
+// 384 dimensions at m = 16, plus the vectors). It holds a SHARE lock on the table
+// (reads go on, writes wait) for the build, minutes at a million vectors.
+func (ix *Index) BuildSearchIndex(ctx context.Context, maintenanceWorkMem string) error {
+	err := pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error {
+		if maintenanceWorkMem != "" {
+			if _, err := tx.Exec(ctx, `SELECT set_config('maintenance_work_mem', $1, true)`, maintenanceWorkMem); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `SELECT `+pgx.Identifier{ix.schema, BuildIndexFunction}.Sanitize()+`()`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("build the HNSW index of %s: %w", ix.table, err)
+	}
+	return nil
+}

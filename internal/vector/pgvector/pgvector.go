@@ -425,12 +425,50 @@ func Ensure(ctx context.Context, admin *pgxpool.Pool, schema string, spec vector
 			` ON `+table+` (scope, memory_type)`); err != nil {
 			return fmt.Errorf("create the scope index of %s: %w", table, err)
 		}
-		class, _ := opClass(spec.Metric)
-		if _, err := tx.Exec(ctx, `CREATE INDEX IF NOT EXISTS `+pgx.Identifier{Table + "_hnsw_idx"}.Sanitize()+
-			` ON `+table+` USING hnsw (embedding `+extSchema+`.`+class+`) WITH (m = `+strconv.Itoa(p.M)+
-			`, ef_construction = `+strconv.Itoa(p.EfConstruction)+`)`); err != nil {
+		build := hnswDDL(schema, ext.Schema, spec.Metric, p)
+		if _, err := tx.Exec(ctx, build); err != nil {
 			return fmt.Errorf("create the HNSW index of %s: %w", table, err)
 		}
-		return nil
+		return ensureBulkFunctions(ctx, tx, schema, build)
 	})
+}
+
+// hnswDDL creates the HNSW index of schema's embeddings table unless it exists.
+func hnswDDL(schema, extSchema string, m vector.Metric, p Params) string {
+	class, _ := opClass(m)
+	return `CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{hnswIndex}.Sanitize() + ` ON ` + pgx.Identifier{schema, Table}.Sanitize() +
+		` USING hnsw (embedding ` + pgx.Identifier{extSchema}.Sanitize() + `.` + class + `) WITH (m = ` + strconv.Itoa(p.M) +
+		`, ef_construction = ` + strconv.Itoa(p.EfConstruction) + `)`
+}
+
+const hnswIndex = Table + "_hnsw_idx"
+
+// Functions of the store's schema that let a role without DDL rights (the worker's)
+// take the HNSW index away for a bulk load and build it again (DropSearchIndex,
+// BuildSearchIndex): loading into an indexed table inserts every vector into the
+// graph one by one, about 15 times slower than COPY and CREATE INDEX after. They run
+// as their owner (the admin, SECURITY DEFINER) with a fixed search_path, do only
+// that, and PUBLIC may not call them; provisioning grants EXECUTE to the worker role.
+const (
+	DropIndexFunction  = "embeddings_drop_hnsw"
+	BuildIndexFunction = "embeddings_build_hnsw"
+)
+
+func ensureBulkFunctions(ctx context.Context, tx pgx.Tx, schema, build string) error {
+	const tag = "$memop_pgvector$"
+	drop := `DROP INDEX IF EXISTS ` + pgx.Identifier{schema, hnswIndex}.Sanitize()
+	for fn, body := range map[string]string{DropIndexFunction: drop, BuildIndexFunction: build} {
+		if strings.Contains(body, tag) {
+			return fmt.Errorf("schema name %q cannot hold the index functions", schema)
+		}
+		name := pgx.Identifier{schema, fn}.Sanitize()
+		if _, err := tx.Exec(ctx, `CREATE OR REPLACE FUNCTION `+name+`() RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+			SET search_path = pg_catalog, pg_temp AS `+tag+` BEGIN `+body+`; END `+tag); err != nil {
+			return fmt.Errorf("create function %s: %w", name, err)
+		}
+		if _, err := tx.Exec(ctx, `REVOKE ALL ON FUNCTION `+name+`() FROM PUBLIC`); err != nil {
+			return fmt.Errorf("revoke function %s from PUBLIC: %w", name, err)
+		}
+	}
+	return nil
 }

@@ -110,6 +110,8 @@ func (e *env) grant(t testing.TB, schema string) {
 		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{e.ext.Schema}.Sanitize() + ` TO ` + e.role,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + s + `.embeddings TO ` + e.role,
 		`GRANT SELECT ON ` + s + `.store_meta TO ` + e.role,
+		// As the worker role gets them.
+		`GRANT EXECUTE ON FUNCTION ` + s + `.` + pgvector.DropIndexFunction + `(), ` + s + `.` + pgvector.BuildIndexFunction + `() TO ` + e.role,
 	} {
 		if _, err := e.admin.Exec(context.Background(), stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)

@@ -230,3 +230,67 @@ func TestLargeUpsertWithoutTempPrivilege(t *testing.T) {
 		t.Fatalf("hits = %v", hits)
 	}
 }
+
+// TestBulkLoadWithoutIndex: a role granted the index functions (the worker's) drops
+// the HNSW index, loads, and builds it again with the recorded parameters; searches
+// are exact meanwhile; nobody else may call the functions.
+func TestBulkLoadWithoutIndex(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	spec := vector.Spec{Dimension: 8, Metric: vector.L2}
+	p := pgvector.Params{M: 8, EfConstruction: 40, ExactBelow: 50}
+	schema := e.newSchema(t, spec, p)
+	ix := pgvector.New(e.rolePool, schema, spec, p)
+	before := indexDefs(t, e.admin, schema)
+	if err := ix.DropSearchIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexDefs(t, e.admin, schema); len(got) != 2 {
+		t.Fatalf("indexes after DropSearchIndex: %v", got)
+	}
+	if err := ix.DropSearchIndex(ctx); err != nil { // again: nothing to drop
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	entries := fill(rng, spec.Dimension, "user:bulk", 3000, semantic)
+	if err := ix.Upsert(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	qv := randomVector(rng, spec.Dimension)
+	exact := pgvector.New(e.rolePool, schema, spec, pgvector.Params{ExactBelow: 1_000_000})
+	want, err := exact.Search(ctx, vector.Query{Scope: "user:bulk", Vector: qv, K: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ix.Search(ctx, vector.Query{Scope: "user:bulk", Vector: qv, K: 10})
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("search without the index: %v (%v), want %v", got, err, want)
+	}
+	if err := ix.BuildSearchIndex(ctx, "128MB"); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexDefs(t, e.admin, schema); !slices.Equal(got, before) {
+		t.Fatalf("indexes after BuildSearchIndex:\n%v\nwant\n%v", got, before)
+	}
+	if err := ix.BuildSearchIndex(ctx, ""); err != nil { // again: it exists
+		t.Fatal(err)
+	}
+	// Without the grant (as PUBLIC has it): refused.
+	s := pgx.Identifier{schema}.Sanitize()
+	if _, err := e.admin.Exec(ctx, `REVOKE EXECUTE ON FUNCTION `+s+`.`+pgvector.DropIndexFunction+`() FROM `+e.role); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.DropSearchIndex(ctx); err == nil {
+		t.Fatal("DropSearchIndex without EXECUTE: no error")
+	}
+	// Ensure on a table without its index (a bulk load that stopped half way) builds it.
+	if _, err := e.admin.Exec(ctx, `DROP INDEX `+s+`.embeddings_hnsw_idx`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgvector.Ensure(ctx, e.admin, schema, spec, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexDefs(t, e.admin, schema); !slices.Equal(got, before) {
+		t.Fatalf("indexes after Ensure:\n%v\nwant\n%v", got, before)
+	}
+}
