@@ -50,12 +50,6 @@ type env struct {
 	rolePool *pgxpool.Pool
 }
 
-var (
-	envOnce sync.Once
-	shared  *env
-	envErr  error
-)
-
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	dsn := testutil.PGVectorDSN(t)
