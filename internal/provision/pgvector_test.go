@@ -18,22 +18,7 @@ import (
 // afterwards.
 func pgvectorStore(t *testing.T) (PostgresConn, Names, Passwords) {
 	t.Helper()
-	pg := testutil.PGVectorParts(t)
-	admin := PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
-	names, err := NamesFor(testutil.UniqueName("pgv-"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pw := Passwords{Agent: "agent-pw", Worker: "worker-pw"}
-	if _, err := EnsurePostgres(context.Background(), admin, names, "team-a/bot", pw); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := DeletePostgres(context.Background(), admin, names, "team-a/bot"); err != nil {
-			t.Errorf("DeletePostgres: %v", err)
-		}
-	})
-	return admin, names, pw
+	return provisionedOn(t, testutil.PGVectorParts(t), "pgv-")
 }
 
 // rolePool is a pool as the gateway (agent) or a Job (worker) opens it: the role's

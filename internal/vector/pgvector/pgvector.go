@@ -68,18 +68,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 // Table is the table of a store's schema that holds its vectors (pgindex's is
 // "vectors", a real[] column: the two engines never share a table).
 const Table = "embeddings"
-
-// Keys in store_meta: the same as pgindex's, since they record the store's vector
-// spec whatever the engine.
-const (
-	MetaDimension = "vector.dimension"
-	MetaMetric    = "vector.metric"
-)
 
 // MaxDimension is the largest dimension an HNSW index of pgvector's vector type
 // holds (vector.Spec allows more, which Milvus takes).
@@ -356,8 +350,8 @@ func opClass(m vector.Metric) (class, op string) {
 
 // Ensure creates the store's embeddings table and its indexes in schema (which the
 // store's migrations made, with store_meta), and records the index spec in
-// store_meta on the first call, checking it on later ones exactly as pgindex.Ensure
-// does: another dimension gives a wrapped vector.ErrDimensionMismatch, another metric
+// store_meta on the first call, checking it on later ones with pgindex.RecordSpec, as
+// pgindex.Ensure does: another dimension gives a wrapped vector.ErrDimensionMismatch, another metric
 // a wrapped vector.ErrMetricMismatch, and nothing is changed. The vector extension
 // must be installed (EnsureExtension). It runs as the backend's admin, in one
 // transaction, and is idempotent; an existing index keeps the M and EfConstruction it
@@ -370,7 +364,6 @@ func Ensure(ctx context.Context, admin *pgxpool.Pool, schema string, spec vector
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	meta := pgx.Identifier{schema, "store_meta"}.Sanitize()
 	table := pgx.Identifier{schema, Table}.Sanitize()
 	return pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
 		// One Ensure of a schema at a time: CREATE ... IF NOT EXISTS races otherwise.
@@ -381,27 +374,8 @@ func Ensure(ctx context.Context, admin *pgxpool.Pool, schema string, spec vector
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO `+meta+` (key, value) VALUES ($1, $2), ($3, $4) ON CONFLICT (key) DO NOTHING`,
-			MetaDimension, strconv.Itoa(spec.Dimension), MetaMetric, string(spec.Metric))
-		if err != nil {
-			return fmt.Errorf("record vector spec in %s: %w", meta, err)
-		}
-		var dimText, metricText string
-		err = tx.QueryRow(ctx, `SELECT
-			(SELECT value FROM `+meta+` WHERE key = $1),
-			(SELECT value FROM `+meta+` WHERE key = $2)`, MetaDimension, MetaMetric).Scan(&dimText, &metricText)
-		if err != nil {
-			return fmt.Errorf("read vector spec from %s: %w", meta, err)
-		}
-		dim, err := strconv.Atoi(dimText)
-		if err != nil {
-			return fmt.Errorf("%s: %s is %q, not a number", meta, MetaDimension, dimText)
-		}
-		if dim != spec.Dimension {
-			return vector.DimensionError("vector store "+schema, spec.Dimension, dim)
-		}
-		if !strings.EqualFold(metricText, string(spec.Metric)) {
-			return fmt.Errorf("%w: vector store %s uses metric %s, expected %s", vector.ErrMetricMismatch, schema, metricText, spec.Metric)
+		if _, err := pgindex.RecordSpec(ctx, tx, schema, spec); err != nil {
+			return err
 		}
 		extSchema := pgx.Identifier{ext.Schema}.Sanitize()
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (

@@ -13,15 +13,10 @@ import (
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/pgvector"
+	"github.com/amemory/memory-operator/internal/vector/vectortest"
 )
 
-func randomVector(rng *rand.Rand, dim int) []float32 {
-	v := make([]float32, dim)
-	for j := range v {
-		v[j] = float32(rng.NormFloat64())
-	}
-	return v
-}
+var randomVector = vectortest.RandomVector
 
 func fill(rng *rand.Rand, dim int, scope string, n int, typeOf func(i int) string) []vector.Entry {
 	out := make([]vector.Entry, n)

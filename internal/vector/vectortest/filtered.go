@@ -12,7 +12,8 @@ import (
 	"github.com/amemory/memory-operator/internal/vector"
 )
 
-func randomVector(rng *rand.Rand, dim int) []float32 {
+// RandomVector returns dim standard normal components from rng.
+func RandomVector(rng *rand.Rand, dim int) []float32 {
 	v := make([]float32, dim)
 	for j := range v {
 		v[j] = float32(rng.NormFloat64())
@@ -48,7 +49,7 @@ func testFilteredSearchExact(t *testing.T, h Harness) {
 			var entries []vector.Entry
 			add := func(scope string, n int, typeOf func(i int) string) {
 				for i := range n {
-					entries = append(entries, vector.Entry{ID: fmt.Sprintf("f-%05d", len(entries)), Scope: scope, Type: typeOf(i), Vector: randomVector(rng, spec.Dimension)})
+					entries = append(entries, vector.Entry{ID: fmt.Sprintf("f-%05d", len(entries)), Scope: scope, Type: typeOf(i), Vector: RandomVector(rng, spec.Dimension)})
 				}
 			}
 			const big = 1200
@@ -97,7 +98,7 @@ func testFilteredSearchExact(t *testing.T, h Harness) {
 				{"user:big-a", []string{"semantic"}, 40, false},
 			} {
 				for qi := range 2 {
-					qv := randomVector(rng, spec.Dimension)
+					qv := RandomVector(rng, spec.Dimension)
 					got := search(t, idx, vector.Query{Scope: tc.scope, Types: tc.types, Vector: qv, K: tc.k})
 					want := bruteForceTypes(spec, entries, tc.scope, tc.types, qv, tc.k)
 					name := fmt.Sprintf("scope %s, types %v, k %d, query %d", tc.scope, tc.types, tc.k, qi)
@@ -162,12 +163,12 @@ func testRestart(t *testing.T, h Harness) {
 	var entries []vector.Entry
 	for i := range 1500 {
 		entries = append(entries, vector.Entry{ID: fmt.Sprintf("r-%04d", i), Scope: []string{"user:r", "user:s"}[i%2],
-			Type: []string{"semantic", "episodic", "semantic"}[i%3], Vector: randomVector(rng, spec.Dimension)})
+			Type: []string{"semantic", "episodic", "semantic"}[i%3], Vector: RandomVector(rng, spec.Dimension)})
 	}
 	upsert(t, idx, entries...)
 	var queries []vector.Query
 	for i := range 6 {
-		q := vector.Query{Scope: []string{"user:r", "user:s"}[i%2], Vector: randomVector(rng, spec.Dimension), K: 10}
+		q := vector.Query{Scope: []string{"user:r", "user:s"}[i%2], Vector: RandomVector(rng, spec.Dimension), K: 10}
 		if i >= 4 {
 			q.Types = []string{"episodic"}
 		}
@@ -213,14 +214,14 @@ func testDimensionEdges(t *testing.T, h Harness) {
 			rng := rand.New(rand.NewPCG(uint64(dim), 9))
 			var entries []vector.Entry
 			for i := range 20 {
-				entries = append(entries, vector.Entry{ID: fmt.Sprintf("d-%02d", i), Scope: "user:dims", Type: "semantic", Vector: randomVector(rng, dim)})
+				entries = append(entries, vector.Entry{ID: fmt.Sprintf("d-%02d", i), Scope: "user:dims", Type: "semantic", Vector: RandomVector(rng, dim)})
 			}
 			upsert(t, idx, entries...)
-			qv := randomVector(rng, dim)
+			qv := RandomVector(rng, dim)
 			want := bruteForceTypes(spec, entries, "user:dims", nil, qv, 5)
 			expectHits(t, search(t, idx, vector.Query{Scope: "user:dims", Vector: qv, K: 5}), ids(want), scores(want))
 			for _, n := range []int{dim - 1, dim + 1} {
-				err := idx.Upsert(context.Background(), []vector.Entry{{ID: "bad", Scope: "user:dims", Type: "semantic", Vector: randomVector(rng, n)}})
+				err := idx.Upsert(context.Background(), []vector.Entry{{ID: "bad", Scope: "user:dims", Type: "semantic", Vector: RandomVector(rng, n)}})
 				if err == nil {
 					t.Errorf("upsert of a %d-dimensional vector into a %d-dimensional index: no error", n, dim)
 				}
