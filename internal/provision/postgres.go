@@ -267,7 +267,8 @@ var Privileges = map[string]map[string][]string{
 	},
 }
 
-// grantRoles gives each role exactly its Privileges, in one transaction that first
+// grantRoles gives each role exactly its Privileges (and EngineTablePrivileges on the
+// engine tables present), in one transaction that first
 // revokes whatever it held (so a privilege dropped in a newer version goes, and no
 // agent ever sees the gap between the revoke and the grants).
 func grantRoles(ctx context.Context, pool *pgxpool.Pool, database string, n Names) error {
@@ -300,6 +301,10 @@ func grantRoles(ctx context.Context, pool *pgxpool.Pool, database string, n Name
 				if err := execFormattedTx(ctx, tx, s.sql, s.args...); err != nil {
 					return err
 				}
+			}
+			// A vector engine's tables (pgvector.go), in the same transaction.
+			if err := grantEngineTables(ctx, tx, n.Schema, kind, role); err != nil {
+				return err
 			}
 		}
 		return nil

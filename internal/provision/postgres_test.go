@@ -18,9 +18,14 @@ import (
 // provisioned is a store's schema and roles on the test server, removed afterwards.
 func provisioned(t *testing.T) (PostgresConn, Names, Passwords) {
 	t.Helper()
-	pg := testutil.PostgresParts(t)
+	return provisionedOn(t, testutil.PostgresParts(t), "grants-")
+}
+
+// provisionedOn is provisioned on the server pg, the tenant named with prefix.
+func provisionedOn(t *testing.T, pg testutil.Postgres, prefix string) (PostgresConn, Names, Passwords) {
+	t.Helper()
 	admin := PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
-	names, err := NamesFor(testutil.UniqueName("grants-"), "")
+	names, err := NamesFor(testutil.UniqueName(prefix), "")
 	if err != nil {
 		t.Fatal(err)
 	}

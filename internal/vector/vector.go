@@ -2,9 +2,10 @@
 // pieces every implementation shares: the metric, the index spec, scope validation and
 // vector normalisation.
 //
-// Two implementations exist: package milvus (one Milvus collection per store) and
-// package pgindex (embeddings kept in the store's PostgreSQL schema, the embedded
-// default). Package vectortest holds the conformance suite both are held to.
+// Three implementations exist: package milvus (one Milvus collection per store),
+// package pgindex (embeddings kept in the store's PostgreSQL schema as real[], exact,
+// the embedded default) and package pgvector (the vector extension's HNSW index in the
+// store's schema). Package vectortest holds the conformance suite all are held to.
 package vector
 
 import (

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -57,32 +58,13 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, schema string, spec vector.
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	meta := pgx.Identifier{schema, "store_meta"}.Sanitize()
 	vectors := pgx.Identifier{schema, "vectors"}.Sanitize()
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO `+meta+` (key, value) VALUES ($1, $2), ($3, $4) ON CONFLICT (key) DO NOTHING`,
-			MetaDimension, strconv.Itoa(spec.Dimension), MetaMetric, string(spec.Metric))
+		recorded, err := RecordSpec(ctx, tx, schema, spec)
 		if err != nil {
-			return fmt.Errorf("record vector spec in %s: %w", meta, err)
+			return err
 		}
-		var dimText, metricText string
-		err = tx.QueryRow(ctx, `SELECT
-			(SELECT value FROM `+meta+` WHERE key = $1),
-			(SELECT value FROM `+meta+` WHERE key = $2)`, MetaDimension, MetaMetric).Scan(&dimText, &metricText)
-		if err != nil {
-			return fmt.Errorf("read vector spec from %s: %w", meta, err)
-		}
-		dim, err := strconv.Atoi(dimText)
-		if err != nil {
-			return fmt.Errorf("%s: %s is %q, not a number", meta, MetaDimension, dimText)
-		}
-		if dim != spec.Dimension {
-			return vector.DimensionError("vector store "+schema, spec.Dimension, dim)
-		}
-		if !strings.EqualFold(metricText, string(spec.Metric)) {
-			return fmt.Errorf("%w: vector store %s uses metric %s, expected %s", vector.ErrMetricMismatch, schema, metricText, spec.Metric)
-		}
-		if tag.RowsAffected() > 0 {
+		if recorded {
 			// The spec was just recorded: vectors written before must agree with it.
 			var other int
 			err := tx.QueryRow(ctx, `SELECT cardinality(embedding) FROM `+vectors+` WHERE cardinality(embedding) <> $1 LIMIT 1`, spec.Dimension).Scan(&other)
@@ -95,6 +77,38 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, schema string, spec vector.
 		}
 		return nil
 	})
+}
+
+// RecordSpec records spec in schema's store_meta unless a spec is recorded there,
+// then checks the recorded one against spec: another dimension gives a wrapped
+// vector.ErrDimensionMismatch, another metric a wrapped vector.ErrMetricMismatch (the
+// caller's transaction then rolls back, changing nothing). recorded reports whether
+// this call wrote the spec. Every engine of a store keeps its spec this way.
+func RecordSpec(ctx context.Context, tx pgx.Tx, schema string, spec vector.Spec) (recorded bool, err error) {
+	meta := pgx.Identifier{schema, "store_meta"}.Sanitize()
+	tag, err := tx.Exec(ctx, `INSERT INTO `+meta+` (key, value) VALUES ($1, $2), ($3, $4) ON CONFLICT (key) DO NOTHING`,
+		MetaDimension, strconv.Itoa(spec.Dimension), MetaMetric, string(spec.Metric))
+	if err != nil {
+		return false, fmt.Errorf("record vector spec in %s: %w", meta, err)
+	}
+	var dimText, metricText string
+	err = tx.QueryRow(ctx, `SELECT
+		(SELECT value FROM `+meta+` WHERE key = $1),
+		(SELECT value FROM `+meta+` WHERE key = $2)`, MetaDimension, MetaMetric).Scan(&dimText, &metricText)
+	if err != nil {
+		return false, fmt.Errorf("read vector spec from %s: %w", meta, err)
+	}
+	dim, err := strconv.Atoi(dimText)
+	if err != nil {
+		return false, fmt.Errorf("%s: %s is %q, not a number", meta, MetaDimension, dimText)
+	}
+	if dim != spec.Dimension {
+		return false, vector.DimensionError("vector store "+schema, spec.Dimension, dim)
+	}
+	if !strings.EqualFold(metricText, string(spec.Metric)) {
+		return false, fmt.Errorf("%w: vector store %s uses metric %s, expected %s", vector.ErrMetricMismatch, schema, metricText, spec.Metric)
+	}
+	return tag.RowsAffected() > 0, nil
 }
 
 // Index is a vector.Index on the vectors table of one schema. It is safe for
@@ -132,6 +146,9 @@ func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
+	// Rows are locked in memory_id order, so writers of overlapping batches wait for
+	// each other instead of deadlocking.
+	entries = slices.SortedFunc(slices.Values(entries), func(a, b vector.Entry) int { return strings.Compare(a.ID, b.ID) })
 	err := pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error {
 		if len(entries) >= copyThreshold {
 			done, err := ix.insertNew(ctx, tx, entries)
@@ -237,7 +254,7 @@ func (ix *Index) upsertCopy(ctx context.Context, tx pgx.Tx, entries []vector.Ent
 		return false, err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO `+ix.table+` AS v (memory_id, scope, memory_type, embedding)
-		SELECT memory_id, scope, memory_type, embedding FROM `+tmp+onConflict)
+		SELECT memory_id, scope, memory_type, embedding FROM `+tmp+` ORDER BY memory_id`+onConflict)
 	return err == nil, err
 }
 

@@ -80,6 +80,9 @@ func TestConformance(t *testing.T) {
 			}
 			return pgindex.New(pool, schema, spec), nil
 		},
+		Restart: func(t *testing.T, idx vector.Index) vector.Index {
+			return pgindex.New(connect(t), idx.(*pgindex.Index).Schema(), idx.Spec())
+		},
 	})
 }
 

@@ -1,7 +1,9 @@
 // Package vectortest is the conformance suite every vector.Index implementation runs
 // against its real backend, so that Milvus and the PostgreSQL-embedded index behave
 // identically: ranking and scores per metric, scope isolation, type filters, deletes,
-// idempotent upserts, input validation and spec mismatches of an existing store.
+// idempotent upserts, input validation and spec mismatches of an existing store,
+// filtered searches that return exactly min(K, matches), restarts, the dimension
+// range's edges and concurrent writers.
 package vectortest
 
 import (
@@ -27,6 +29,13 @@ type Harness struct {
 	// reconcile, but with spec, and returns an index on it (nil with the error when
 	// the existing store does not match spec).
 	Reopen func(t *testing.T, idx vector.Index, spec vector.Spec) (vector.Index, error)
+	// Restart, when set, returns an index on the store behind idx through a new
+	// connection or client (a restarted gateway), without ensuring it again; unset,
+	// the suite uses Reopen with idx's spec.
+	Restart func(t *testing.T, idx vector.Index) vector.Index
+	// MaxDimension is the largest dimension the engine takes (vector.MaxDimension
+	// when 0).
+	MaxDimension int
 }
 
 // Run runs the whole suite as subtests of t.
@@ -44,6 +53,10 @@ func Run(t *testing.T, h Harness) {
 	t.Run("LargeBatchMatchesBruteForce", func(t *testing.T) { testLargeBatch(t, h) })
 	t.Run("ScoreIDs", func(t *testing.T) { testScoreIDs(t, h) })
 	t.Run("ReopenMismatch", func(t *testing.T) { testReopenMismatch(t, h) })
+	t.Run("FilteredSearchExact", func(t *testing.T) { testFilteredSearchExact(t, h) })
+	t.Run("Restart", func(t *testing.T) { testRestart(t, h) })
+	t.Run("DimensionEdges", func(t *testing.T) { testDimensionEdges(t, h) })
+	t.Run("ConcurrentUpserts", func(t *testing.T) { testConcurrentUpserts(t, h) })
 }
 
 const scoreTolerance = 1e-4

@@ -1,0 +1,36 @@
+package pgvector
+
+import "context"
+
+// Paths reports how many searches each path answered: exact from the start, by the
+// HNSW index, and exactly after a short HNSW answer.
+func Paths(ix *Index) (exact, ann, fallback int64) {
+	return ix.paths.exact.Load(), ix.paths.ann.Load(), ix.paths.fallback.Load()
+}
+
+// SearchSQL returns the exact and the HNSW search statements (with a types filter
+// when types is set), as Search runs them.
+func SearchSQL(ctx context.Context, ix *Index, types bool) (exact, ann string, err error) {
+	s, err := ix.statements(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	i := 0
+	if types {
+		i = 1
+	}
+	return s.exact[i], s.ann[i], nil
+}
+
+// TextVector is the query parameter of a search.
+var TextVector = textVector
+
+// ForgetSizes empties the cache of scope sizes.
+func ForgetSizes(ix *Index) {
+	ix.sizes.mu.Lock()
+	ix.sizes.m = nil
+	ix.sizes.mu.Unlock()
+}
+
+// InsertsMet reports whether a COPY of new entries met existing rows (insertNew).
+func InsertsMet(ix *Index) bool { return ix.insertsMet.Load() }

@@ -1,0 +1,184 @@
+package pgvector
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// The filtered-search strategy is described in the package documentation.
+
+const (
+	// exactMargin is how many rows beyond K an exact search reads, so the K it returns
+	// are the best by vector.Score even where the database's float32 distances order
+	// near-ties differently.
+	exactMargin = 16
+	// sizeTTL is how long a scope's (bounded) match count is trusted for choosing a
+	// search's path. A stale count picks the slower path for a while, never a short
+	// result: the exact path is exact, and a short ANN result is redone exactly.
+	sizeTTL = 5 * time.Second
+	// maxSizes bounds the cache; it starts over when full.
+	maxSizes = 10000
+)
+
+// Search returns the K entries of q.Scope (and q.Types) with the highest score, best
+// first, ties by memory_id: exactly min(K, matches) hits.
+func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, error) {
+	if err := vector.ValidateQuery(ix.spec, q); err != nil {
+		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+	}
+	s, err := ix.statements(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+	}
+	query := vector.Prepare(ix.spec.Metric, q.Vector)
+	qtext := textVector(query)
+	useANN := q.K <= maxEfSearch
+	if useANN {
+		n, err := ix.matches(ctx, s, q.Scope, q.Types)
+		if err != nil {
+			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+		}
+		useANN = n > ix.params.ExactBelow
+	}
+	if useANN {
+		hits, err := ix.searchANN(ctx, s, q, query, qtext)
+		if err != nil {
+			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+		}
+		if len(hits) == q.K {
+			ix.paths.ann.Add(1)
+			return hits, nil
+		}
+		ix.paths.fallback.Add(1)
+	} else {
+		ix.paths.exact.Add(1)
+	}
+	hits, err := ix.searchExact(ctx, s, q, query, qtext)
+	if err != nil {
+		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+	}
+	return hits, nil
+}
+
+// searchExact ranks every match of the scope (and types): the subquery's OFFSET 0
+// keeps the planner from answering the ORDER BY with the HNSW index.
+func (ix *Index) searchExact(ctx context.Context, s *statements, q vector.Query, query []float32, qtext string) ([]vector.Hit, error) {
+	sql, args := s.exact[0], []any{q.Scope, qtext}
+	if len(q.Types) > 0 {
+		sql, args = s.exact[1], append(args, q.Types)
+	}
+	args = append(args, q.K+exactMargin)
+	rows, err := ix.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return ix.rank(rows, query, q.K)
+}
+
+// searchANN walks the HNSW index with hnsw.ef_search = max(EfSearch, K), set for its
+// own (implicit) transaction: the batch runs as one.
+func (ix *Index) searchANN(ctx context.Context, s *statements, q vector.Query, query []float32, qtext string) ([]vector.Hit, error) {
+	sql, args := s.ann[0], []any{q.Scope, qtext}
+	if len(q.Types) > 0 {
+		sql, args = s.ann[1], append(args, q.Types)
+	}
+	args = append(args, q.K)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('hnsw.ef_search', $1, true)`, strconv.Itoa(max(ix.params.EfSearch, q.K)))
+	b.Queue(sql, args...)
+	br := ix.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("set hnsw.ef_search: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	hits, err := ix.rank(rows, query, q.K)
+	if err != nil {
+		return nil, err
+	}
+	return hits, br.Close()
+}
+
+// rank scores rows with vector.Score and keeps the best k.
+func (ix *Index) rank(rows pgx.Rows, query []float32, k int) ([]vector.Hit, error) {
+	hits := make([]vector.Hit, 0, k+exactMargin)
+	err := readRows(rows, ix.spec.Dimension, func(id string, v []float32) {
+		hits = append(hits, vector.Hit{ID: id, Score: score(ix.spec.Metric, v, query)})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return vector.RankHits(hits, k), nil
+}
+
+// matches counts the entries of scope (and types), up to ExactBelow+1: enough to
+// choose the path. Counts are cached for sizeTTL.
+func (ix *Index) matches(ctx context.Context, s *statements, scope string, types []string) (int, error) {
+	key := scope
+	if len(types) > 0 {
+		sorted := slices.Clone(types)
+		slices.Sort(sorted)
+		key += "\x00" + strings.Join(slices.Compact(sorted), "\x00")
+	}
+	if n, ok := ix.sizes.get(key); ok {
+		return n, nil
+	}
+	sql, args := s.count[0], []any{scope}
+	if len(types) > 0 {
+		sql, args = s.count[1], append(args, types)
+	}
+	args = append(args, ix.params.ExactBelow+1)
+	var n int
+	if err := ix.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the entries of scope %s: %w", scope, err)
+	}
+	ix.sizes.put(key, n)
+	return n, nil
+}
+
+type sizeCache struct {
+	mu sync.Mutex
+	m  map[string]sizeEntry
+}
+
+type sizeEntry struct {
+	n  int
+	at time.Time
+}
+
+func (c *sizeCache) get(key string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok || time.Since(e.at) > sizeTTL {
+		return 0, false
+	}
+	return e.n, true
+}
+
+func (c *sizeCache) put(key string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxSizes {
+		c.m = make(map[string]sizeEntry)
+	}
+	c.m[key] = sizeEntry{n: n, at: time.Now()}
+}
+
+// pathCounts count the searches by the path that answered them.
+type pathCounts struct {
+	exact, ann, fallback atomic.Int64
+}
