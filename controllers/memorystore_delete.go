@@ -105,9 +105,23 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 		return nil, nil
 	}
 	var deleted []string
-	// The collection is dropped only with a schema of ours, and only if it carries
-	// this store's mark (DeleteVectors); another store's stays.
-	if own == provision.OwnedByUs && rb.milvus != nil {
+	// The store's Milvus user and role go first (their removal checks the collection
+	// is this store's, so it must still be there), then the collection: only with a
+	// schema of ours, and only if it carries this store's mark (DeleteVectors);
+	// another store's stays. A store on another engine has nothing in Milvus.
+	usesMilvus := rb.milvus != nil && (store.Status.Vector == nil || store.Status.Vector.Engine == provision.EngineMilvus)
+	if own == provision.OwnedByUs && usesMilvus && rb.milvus.Username != "" {
+		err := provision.DeleteMilvusTenant(ctx, *rb.milvus, names, vectorOwner(store, names))
+		switch {
+		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
+			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the Milvus user alone: %v", err)
+		case err != nil:
+			return nil, err
+		default:
+			deleted = append(deleted, "Milvus user "+names.MilvusUser+" and role "+names.MilvusRole)
+		}
+	}
+	if own == provision.OwnedByUs && usesMilvus {
 		err := provision.DeleteVectors(ctx, rb.postgres, rb.milvus, names, vectorOwner(store, names))
 		switch {
 		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
@@ -117,7 +131,7 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 		default:
 			deleted = append(deleted, "Milvus collection "+names.Collection)
 		}
-	} else if rb.milvus != nil {
+	} else if usesMilvus {
 		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete",
 			"Left Milvus collection %s in place: no schema of this store says it is its own", names.Collection)
 	}

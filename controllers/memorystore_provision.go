@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,10 @@ import (
 // ownerOf identifies a store in the marks it leaves on backends. Namespace and name (not
 // UID) so that a store deleted with Retain and created again adopts its data.
 func ownerOf(store *memoryv1alpha1.MemoryStore) string { return store.Namespace + "/" + store.Name }
+
+// milvusTenantRecheck is how soon provisioning looks again while Milvus has not yet
+// applied the store's new user or role.
+const milvusTenantRecheck = 3 * time.Second
 
 // vectorOwner is the store's claim on its Milvus collection. A collection made before
 // collections carried owner marks is adopted only when this store's status already
@@ -49,6 +54,12 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	if err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
 	}
+	// Before anything is made: an engine the backend cannot serve, or one other than
+	// the store's vectors are in, changes nothing.
+	eng, err := desiredEngine(store, rb.spec)
+	if err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionVectorReady, err)
+	}
 	passwords, err := r.rolePasswords(ctx, store)
 	if err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
@@ -70,18 +81,30 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		return r.stepFailed(store, memoryv1alpha1.ConditionEmbedderReady, err)
 	}
 	spec := vector.Spec{Dimension: int(store.Spec.Vector.Dimension), Metric: vector.Metric(store.MetricOrDefault())}
-	vec, err := provision.EnsureVectors(ctx, rb.postgres, rb.milvus, names, vectorOwner(store, names), spec)
+	vec, err := r.ensureVectors(ctx, store, rb, names, eng, spec)
+	if errors.Is(err, provision.ErrMilvusTenantPending) {
+		// Milvus applies users and grants a few seconds late: wait, it is no failure.
+		store.SetCondition(memoryv1alpha1.ConditionVectorReady, metav1.ConditionFalse, memoryv1alpha1.ReasonProvisioning, err.Error())
+		return ctrl.Result{RequeueAfter: milvusTenantRecheck}, nil
+	}
 	if err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionVectorReady, err)
 	}
 	store.Status.Vector = &memoryv1alpha1.VectorStatus{
 		Engine: vec.Engine, Collection: vec.Collection, Dimension: store.Spec.Vector.Dimension,
-		Metric: string(spec.Metric), EmbeddingModel: embedder.Model(),
+		Metric: string(spec.Metric), EmbeddingModel: embedder.Model(), MilvusUser: vec.milvusUser, Extension: vec.Extension,
 	}
-	store.SetCondition(memoryv1alpha1.ConditionVectorReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
-		fmt.Sprintf("%s index %s, dimension %d, metric %s", vec.Engine, vec.Collection, spec.Dimension, spec.Metric))
+	message := fmt.Sprintf("%s index %s, dimension %d, metric %s", vec.Engine, vec.Collection, spec.Dimension, spec.Metric)
+	if vec.milvusUser != "" {
+		message += "; the gateway and the Jobs log in as Milvus user " + vec.milvusUser
+	}
+	if vec.SearchIndexDeferredSince != "" {
+		message += "; a restore has held the HNSW index back since " + vec.SearchIndexDeferredSince +
+			" (searches are exact, and slower, until it completes and builds it)"
+	}
+	store.SetCondition(memoryv1alpha1.ConditionVectorReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned, message)
 	if vec.Created {
-		r.Recorder.Eventf(store, nil, "Normal", "CollectionCreated", "Provision", "Created Milvus collection %s", vec.Collection)
+		r.Recorder.Eventf(store, nil, "Normal", "CollectionCreated", "Provision", "Created %s index %s", vec.Engine, vec.Collection)
 	}
 
 	if rb.s3 != nil {
@@ -98,7 +121,8 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionObjectStoreReady)
 	}
 
-	info := connectionInfo{backend: rb, names: names, passwords: passwords, engine: vec.Engine, model: embedder.Model()}
+	info := connectionInfo{backend: rb, names: names, passwords: passwords, engine: vec.Engine, model: embedder.Model(),
+		milvusUser: vec.milvusUser, milvusPassword: vec.milvusPassword}
 	if err := r.ensureConnectionSecret(ctx, store, info); err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
 	}

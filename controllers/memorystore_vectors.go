@@ -7,7 +7,9 @@ import (
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/provision"
+	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
 // Keys of the store's Secrets holding its own Milvus user, when its engine is Milvus on
@@ -91,11 +93,61 @@ func milvusUserNote(user string) string {
 	return " and Milvus user " + user
 }
 
-// milvusPassword is the store's Milvus user's password: a new one when a rotation is
-// requested, else the one in its worker Secret (new on the first provisioning).
-func (r *MemoryStoreReconciler) milvusPassword(ctx context.Context, store *memoryv1alpha1.MemoryStore) (string, error) {
-	if store.RotationRequested() != "" {
-		return newPassword()
+// storeIndex is the index provisioning made for a store, and the store's own Milvus
+// login when it has one.
+type storeIndex struct {
+	provision.VectorResult
+	milvusUser, milvusPassword string
+}
+
+// ensureVectors provisions the store's index in its engine: the schema's vectors
+// table (Postgres), the vector extension and HNSW index (PGVector), or a collection
+// marked as the store's and, on a server with authentication, the store's own Milvus
+// user and role with privileges on that collection alone (Milvus).
+func (r *MemoryStoreReconciler) ensureVectors(ctx context.Context, store *memoryv1alpha1.MemoryStore, rb *resolvedBackend,
+	names provision.Names, eng memoryv1alpha1.VectorEngine, spec vector.Spec) (storeIndex, error) {
+	var out storeIndex
+	var err error
+	switch eng {
+	case memoryv1alpha1.EnginePGVector:
+		out.VectorResult, err = provision.EnsurePGVector(ctx, rb.postgres, names, spec, pgvectorParams(store))
+		return out, err
+	case memoryv1alpha1.EngineMilvus:
+		out.VectorResult, err = provision.EnsureVectors(ctx, rb.postgres, rb.milvus, names, vectorOwner(store, names), spec)
+	default:
+		out.VectorResult, err = provision.EnsureVectors(ctx, rb.postgres, nil, names, vectorOwner(store, names), spec)
+		return out, err
 	}
-	return r.secretPassword(ctx, store, store.WorkerSecretName(), keyMilvusPassword)
+	if err != nil || rb.milvus.Username == "" {
+		return out, err // a server without authentication has no users
+	}
+	previous, err := r.secretPassword(ctx, store, store.WorkerSecretName(), keyMilvusPassword)
+	if err != nil {
+		return out, err
+	}
+	password := previous
+	if store.RotationRequested() != "" {
+		if password, err = newPassword(); err != nil {
+			return out, err
+		}
+	}
+	if err := provision.EnsureMilvusTenant(ctx, *rb.milvus, names, ownerOf(store), password, previous); err != nil {
+		return out, err
+	}
+	out.milvusUser, out.milvusPassword = names.MilvusUser, password
+	return out, nil
+}
+
+// pgvectorParams is spec.vector.index as the PGVector engine's parameters (zero
+// fields: its defaults).
+func pgvectorParams(store *memoryv1alpha1.MemoryStore) pgvector.Params {
+	ix := store.Spec.Vector.Index
+	if ix == nil {
+		return pgvector.Params{}
+	}
+	p := pgvector.Params{M: int(ix.M), EfConstruction: int(ix.EfConstruction), EfSearch: int(ix.EfSearch)}
+	if ix.ExactSearchBelow != nil {
+		p.ExactBelow = int(*ix.ExactSearchBelow)
+	}
+	return p
 }

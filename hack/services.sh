@@ -118,7 +118,9 @@ listen-peer-urls: http://127.0.0.1:$peer
 initial-advertise-peer-urls: http://127.0.0.1:$peer
 initial-cluster: default=http://127.0.0.1:$peer
 ETCD
-	ETCD_CONFIG_PATH="$RUN_DIR/milvus-server-etcd.yaml" nohup "$BIN/engines-venv/bin/milvus-server" --data "$RUN_DIR/milvus-server-data" --proxy-port "$port" \
+	# PROXY_MAXROLENUM: Milvus allows 10 roles by default (admin and public among them),
+	# and every store gets one of its own.
+	PROXY_MAXROLENUM=1000 ETCD_CONFIG_PATH="$RUN_DIR/milvus-server-etcd.yaml" nohup "$BIN/engines-venv/bin/milvus-server" --data "$RUN_DIR/milvus-server-data" --proxy-port "$port" \
 		--etcd-port "$etcd" --authorization-enabled true >"$RUN_DIR/milvus-server.log" 2>&1 &
 	echo $! >"$RUN_DIR/milvus-server.pid"
 	# The proxy's REST API answers once the coordinators are up (the port opens earlier).

@@ -123,6 +123,7 @@ type StoreBackend struct {
 // metric and engine are immutable: vectors of another shape or engine belong to another
 // store (snapshot this one and restore into it: docs/engines.md).
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.engine) || (has(self.engine) && self.engine == oldSelf.engine)",message="vector.engine is immutable: move the store to another engine by snapshot and restore"
+// +kubebuilder:validation:XValidation:rule="!has(self.engine) || self.engine != 'PGVector' || self.dimension <= 2000",message="the PGVector engine indexes at most 2000 dimensions"
 type VectorSpec struct {
 	// Dimension of every embedding (384 for all-MiniLM-L6-v2).
 	// +kubebuilder:validation:Minimum=2

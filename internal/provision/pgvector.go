@@ -39,7 +39,7 @@ var EngineTablePrivileges = map[string]map[string][]string{
 func EnsurePGVector(ctx context.Context, admin PostgresConn, names Names, spec vector.Spec, p pgvector.Params) (VectorResult, error) {
 	what := "PostgreSQL " + admin.Endpoint()
 	if err := pgvector.ValidateSpec(spec); err != nil {
-		return VectorResult{}, fail(ReasonBackendError, "vector spec for the PGVector engine: %v", err)
+		return VectorResult{}, fail(ReasonEngineUnavailable, "vector spec for the PGVector engine: %v", err)
 	}
 	if err := p.WithDefaults().Validate(); err != nil {
 		return VectorResult{}, fail(ReasonBackendError, "%v", err)
@@ -64,7 +64,12 @@ func EnsurePGVector(ctx context.Context, admin PostgresConn, names Names, spec v
 	if err := grantPGVector(ctx, pool, names, ext); err != nil {
 		return VectorResult{}, classify(what+": granting "+names.Role+" and "+names.WorkerRole+" the vector index", err)
 	}
-	return VectorResult{Engine: EnginePGVector, Collection: names.Schema + "." + pgvector.Table, Created: !existed}, nil
+	deferred, err := pgvector.SearchIndexDeferred(ctx, pool, names.Schema)
+	if err != nil {
+		return VectorResult{}, classify(what, err)
+	}
+	return VectorResult{Engine: EnginePGVector, Collection: names.Schema + "." + pgvector.Table, Created: !existed,
+		Extension: "vector " + ext.Version + " in schema " + ext.Schema, SearchIndexDeferredSince: deferred}, nil
 }
 
 // classifyPGVector is classify, with a missing or too old extension as ExtensionMissing.

@@ -29,6 +29,12 @@ type VectorResult struct {
 	Collection string
 	// Created is true when this call made the collection.
 	Created bool
+	// Extension is the vector extension in use, as "vector <version> in schema
+	// <schema>" (PGVector engine).
+	Extension string
+	// SearchIndexDeferredSince is when a restore's bulk load took the HNSW index away
+	// ("" when it is in place; PGVector engine).
+	SearchIndexDeferredSince string
 }
 
 // ConnectMilvus opens a Milvus client, bounded by connectTimeout.

@@ -120,6 +120,10 @@ type RestoreConfig struct {
 	ConflictPolicy, Embeddings string
 	// DryRun writes nothing to the target; the detail object and summary are written.
 	DryRun bool
+	// IndexBuildMemory is the memory PostgreSQL may use to build the PGVector
+	// engine's HNSW index after a bulk load (maintenance_work_mem, e.g. "1GB"; empty:
+	// the server's setting).
+	IndexBuildMemory string
 	// Rehydrate brings the package's archived memories back live (restore.Options.Rehydrate).
 	Rehydrate bool
 	// AllowMerge lets the mapping send several package scopes to one target scope
@@ -183,6 +187,7 @@ func (c RestoreConfig) Args() []string {
 		args = append(args, "--unencrypted")
 	}
 	opt("--expect-manifest-sha256", c.ExpectManifestSHA256)
+	opt("--index-build-memory", c.IndexBuildMemory)
 	args = append(args, c.Vectors.Args()...)
 	opt("--embedder-endpoint", c.EmbedderEndpoint)
 	if c.EmbedderMaxInputBytes > 0 {
@@ -256,6 +261,7 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.ConflictPolicy, "conflict-policy", "KeepNewer", "KeepNewer, Overwrite or Skip")
 	fs.StringVar(&c.Embeddings, "embeddings", "Reuse", "Reuse, Reembed or Defer")
 	fs.BoolVar(&c.DryRun, "dry-run", false, "write nothing to the target")
+	fs.StringVar(&c.IndexBuildMemory, "index-build-memory", "", "PostgreSQL memory for building the HNSW index after a bulk load (PGVector engine), e.g. 1GB")
 	fs.BoolVar(&c.Rehydrate, "rehydrate", false, "bring the package's archived memories back live")
 	fs.BoolVar(&c.AllowMerge, "allow-merge", false, "let the mapping merge several package scopes into one target scope")
 	fs.BoolVar(&c.IntoExisting, "into-existing", false, "let the mapping rename package scopes onto target scopes that hold memories of their own")

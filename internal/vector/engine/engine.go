@@ -150,3 +150,16 @@ func (v Vectors) Open(ctx context.Context, pool *pgxpool.Pool, schema string, sp
 type Fetcher interface {
 	Fetch(ctx context.Context, ids []string) (map[string][]float32, error)
 }
+
+// BulkLoader is an index that loads many vectors faster without its search index and
+// builds that afterwards (PGVector's HNSW graph). Searches stay correct meanwhile,
+// only slower.
+type BulkLoader interface {
+	DropSearchIndex(ctx context.Context) error
+	// BuildSearchIndex builds the search index with memory for the build (a
+	// PostgreSQL size such as "1GB"; empty: the server's setting).
+	BuildSearchIndex(ctx context.Context, memory string) error
+	// SearchIndexDeferred says since when a bulk load has held the index back ("":
+	// it is in place).
+	SearchIndexDeferred(ctx context.Context) (string, error)
+}

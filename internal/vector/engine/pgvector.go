@@ -1,21 +1,14 @@
 package engine
 
 import (
-	"context"
-	"errors"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
-// openPGVector is wired to package pgvector when it lands (issue 22, in progress).
-func openPGVector(_ *pgxpool.Pool, _ string, _ vector.Spec, _ Vectors) vector.Index {
-	return unavailable{}
-}
-
-type unavailable struct{ vector.Index }
-
-func (unavailable) Search(context.Context, vector.Query) ([]vector.Hit, error) {
-	return nil, errors.New("the PGVector engine is not built into this binary yet")
+// openPGVector is the PGVector engine's index, with v's search tuning (zero fields
+// take pgvector's defaults).
+func openPGVector(pool *pgxpool.Pool, schema string, spec vector.Spec, v Vectors) vector.Index {
+	return pgvector.New(pool, schema, spec, pgvector.Params{EfSearch: v.EfSearch, ExactBelow: v.ExactBelow})
 }

@@ -377,6 +377,12 @@ func (ix *Index) DropSearchIndex(ctx context.Context) error {
 	return nil
 }
 
+// SearchIndexDeferred reports since when a bulk load has held the HNSW index back
+// ("" when it is in place or was never dropped by DropSearchIndex).
+func (ix *Index) SearchIndexDeferred(ctx context.Context) (string, error) {
+	return searchIndexDeferred(ctx, ix.pool, ix.schema)
+}
+
 // BuildSearchIndex builds the HNSW index unless it exists, with maintenanceWorkMem
 // (a PostgreSQL size such as "1GB"; empty keeps the server's) as the build's memory:
 // pgvector builds fast only while the graph fits in it (about 1.1 KiB per vector of

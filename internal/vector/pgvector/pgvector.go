@@ -425,8 +425,16 @@ func Ensure(ctx context.Context, admin *pgxpool.Pool, schema string, spec vector
 			return fmt.Errorf("create the scope index of %s: %w", table, err)
 		}
 		build := hnswDDL(schema, ext.Schema, spec.Metric, p)
-		if _, err := tx.Exec(ctx, build); err != nil {
-			return fmt.Errorf("create the HNSW index of %s: %w", table, err)
+		// A bulk load that dropped the index builds it when it is done: building it
+		// here, under the load, would make every later row of it go through the graph.
+		deferred, err := searchIndexDeferred(ctx, tx, schema)
+		if err != nil {
+			return err
+		}
+		if deferred == "" {
+			if _, err := tx.Exec(ctx, build); err != nil {
+				return fmt.Errorf("create the HNSW index of %s: %w", table, err)
+			}
 		}
 		return ensureBulkFunctions(ctx, tx, schema, build)
 	})
@@ -453,9 +461,37 @@ const (
 	BuildIndexFunction = "embeddings_build_hnsw"
 )
 
+// MetaSearchIndexDeferred is the store_meta key a bulk load's DropSearchIndex sets
+// (to when it dropped the index) and BuildSearchIndex removes.
+const MetaSearchIndexDeferred = "pgvector.search_index_deferred_since"
+
+// SearchIndexDeferred reports since when a bulk load has held the HNSW index back
+// ("" when none does): searches are exact until it builds the index.
+func SearchIndexDeferred(ctx context.Context, q Querier, schema string) (string, error) {
+	return searchIndexDeferred(ctx, q, schema)
+}
+
+func searchIndexDeferred(ctx context.Context, q Querier, schema string) (string, error) {
+	var since string
+	err := q.QueryRow(ctx, `SELECT value FROM `+pgx.Identifier{schema, "store_meta"}.Sanitize()+` WHERE key = $1`,
+		MetaSearchIndexDeferred).Scan(&since)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read %s of schema %s: %w", MetaSearchIndexDeferred, schema, err)
+	}
+	return since, nil
+}
+
 func ensureBulkFunctions(ctx context.Context, tx pgx.Tx, schema, build string) error {
 	const tag = "$memop_pgvector$"
-	drop := `DROP INDEX IF EXISTS ` + pgx.Identifier{schema, hnswIndex}.Sanitize()
+	meta := pgx.Identifier{schema, "store_meta"}.Sanitize()
+	// The drop leaves a mark in store_meta that Ensure honours (it builds no index
+	// under a load), the build takes it away.
+	drop := `DROP INDEX IF EXISTS ` + pgx.Identifier{schema, hnswIndex}.Sanitize() + `; INSERT INTO ` + meta +
+		` (key, value) VALUES (` + quoteLiteral(MetaSearchIndexDeferred) + `, now()::text) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`
+	build = build + `; DELETE FROM ` + meta + ` WHERE key = ` + quoteLiteral(MetaSearchIndexDeferred)
 	for fn, body := range map[string]string{DropIndexFunction: drop, BuildIndexFunction: build} {
 		if strings.Contains(body, tag) {
 			return fmt.Errorf("schema name %q cannot hold the index functions", schema)

@@ -251,6 +251,16 @@ func TestBulkLoadWithoutIndex(t *testing.T) {
 	if err := ix.DropSearchIndex(ctx); err != nil { // again: nothing to drop
 		t.Fatal(err)
 	}
+	// While the load holds the index back, a reconcile's Ensure builds none under it.
+	if since, err := pgvector.SearchIndexDeferred(ctx, e.admin, schema); err != nil || since == "" {
+		t.Fatalf("SearchIndexDeferred after DropSearchIndex = %q, %v", since, err)
+	}
+	if err := pgvector.Ensure(ctx, e.admin, schema, spec, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexDefs(t, e.admin, schema); len(got) != 2 {
+		t.Fatalf("indexes after Ensure under a bulk load: %v", got)
+	}
 	rng := rand.New(rand.NewPCG(3, 3))
 	entries := fill(rng, spec.Dimension, "user:bulk", 3000, semantic)
 	if err := ix.Upsert(ctx, entries); err != nil {
@@ -271,6 +281,9 @@ func TestBulkLoadWithoutIndex(t *testing.T) {
 	}
 	if got := indexDefs(t, e.admin, schema); !slices.Equal(got, before) {
 		t.Fatalf("indexes after BuildSearchIndex:\n%v\nwant\n%v", got, before)
+	}
+	if since, err := pgvector.SearchIndexDeferred(ctx, e.admin, schema); err != nil || since != "" {
+		t.Fatalf("SearchIndexDeferred after BuildSearchIndex = %q, %v", since, err)
 	}
 	if err := ix.BuildSearchIndex(ctx, ""); err != nil { // again: it exists
 		t.Fatal(err)
