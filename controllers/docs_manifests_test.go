@@ -65,7 +65,7 @@ func TestDocumentedManifestsAreAccepted(t *testing.T) {
 			if obj.GetNamespace() != "" || obj.GetKind() != "ClusterMemoryBackend" {
 				obj.SetNamespace(ns)
 			}
-			if err := k8sClient.Create(context.Background(), obj, client.DryRunAll); err != nil {
+			if err := k8sClient.Create(context.Background(), obj, client.DryRunAll, client.FieldValidation("Strict")); err != nil {
 				t.Errorf("%s %s is refused: %v", obj.GetKind(), obj.GetName(), err)
 			}
 		}

@@ -3,7 +3,6 @@ package vectortest
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -134,7 +133,7 @@ func checkApproximate(t *testing.T, name string, spec vector.Spec, entries []vec
 		if !ok || en.Scope != scope || len(types) > 0 && !slices.Contains(types, en.Type) {
 			t.Fatalf("%s: hit %s is not an entry of the scope and types", name, hit.ID)
 		}
-		if ref := vector.Score(spec.Metric, vector.Prepare(spec.Metric, en.Vector), pq); math.Abs(float64(ref-hit.Score)) > scoreTolerance {
+		if ref := vector.Score(spec.Metric, vector.Prepare(spec.Metric, en.Vector), pq); !scoreClose(hit.Score, ref) {
 			t.Fatalf("%s: hit %s scores %v, its score is %v", name, hit.ID, hit.Score, ref)
 		}
 		if i > 0 && got[i-1].Score < hit.Score {
