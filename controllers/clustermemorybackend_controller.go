@@ -108,6 +108,13 @@ func (r *ClusterMemoryBackendReconciler) check(ctx context.Context, cb *memoryv1
 		return checkFailed(ctx, err)
 	}
 	found := []string{pg + " can host stores"}
+	if cb.Spec.VectorEngine == memoryv1alpha1.EnginePGVector {
+		ext, err := provision.CheckPGVector(ctx, rb.postgres)
+		if err != nil {
+			return checkFailed(ctx, err)
+		}
+		found = append(found, "with "+ext)
+	}
 	if rb.milvus != nil {
 		if err := provision.CheckMilvus(ctx, *rb.milvus); err != nil {
 			return checkFailed(ctx, err)

@@ -54,6 +54,9 @@ var needsHuman = map[string]bool{
 	memoryv1alpha1.ReasonEncryptionMismatch:   true,
 	memoryv1alpha1.ReasonConfigMapKeyMissing:  true,
 	memoryv1alpha1.ReasonObjectStorageMissing: true,
+	memoryv1alpha1.ReasonExtensionMissing:     true,
+	memoryv1alpha1.ReasonEngineUnavailable:    true,
+	memoryv1alpha1.ReasonEngineChangeRefused:  true,
 }
 
 // failing is the summary of a failure with this reason: stalled when only a human can

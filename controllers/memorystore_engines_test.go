@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -269,4 +270,45 @@ func milvusAdmin(t *testing.T, root testutil.MilvusServer) testutil.MilvusServer
 		t.Fatal(err)
 	}
 	return admin
+}
+
+// TestClusterMemoryBackendChecksPGVector: a backend whose stores default to PGVector
+// is Ready only where the server offers pgvector with HNSW (its message says which
+// version), and Stalled with ExtensionMissing where it does not, before any store.
+func TestClusterMemoryBackendChecksPGVector(t *testing.T) {
+	f15, f16 := services(t), services(t)
+	f16.pg = testutil.PGVectorParts(t)
+	for _, tc := range []struct {
+		name   string
+		f      backendFixture
+		status metav1.ConditionStatus
+		reason string
+		says   string
+	}{
+		{"with-pgvector", f16, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned, "with pgvector 0."},
+		{"without-pgvector", f15, metav1.ConditionFalse, memoryv1alpha1.ReasonExtensionMissing, "install pgvector"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			secret := testutil.UniqueName("pg-admin-")
+			createSecret(t, operatorNamespace, secret, map[string]string{"username": tc.f.pg.User, "password": tc.f.pg.Password})
+			cb := &memoryv1alpha1.ClusterMemoryBackend{
+				ObjectMeta: metav1.ObjectMeta{Name: testutil.UniqueName("pgv-")},
+				Spec: memoryv1alpha1.ClusterMemoryBackendSpec{BackendSpec: memoryv1alpha1.BackendSpec{
+					Postgres: *tc.f.postgresSpec(secret), VectorEngine: memoryv1alpha1.EnginePGVector,
+				}},
+			}
+			create(t, cb)
+			t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), cb) })
+			g := NewWithT(t)
+			g.Eventually(func(g Gomega) {
+				got := &memoryv1alpha1.ClusterMemoryBackend{}
+				g.Expect(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(cb), got)).To(Succeed())
+				c := meta.FindStatusCondition(got.Status.Conditions, memoryv1alpha1.ConditionReady)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Status).To(Equal(tc.status), c.Message)
+				g.Expect(c.Reason).To(Equal(tc.reason), c.Message)
+				g.Expect(c.Message).To(ContainSubstring(tc.says))
+			}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+		})
+	}
 }

@@ -3,6 +3,8 @@ package provision
 import (
 	"context"
 	"fmt"
+
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
 // CheckPostgres makes sure, changing nothing, that admin can host stores on its
@@ -58,4 +60,20 @@ func CheckObjectStore(ctx context.Context, s S3Conn) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*connectTimeout)
 	defer cancel()
 	return ensureBucket(ctx, c, s, fmt.Sprintf("object storage %s: bucket %s", s.Endpoint, s.Bucket), false)
+}
+
+// CheckPGVector makes sure, changing nothing, that the admin's database has the vector
+// extension or can create it (pgvector 0.5 or later, for HNSW). It returns what it found.
+func CheckPGVector(ctx context.Context, admin PostgresConn) (string, error) {
+	pool, err := OpenPool(ctx, admin)
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close()
+	what := "PostgreSQL " + admin.Endpoint() + " (database " + admin.Database + ")"
+	version, err := pgvector.AvailableVersion(ctx, pool)
+	if err != nil {
+		return "", classifyPGVector(what, err)
+	}
+	return "pgvector " + version, nil
 }

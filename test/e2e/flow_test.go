@@ -46,6 +46,7 @@ func TestEndToEnd(t *testing.T) {
 	s.upgradeChart()
 	s.leaderFailover()
 	s.snapshotJobPod()
+	s.productionEngines()
 	s.restoreWithMapping()
 	s.scheduledArchival()
 	s.managerMetrics()
@@ -325,12 +326,16 @@ func (s *suite) store(name string) *memoryv1.MemoryStore {
 
 // gatewayBase is the acme gateway's Service address, and the agent's key from the
 // connection Secret.
-func (s *suite) gatewayBase() (base, key string) {
+func (s *suite) gatewayBase() (base, key string) { return s.gatewayOf("acme") }
+
+// gatewayOf is a store's gateway Service address and the key its connection Secret
+// hands agents.
+func (s *suite) gatewayOf(store string) (base, key string) {
 	var svc corev1.Service
-	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: "acme-gateway"}, &svc); err != nil {
+	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: store + "-gateway"}, &svc); err != nil {
 		s.t.Fatal(err)
 	}
-	return fmt.Sprintf("http://%s:8080", svc.Spec.ClusterIP), s.secretValue(tenantNS, "acme-memory", "gatewayKey")
+	return fmt.Sprintf("http://%s:8080", svc.Spec.ClusterIP), s.secretValue(tenantNS, store+"-memory", "gatewayKey")
 }
 
 type searchResponse struct {

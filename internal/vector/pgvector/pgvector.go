@@ -266,6 +266,20 @@ func FindExtension(ctx context.Context, q Querier) (Extension, error) {
 	return *found, nil
 }
 
+// AvailableVersion reports, changing nothing, the vector extension's version a store
+// would use: the installed one, else the one EnsureExtension would create; an error
+// wrapping ErrExtensionMissing when there is none with HNSW.
+func AvailableVersion(ctx context.Context, q Querier) (string, error) {
+	found, err := installed(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	if found != nil {
+		return found.Version, checkVersion(found.Version, "the installed vector extension", "update it (ALTER EXTENSION vector UPDATE) after installing pgvector 0.5.0 or later")
+	}
+	return availableVersion(ctx, q)
+}
+
 // Querier is a pool, a connection or a transaction.
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

@@ -1,0 +1,175 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/milvus-io/milvus-sdk-go/v2/client"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	memoryv1 "github.com/amemory/memory-operator/api/v1alpha1"
+)
+
+// productionEngines runs a store on each production vector engine through the
+// cluster: PGVector on PostgreSQL 16 with pgvector (the backend's default engine) and
+// Milvus on a server with authentication, whose store gets a Milvus user of its own.
+// Agents write and search through each gateway, a snapshot Job reads the Milvus
+// store's vectors as that user, and deleting the stores removes the user.
+func (s *suite) productionEngines() {
+	t := s.t
+	env := func(name string) string {
+		v := os.Getenv(name)
+		if v == "" {
+			t.Fatalf("%s is unset: hack/e2e.sh starts PostgreSQL with pgvector and a Milvus server with authentication", name)
+		}
+		return v
+	}
+	pgHost, pgPort := env("MEMORY_TEST_PGVECTOR_HOST"), env("MEMORY_TEST_PGVECTOR_PORT")
+	pgUser, pgPassword := env("MEMORY_TEST_PGVECTOR_USER"), env("MEMORY_TEST_PGVECTOR_PASSWORD")
+	milvusAddr, milvusUser, milvusPassword := env("MEMORY_TEST_MILVUS_AUTH_ADDR"), env("MEMORY_TEST_MILVUS_AUTH_USER"), env("MEMORY_TEST_MILVUS_AUTH_PASSWORD")
+	s.apply(fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: e2e-pgvector-admin, namespace: %[1]s}
+stringData: {username: %[2]s, password: %[3]s}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: e2e-milvus-admin, namespace: %[1]s}
+stringData: {username: %[4]s, password: %[5]s}
+---
+apiVersion: memory.amemory.io/v1alpha1
+kind: ClusterMemoryBackend
+metadata: {name: e2e-engines}
+spec:
+  vectorEngine: PGVector
+  postgres: {host: %[6]s, port: %[7]s, sslMode: disable, adminSecret: {name: e2e-pgvector-admin}}
+  milvus: {address: %[8]s, credentialsSecret: {name: e2e-milvus-admin}}
+  objectStorage: {endpoint: %[9]s, bucket: e2e-memory, insecure: true, createBucket: true, credentialsSecret: {name: e2e-object-storage}}
+  allowedNamespaces: [%[10]s]
+`, operatorNS, pgUser, pgPassword, milvusUser, milvusPassword, pgHost, pgPort, milvusAddr, s.s3Endpoint, tenantNS))
+	s.condition(&memoryv1.ClusterMemoryBackend{ObjectMeta: objectMeta("", "e2e-engines")}, "Ready", 90*time.Second)
+
+	s.apply(fmt.Sprintf(`apiVersion: memory.amemory.io/v1alpha1
+kind: MemoryStore
+metadata: {name: vec-pg, namespace: %[1]s}
+spec:
+  tenant: vec-pg
+  backend: {clusterBackend: e2e-engines}
+  vector: {dimension: 64, index: {exactSearchBelow: 2}}
+  reclaimPolicy: Delete
+  gateway: {enabled: true, keys: [{name: agent}]}
+---
+apiVersion: memory.amemory.io/v1alpha1
+kind: MemoryStore
+metadata: {name: vec-milvus, namespace: %[1]s}
+spec:
+  tenant: vec-milvus
+  backend: {clusterBackend: e2e-engines}
+  vector: {dimension: 64, engine: Milvus}
+  reclaimPolicy: Delete
+  gateway: {enabled: true, keys: [{name: agent}]}
+`, tenantNS))
+	want := map[string]string{"vec-pg": "PGVector", "vec-milvus": "Milvus"}
+	for _, name := range []string{"vec-pg", "vec-milvus"} {
+		st := &memoryv1.MemoryStore{ObjectMeta: objectMeta(tenantNS, name)}
+		s.condition(st, "Ready", 150*time.Second)
+		s.condition(st, "GatewayReady", 120*time.Second)
+		if v := st.Status.Vector; v == nil || v.Engine != want[name] {
+			t.Fatalf("%s: vector status %+v, want engine %s", name, st.Status.Vector, want[name])
+		}
+		s.writeAndSearch(st)
+	}
+
+	// The Milvus store's own user: in its Secrets, in its gateway's environment by
+	// reference, never the admin.
+	vm := s.store("vec-milvus")
+	user, password := s.secretValue(tenantNS, vm.ConnectionSecretNameOrDefault(), "milvusUsername"), s.secretValue(tenantNS, vm.ConnectionSecretNameOrDefault(), "milvusPassword")
+	if user == "" || user != vm.Status.Vector.MilvusUser || user == milvusUser || password == milvusPassword {
+		t.Fatalf("vec-milvus: Milvus login %q (status %q), want the store's own", user, vm.Status.Vector.MilvusUser)
+	}
+	for _, p := range s.pods(tenantNS, map[string]string{"memory.amemory.io/store": "vec-milvus", "app.kubernetes.io/component": "gateway"}) {
+		found := false
+		for _, e := range p.Spec.Containers[0].Env {
+			if e.Name == "MEMORY_MILVUS_USERNAME" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("gateway pod %s has no Milvus login from a Secret", p.Name)
+		}
+	}
+
+	// A snapshot Job reads the vectors from Milvus as the store's user.
+	s.apply(fmt.Sprintf(`apiVersion: memory.amemory.io/v1alpha1
+kind: MemorySnapshot
+metadata: {name: vec-milvus-vectors, namespace: %[1]s}
+spec:
+  storeRef: {name: vec-milvus}
+  destination: {credentialsSecret: {name: s3-credentials}}
+  encryption: {keySecret: {name: snapshot-key, key: key}}
+  includeEmbeddings: true
+`, tenantNS))
+	snap := &memoryv1.MemorySnapshot{ObjectMeta: objectMeta(tenantNS, "vec-milvus-vectors")}
+	s.condition(snap, "Ready", 120*time.Second)
+	if snap.Status.Items != 3 {
+		t.Fatalf("vec-milvus snapshot holds %d memories, want 3", snap.Status.Items)
+	}
+	s.checkJobPod(snap.Status.JobName, false)
+
+	for _, name := range []string{"vec-pg", "vec-milvus"} {
+		s.run("", s.kubectl, "delete", "memorystore", name, "-n", tenantNS, "--timeout=90s")
+		if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: name}, &memoryv1.MemoryStore{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("store %s still there: %v", name, err)
+		}
+	}
+	s.eventually("vec-milvus's Milvus user removed", 60*time.Second, func() (bool, string) {
+		c, err := client.NewClient(s.ctx, client.Config{Address: milvusAddr, Username: user, Password: password})
+		if err != nil {
+			return true, ""
+		}
+		defer c.Close()
+		_, err = c.ListCollections(s.ctx)
+		return err != nil, "the store's login still works"
+	})
+	s.run("", s.kubectl, "delete", "clustermemorybackend", "e2e-engines", "--timeout=60s")
+}
+
+// writeAndSearch writes three memories through the store's gateway Service and finds
+// the one a query is about.
+func (s *suite) writeAndSearch(st *memoryv1.MemoryStore) {
+	t := s.t
+	base, key := s.gatewayOf(st.Name)
+	s.eventually(st.Name+"'s gateway Service", 30*time.Second, func() (bool, string) {
+		resp, err := s.http.Get(base + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	var written struct {
+		Results []struct {
+			MemoryID string `json:"memory_id"`
+		} `json:"results"`
+	}
+	code := s.api(base, key, http.MethodPost, "/v1/memories/batch", map[string]any{"memories": []map[string]any{
+		{"memory_type": "semantic", "scope": "user:1", "content": map[string]any{"text": "prefers oat milk in a flat white"}},
+		{"memory_type": "episodic", "scope": "user:1", "content": map[string]any{"text": "asked for a refund of order 1042"}},
+		{"memory_type": "semantic", "scope": "user:1", "content": map[string]any{"text": "lives in Lisbon"}},
+	}}, &written)
+	if code != http.StatusOK || len(written.Results) != 3 {
+		t.Fatalf("%s: batch write: %d %+v", st.Name, code, written)
+	}
+	var found searchResponse
+	if code := s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:1", "query": "refund order 1042", "top_k": 3, "mode": "dense"}, &found); code != http.StatusOK {
+		t.Fatalf("%s: search: %d", st.Name, code)
+	}
+	if ids := found.ids(); len(ids) != 3 || ids[0] != written.Results[1].MemoryID {
+		t.Fatalf("%s: search for the refund: %+v, want %s first of 3", st.Name, found, written.Results[1].MemoryID)
+	}
+}
