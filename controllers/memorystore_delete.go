@@ -104,36 +104,9 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 			"Deleted nothing of tenant %s: its backends are not this store's (%s)", store.Spec.Tenant, whose)
 		return nil, nil
 	}
-	var deleted []string
-	// The store's Milvus user and role go first (their removal checks the collection
-	// is this store's, so it must still be there), then the collection: only with a
-	// schema of ours, and only if it carries this store's mark (DeleteVectors);
-	// another store's stays. A store on another engine has nothing in Milvus.
-	usesMilvus := rb.milvus != nil && (store.Status.Vector == nil || store.Status.Vector.Engine == provision.EngineMilvus)
-	if own == provision.OwnedByUs && usesMilvus && rb.milvus.Username != "" {
-		err := provision.DeleteMilvusTenant(ctx, *rb.milvus, names, vectorOwner(store, names))
-		switch {
-		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
-			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the Milvus user alone: %v", err)
-		case err != nil:
-			return nil, err
-		default:
-			deleted = append(deleted, "Milvus user "+names.MilvusUser+" and role "+names.MilvusRole)
-		}
-	}
-	if own == provision.OwnedByUs && usesMilvus {
-		err := provision.DeleteVectors(ctx, rb.postgres, rb.milvus, names, vectorOwner(store, names))
-		switch {
-		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
-			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the Milvus collection alone: %v", err)
-		case err != nil:
-			return nil, err
-		default:
-			deleted = append(deleted, "Milvus collection "+names.Collection)
-		}
-	} else if usesMilvus {
-		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete",
-			"Left Milvus collection %s in place: no schema of this store says it is its own", names.Collection)
+	deleted, err := r.deleteMilvus(ctx, store, rb, names, own)
+	if err != nil {
+		return nil, err
 	}
 	if rb.s3 != nil {
 		err := provision.DeleteObjectStore(ctx, *rb.s3, names, ownerOf(store))
@@ -154,4 +127,44 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 	}
 	// PostgreSQL goes last, but it is the system of record: it leads the list.
 	return append([]string{"schema " + names.Schema + " and its roles"}, deleted...), nil
+}
+
+// deleteMilvus removes the store's Milvus user and role, then its collection, and
+// returns what it deleted. The user goes first (its removal checks the collection is
+// this store's, so it must still be there); the collection only with a schema of ours,
+// and only if it carries this store's mark (DeleteVectors): another store's stays. A
+// store on another engine has nothing in Milvus.
+func (r *MemoryStoreReconciler) deleteMilvus(ctx context.Context, store *memoryv1alpha1.MemoryStore, rb *resolvedBackend,
+	names provision.Names, own provision.Ownership) ([]string, error) {
+	var deleted []string
+	usesMilvus := rb.milvus != nil && (store.Status.Vector == nil || store.Status.Vector.Engine == provision.EngineMilvus)
+	if !usesMilvus {
+		return nil, nil
+	}
+	if own != provision.OwnedByUs {
+		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete",
+			"Left Milvus collection %s in place: no schema of this store says it is its own", names.Collection)
+		return nil, nil
+	}
+	if rb.milvus.Username != "" {
+		err := provision.DeleteMilvusTenant(ctx, *rb.milvus, names, vectorOwner(store, names))
+		switch {
+		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
+			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the Milvus user alone: %v", err)
+		case err != nil:
+			return nil, err
+		default:
+			deleted = append(deleted, "Milvus user "+names.MilvusUser+" and role "+names.MilvusRole)
+		}
+	}
+	err := provision.DeleteVectors(ctx, rb.postgres, rb.milvus, names, vectorOwner(store, names))
+	switch {
+	case provision.ReasonOf(err) == provision.ReasonTenantConflict:
+		r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the Milvus collection alone: %v", err)
+	case err != nil:
+		return nil, err
+	default:
+		deleted = append(deleted, "Milvus collection "+names.Collection)
+	}
+	return deleted, nil
 }

@@ -189,7 +189,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serve TLS with this certificate (PEM)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file (PEM)")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
-	c.Vectors.Register(fs)
+	c.Register(fs)
 	fs.IntVar(&c.Dimension, "dimension", 0, "vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
 	fs.StringVar(&c.Embedder, "embedder", "Hashing", "Hashing or OpenAI")

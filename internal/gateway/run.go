@@ -129,9 +129,9 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 	}
 	li := &lazyIndex{spec: spec}
 	li.dial = func(ctx context.Context) (vector.Index, func(), error) {
-		return cfg.Vectors.Open(ctx, pool, cfg.Schema, spec, sec.Milvus)
+		return cfg.Open(ctx, pool, cfg.Schema, spec, sec.Milvus)
 	}
-	if !cfg.Vectors.External() {
+	if !cfg.External() {
 		// An index in the store's own PostgreSQL needs no dialling: open it now.
 		if li.ix, li.closeFn, err = li.dial(ctx); err != nil {
 			pool.Close()

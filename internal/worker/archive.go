@@ -220,7 +220,7 @@ func (a *archiveRun) writeCold(ctx context.Context, objects snapshot.Objects, ru
 	}
 	// The store's tombstones travel along, read with the memories in one snapshot, so
 	// that restoring the cold package anywhere honours them.
-	filter := pgstore.ExportFilter{ArchivedAt: runs, IncludeEmbeddings: a.cfg.Vectors.InSchema()}
+	filter := pgstore.ExportFilter{ArchivedAt: runs, IncludeEmbeddings: a.cfg.InSchema()}
 	return writeCut(ctx, a.store, objects, opts, filter, fetcher, nil)
 }
 
@@ -277,7 +277,7 @@ func (x *archiveIndex) open(ctx context.Context) (vector.Index, error) {
 		return x.ix, nil
 	}
 	spec := vector.Spec{Dimension: x.cfg.Dimension, Metric: vector.Metric(strings.ToUpper(x.cfg.Metric))}
-	ix, closeIx, err := x.cfg.Vectors.Open(ctx, x.pool, x.cfg.Schema, spec, x.login)
+	ix, closeIx, err := x.cfg.Open(ctx, x.pool, x.cfg.Schema, spec, x.login)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +288,7 @@ func (x *archiveIndex) open(ctx context.Context) (vector.Index, error) {
 // fetcher is the index as a reader of stored vectors, for an engine whose vectors are
 // not exported with the rows (nil for one whose are).
 func (x *archiveIndex) fetcher(ctx context.Context) (engine.Fetcher, error) {
-	if x.cfg.Vectors.InSchema() {
+	if x.cfg.InSchema() {
 		return nil, nil
 	}
 	ix, err := x.open(ctx)
