@@ -176,7 +176,7 @@ func ParseArchiveArgs(args []string, stderr io.Writer) (ArchiveConfig, error) {
 	fs.StringVar(&c.Tenant, "tenant", "", "tenant of the store")
 	fs.StringVar(&c.RunName, "run-name", "", "name of this run (the Job's name)")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
-	c.Vectors.Register(fs)
+	c.Register(fs)
 	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "model the store's vectors were made with")
 	fs.IntVar(&c.Dimension, "dimension", 0, "vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
@@ -227,7 +227,7 @@ func (c ArchiveConfig) check() error {
 	if err := c.checkScoring(); err != nil {
 		return err
 	}
-	if err := c.Vectors.Validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return err
 	}
 	if err := c.checkCold(); err != nil {

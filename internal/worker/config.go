@@ -122,7 +122,7 @@ func ParseSnapshotArgs(args []string, stderr io.Writer) (SnapshotConfig, error) 
 	fs.StringVar(&c.Tenant, "tenant", "", "tenant of the store")
 	fs.StringVar(&c.SnapshotName, "snapshot-name", "", "name of the MemorySnapshot")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
-	c.Vectors.Register(fs)
+	c.Register(fs)
 	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "model the store's vectors were made with")
 	fs.IntVar(&c.Dimension, "dimension", 0, "vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
@@ -164,9 +164,9 @@ func ParseSnapshotArgs(args []string, stderr io.Writer) (SnapshotConfig, error) 
 		return c, errors.New("--prefix must end in '/'")
 	}
 	// Without vectors, a snapshot never reads the index: it need not say where it is.
-	check := c.Vectors.ValidateEngine
+	check := c.ValidateEngine
 	if c.IncludeEmbeddings {
-		check = c.Vectors.Validate
+		check = c.Validate
 	}
 	if err := check(); err != nil {
 		return c, err

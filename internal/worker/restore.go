@@ -290,7 +290,7 @@ func manifestDigest(ctx context.Context, objects snapshot.Objects, prefix string
 // targetIndex opens the target store's vector index.
 func targetIndex(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, pool *pgxpool.Pool) (vector.Index, func(), error) {
 	spec := vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(strings.ToUpper(cfg.Metric))}
-	return cfg.Vectors.Open(ctx, pool, cfg.Schema, spec, sec.Milvus)
+	return cfg.Open(ctx, pool, cfg.Schema, spec, sec.Milvus)
 }
 
 // targetEmbedder is the target store's embedder, which re-embedding uses.

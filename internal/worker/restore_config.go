@@ -241,7 +241,7 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.TargetName, "target-name", "", "name of the target MemoryStore")
 	fs.StringVar(&c.Tenant, "tenant", "", "tenant of the target store")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the target store")
-	c.Vectors.Register(fs)
+	c.Register(fs)
 	fs.StringVar(&c.EmbeddingModel, "embedding-model", "", "the target's embedding model")
 	fs.IntVar(&c.Dimension, "dimension", 0, "the target's vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
@@ -322,7 +322,7 @@ func (c RestoreConfig) check() error {
 			return errors.New("--expect-manifest-sha256 is not a hex SHA-256")
 		}
 	}
-	if err := c.Vectors.Validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return err
 	}
 	if c.Embedder == "OpenAI" && (c.EmbedderEndpoint == "" || c.EmbeddingModel == "") {

@@ -118,9 +118,9 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 	if cfg.IncludeEmbeddings {
 		opts.Embedding = &snapshot.EmbeddingInfo{Model: cfg.EmbeddingModel, Dimension: cfg.Dimension, Metric: strings.ToLower(cfg.Metric),
 			Roles: snapshot.EmbeddingRolesOf(cfg.EmbedderRoles)}
-		if !cfg.Vectors.InSchema() {
+		if !cfg.InSchema() {
 			spec := vector.Spec{Dimension: cfg.Dimension, Metric: vector.Metric(strings.ToUpper(cfg.Metric))}
-			ix, closeIndex, err := cfg.Vectors.Open(ctx, pool, cfg.Schema, spec, sec.Milvus)
+			ix, closeIndex, err := cfg.Open(ctx, pool, cfg.Schema, spec, sec.Milvus)
 			if err != nil {
 				return nil, err
 			}
@@ -239,7 +239,7 @@ func packageKey(cfg SnapshotConfig, sec Secrets) (*snapshot.Key, error) {
 func exportFilter(cfg SnapshotConfig, now time.Time) (pgstore.ExportFilter, error) {
 	f := pgstore.ExportFilter{
 		Now: now, ExcludeExpired: true, IncludeArchived: true,
-		IncludeEmbeddings: cfg.IncludeEmbeddings && cfg.Vectors.InSchema(),
+		IncludeEmbeddings: cfg.IncludeEmbeddings && cfg.InSchema(),
 	}
 	for _, s := range cfg.Scopes {
 		s = memory.NormalizeScope(s) // stored scopes are NFC
