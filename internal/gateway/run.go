@@ -476,6 +476,16 @@ func (l *lazyIndex) Search(ctx context.Context, q vector.Query) (hits []vector.H
 	return hits, err
 }
 
+// SearchMany answers many searches in one index call (vector.SearchMany: one round
+// trip where the index can, else a few at a time), under the index's bounds.
+func (l *lazyIndex) SearchMany(ctx context.Context, qs []vector.Query) (out [][]vector.Hit, err error) {
+	err = l.do(ctx, func(ctx context.Context, ix vector.Index) error {
+		out, err = vector.SearchMany(ctx, ix, qs, 4)
+		return err
+	})
+	return out, err
+}
+
 // certReloader serves the TLS certificate, re-reading the files when they change (a
 // rotated Secret needs no restart).
 type certReloader struct {

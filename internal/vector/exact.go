@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Scorer is implemented by indexes that can score a chosen set of their entries
@@ -19,6 +21,32 @@ type Scorer interface {
 	// first, ties by ID; at most q.K hits, or all of them when q.K is 0. IDs that are
 	// not such entries are left out, duplicates count once.
 	ScoreIDs(ctx context.Context, q Query, ids []string) ([]Hit, error)
+}
+
+// MultiSearcher is implemented by indexes that answer many searches at once faster
+// than one by one (one round trip, one scan of a scope for all of its searches).
+type MultiSearcher interface {
+	// SearchMany returns, for each of qs, what Search returns for it.
+	SearchMany(ctx context.Context, qs []Query) ([][]Hit, error)
+}
+
+// SearchMany runs qs on ix: in one call when ix is a MultiSearcher, else as Searches,
+// at most parallel at a time. out[i] is qs[i]'s hits; the first error is returned.
+func SearchMany(ctx context.Context, ix Index, qs []Query, parallel int) ([][]Hit, error) {
+	if ms, ok := ix.(MultiSearcher); ok {
+		return ms.SearchMany(ctx, qs)
+	}
+	out := make([][]Hit, len(qs))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(parallel, 1))
+	for i, q := range qs {
+		g.Go(func() error {
+			hits, err := ix.Search(ctx, q)
+			out[i] = hits
+			return err
+		})
+	}
+	return out, g.Wait()
 }
 
 // ValidateScoreQuery checks a ScoreIDs call against spec: scope, types, the vector,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/amemory/memory-operator/internal/embed"
@@ -253,24 +252,24 @@ func nearestOf(metric vector.Metric, vec []float32, hit vector.Hit, added, pendi
 }
 
 // searchIndex fills hits[i], for each i of idx, with the index's nearest memory of
-// items[i]'s group (none when the index has none or cannot answer, as nearest),
+// items[i]'s group (none when the index has none or cannot answer, as nearest): in one
+// call when the index answers many searches at once (vector.MultiSearcher), else
 // batchSearches at a time.
 func (w *writer) searchIndex(ctx context.Context, idx []int, hits []vector.Hit) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, batchSearches)
-	for _, i := range idx {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			it := w.items[i]
-			hs, err := w.m.index.Search(ctx, vector.Query{Scope: it.Scope, Types: []string{string(it.MemoryType)}, Vector: w.vecs[i], K: 1})
-			if err == nil && len(hs) > 0 {
-				hits[i] = hs[0]
-			}
-		}()
+	qs := make([]vector.Query, len(idx))
+	for j, i := range idx {
+		it := w.items[i]
+		qs[j] = vector.Query{Scope: it.Scope, Types: []string{string(it.MemoryType)}, Vector: w.vecs[i], K: 1}
 	}
-	wg.Wait()
+	found, err := vector.SearchMany(ctx, w.m.index, qs, batchSearches)
+	if err != nil {
+		return
+	}
+	for j, i := range idx {
+		if len(found[j]) > 0 {
+			hits[i] = found[j][0]
+		}
+	}
 }
 
 // unindexedGroups is unindexed for several groups: one query, one embedding call.

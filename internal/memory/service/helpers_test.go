@@ -39,14 +39,14 @@ type backend struct {
 	// sharesStore: the index lives in the store's schema, so pgstore.Forget already
 	// deletes its vectors.
 	sharesStore bool
-	newIndex    func(t *testing.T, pool *pgxpool.Pool, schema string) vector.Index
+	newIndex    func(t testing.TB, pool *pgxpool.Pool, schema string) vector.Index
 }
 
 var backends = []backend{
 	{
 		name:        "pgindex",
 		sharesStore: true,
-		newIndex: func(t *testing.T, pool *pgxpool.Pool, schema string) vector.Index {
+		newIndex: func(t testing.TB, pool *pgxpool.Pool, schema string) vector.Index {
 			if err := pgindex.Ensure(t.Context(), pool, schema, spec); err != nil {
 				t.Fatalf("pgindex.Ensure: %v", err)
 			}
@@ -55,7 +55,7 @@ var backends = []backend{
 	},
 	{
 		name: "milvus",
-		newIndex: func(t *testing.T, _ *pgxpool.Pool, _ string) vector.Index {
+		newIndex: func(t testing.TB, _ *pgxpool.Pool, _ string) vector.Index {
 			c, err := milvus.Connect(context.Background(), milvus.Conn{Address: testutil.MilvusAddr(t)})
 			if err != nil {
 				t.Fatal(err)
@@ -93,7 +93,7 @@ type env struct {
 
 // newEnv creates a migrated store in a schema of its own and the backend's index,
 // all removed when the test ends. wrap, when not nil, wraps the index the Memory uses.
-func newEnv(t *testing.T, b backend, wrap func(vector.Index) vector.Index) *env {
+func newEnv(t testing.TB, b backend, wrap func(vector.Index) vector.Index) *env {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), testutil.PostgresDSN(t))
 	if err != nil {

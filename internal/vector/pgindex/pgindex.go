@@ -291,17 +291,79 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 	if err := vector.ValidateQuery(ix.spec, q); err != nil {
 		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 	}
-	query := vector.Prepare(ix.spec.Metric, q.Vector)
-	args := []any{q.Scope, ix.spec.Dimension}
-	typeFilter := ""
-	if len(q.Types) > 0 {
-		typeFilter = ` AND v.memory_type = ANY($3::text[])`
-		args = append(args, q.Types)
-	}
-	hits, err := ix.scoreRows(ctx, query, q.K, `SELECT v.memory_id, v.embedding FROM `+ix.table+` v
-		WHERE v.scope = $1`+typeFilter+` AND cardinality(v.embedding) = $2`, args...)
+	sql, args := ix.scopeRows(q.Scope, q.Types)
+	hits, err := ix.scoreRows(ctx, vector.Prepare(ix.spec.Metric, q.Vector), q.K, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 	}
 	return hits, nil
+}
+
+// scopeRows is the query of the (memory_id, embedding) rows of a scope (and types).
+func (ix *Index) scopeRows(scope string, types []string) (string, []any) {
+	args := []any{scope, ix.spec.Dimension}
+	typeFilter := ""
+	if len(types) > 0 {
+		typeFilter = ` AND v.memory_type = ANY($3::text[])`
+		args = append(args, types)
+	}
+	return `SELECT v.memory_id, v.embedding FROM ` + ix.table + ` v
+		WHERE v.scope = $1` + typeFilter + ` AND cardinality(v.embedding) = $2`, args
+}
+
+// SearchMany answers qs as Search answers each, in one round trip: the searches of
+// one scope and types share one scan of its vectors, and the scans of different
+// scopes go to the server as one pipeline (a batch's near-duplicate check asks one
+// search per memory).
+func (ix *Index) SearchMany(ctx context.Context, qs []vector.Query) ([][]vector.Hit, error) {
+	type group struct {
+		scope   string
+		types   []string
+		members []int
+	}
+	var groups []*group
+	byKey := map[string]*group{}
+	for i, q := range qs {
+		if err := vector.ValidateQuery(ix.spec, q); err != nil {
+			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+		}
+		types := slices.Sorted(slices.Values(q.Types))
+		key := q.Scope + "\x00" + strings.Join(types, "\x00")
+		g := byKey[key]
+		if g == nil {
+			g = &group{scope: q.Scope, types: types}
+			byKey[key] = g
+			groups = append(groups, g)
+		}
+		g.members = append(g.members, i)
+	}
+	out := make([][]vector.Hit, len(qs))
+	if len(groups) == 0 {
+		return out, nil
+	}
+	batch := &pgx.Batch{}
+	for _, g := range groups {
+		sql, args := ix.scopeRows(g.scope, g.types)
+		batch.Queue(sql, args...)
+	}
+	br := ix.pool.SendBatch(ctx, batch)
+	defer func() { _ = br.Close() }()
+	for _, g := range groups {
+		queries, ks := make([][]float32, len(g.members)), make([]int, len(g.members))
+		for j, i := range g.members {
+			queries[j], ks[j] = vector.Prepare(ix.spec.Metric, qs[i].Vector), qs[i].K
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+		}
+		hits, err := ix.scoreEach(rows, queries, ks)
+		if err != nil {
+			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+		}
+		for j, i := range g.members {
+			out[i] = hits[j]
+		}
+	}
+	return out, br.Close()
 }

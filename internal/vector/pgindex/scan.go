@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/amemory/memory-operator/internal/vector"
@@ -29,45 +30,64 @@ func (ix *Index) scoreRows(ctx context.Context, query []float32, k int, sql stri
 	if err != nil {
 		return nil, err
 	}
+	hits, err := ix.scoreEach(rows, [][]float32{query}, []int{k})
+	if err != nil {
+		return nil, err
+	}
+	return hits[0], nil
+}
+
+// scoreEach scores every (memory_id, embedding) row against each of queries, keeping
+// the best ks[i] for queries[i] (all when 0), and closes rows. One scan serves every
+// query of a scope (SearchMany).
+func (ix *Index) scoreEach(rows pgx.Rows, queries [][]float32, ks []int) ([][]vector.Hit, error) {
 	defer rows.Close()
-	best := &hitHeap{}
-	binaryFormat := rows.FieldDescriptions()[1].Format == pgtype.BinaryFormatCode
+	best := make([]hitHeap, len(queries))
+	binaryFormat := len(rows.FieldDescriptions()) > 1 && rows.FieldDescriptions()[1].Format == pgtype.BinaryFormatCode
 	var vec []float32
 	for rows.Next() {
 		var (
-			id    string
-			score float32
+			id  string
+			raw []byte
 		)
 		if binaryFormat {
-			raw := rows.RawValues()
-			id = string(raw[0])
-			if score, err = scoreBinary(ix.spec.Metric, raw[1], query); err != nil {
-				return nil, fmt.Errorf("vector of %s: %w", id, err)
-			}
-		} else {
-			if err := rows.Scan(&id, &vec); err != nil {
-				return nil, err
-			}
-			score = vector.Score(ix.spec.Metric, vec, query)
+			values := rows.RawValues()
+			id, raw = string(values[0]), values[1]
+		} else if err := rows.Scan(&id, &vec); err != nil {
+			return nil, err
 		}
-		if score == 0 {
-			score = 0 // -0 from a negated zero distance
-		}
-		h := vector.Hit{ID: id, Score: score}
-		switch {
-		case k == 0 || best.Len() < k:
-			heap.Push(best, h)
-		case better(h, (*best)[0]):
-			(*best)[0] = h
-			heap.Fix(best, 0)
+		for qi, query := range queries {
+			var score float32
+			if binaryFormat {
+				var err error
+				if score, err = scoreBinary(ix.spec.Metric, raw, query); err != nil {
+					return nil, fmt.Errorf("vector of %s: %w", id, err)
+				}
+			} else {
+				score = vector.Score(ix.spec.Metric, vec, query)
+			}
+			if score == 0 {
+				score = 0 // -0 from a negated zero distance
+			}
+			h, k := vector.Hit{ID: id, Score: score}, ks[qi]
+			switch {
+			case k == 0 || best[qi].Len() < k:
+				heap.Push(&best[qi], h)
+			case better(h, best[qi][0]):
+				best[qi][0] = h
+				heap.Fix(&best[qi], 0)
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]vector.Hit, best.Len())
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i] = heap.Pop(best).(vector.Hit)
+	out := make([][]vector.Hit, len(queries))
+	for qi := range best {
+		out[qi] = make([]vector.Hit, best[qi].Len())
+		for i := len(out[qi]) - 1; i >= 0; i-- {
+			out[qi][i] = heap.Pop(&best[qi]).(vector.Hit)
+		}
 	}
 	return out, nil
 }

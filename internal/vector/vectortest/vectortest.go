@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Validation", func(t *testing.T) { testValidation(t, h) })
 	t.Run("LargeBatchMatchesBruteForce", func(t *testing.T) { testLargeBatch(t, h) })
 	t.Run("ScoreIDs", func(t *testing.T) { testScoreIDs(t, h) })
+	t.Run("SearchMany", func(t *testing.T) { testSearchMany(t, h) })
 	t.Run("ReopenMismatch", func(t *testing.T) { testReopenMismatch(t, h) })
 	t.Run("FilteredSearchExact", func(t *testing.T) { testFilteredSearchExact(t, h) })
 	t.Run("Restart", func(t *testing.T) { testRestart(t, h) })
@@ -495,4 +496,47 @@ func testReopenMismatch(t *testing.T, h Harness) {
 		t.Fatalf("reopen with the original spec: %v", err)
 	}
 	expectHits(t, search(t, again, vector.Query{Scope: "user:1", Vector: []float32{1, 2, 3, 4}, K: 5}), []string{"keep"}, []float32{1})
+}
+
+// testSearchMany: many searches at once (vector.SearchMany: the index's own
+// MultiSearcher when it has one) answer each as Search does, whatever mix of scopes,
+// types and K they are, repeats and empty scopes included.
+func testSearchMany(t *testing.T, h Harness) {
+	spec := vector.Spec{Dimension: 8, Metric: vector.Cosine}
+	idx := h.New(t, spec)
+	rng := rand.New(rand.NewPCG(11, 12))
+	types := []string{"semantic", "episodic"}
+	var entries []vector.Entry
+	for i := range 300 {
+		entries = append(entries, vector.Entry{ID: fmt.Sprintf("m-%03d", i), Scope: fmt.Sprintf("user:%d", i%7),
+			Type: types[i%2], Vector: RandomVector(rng, spec.Dimension)})
+	}
+	upsert(t, idx, entries...)
+	var qs []vector.Query
+	for i := range 60 {
+		q := vector.Query{Scope: fmt.Sprintf("user:%d", i%9), Vector: RandomVector(rng, spec.Dimension), K: 1 + i%12}
+		if i%3 == 0 {
+			q.Types = []string{types[i%2]}
+		}
+		qs = append(qs, q)
+	}
+	qs = append(qs, qs[5], qs[6]) // the same search twice
+	got, err := vector.SearchMany(context.Background(), idx, qs, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(qs) {
+		t.Fatalf("SearchMany of %d queries: %d answers", len(qs), len(got))
+	}
+	for i, q := range qs {
+		want := search(t, idx, q)
+		if !slices.Equal(ids(got[i]), ids(want)) {
+			t.Fatalf("query %d (%s, types %v, K %d): SearchMany %v, Search %v", i, q.Scope, q.Types, q.K, ids(got[i]), ids(want))
+		}
+		for j := range want {
+			if !scoreClose(got[i][j].Score, want[j].Score) {
+				t.Fatalf("query %d hit %d: score %v, Search's %v", i, j, got[i][j].Score, want[j].Score)
+			}
+		}
+	}
 }
