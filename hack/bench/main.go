@@ -74,7 +74,8 @@ func main() {
 	importDSN := flag.String("import-dsn", "", "import: an existing LangGraph database to import (default: generate one at the seed's size)")
 	importUsers := flag.Int("import-users", 500, "import: users to generate")
 	importThreads := flag.Int("import-threads", 40, "import: threads per user to generate")
-	soakDuration := flag.Duration("soak-duration", 4*time.Minute, "soak: how long the clients run (make soak)")
+	soakDuration := flag.Duration("soak-duration", 4*time.Minute, "soak: how long the clients run on each engine (make soak)")
+	soakEngine := flag.String("soak-engine", "Milvus", "soak: the vector engines to soak, one after the other (Milvus, PGVector, or both comma-separated)")
 	importDims := flag.String("import-dims", "8,256", "import: target vector dimensions to run it at (the hashing embedder's cost and the vectors written grow with it)")
 	var rec recallOptions
 	flag.Uint64Var(&rec.seed, "recall-seed", 0, "recall: the corpus's seed")
@@ -106,6 +107,11 @@ func main() {
 		imp.dims = append(imp.dims, n)
 	}
 	imp.soak = *soakDuration
+	var err error
+	if imp.soakEngines, err = soakEngines(*soakEngine); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, imp, rec, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -127,7 +133,8 @@ type importOptions struct {
 	users, threads int
 	dims           []int
 	// soak is the soak's duration (it rides along with the import options).
-	soak time.Duration
+	soak        time.Duration
+	soakEngines []string
 }
 
 func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, imp importOptions, rec recallOptions, bin string) error {
@@ -166,7 +173,14 @@ func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems i
 		{"gateway", gatewayItems > 0, func() error { return e.benchGateway(ctx, gatewayItems) }},
 		{"import", true, func() error { return e.benchImport(ctx, imp.dsn, imp.users, imp.threads, imp.dims) }},
 		{"recall", true, func() error { return e.benchRecall(ctx, rec) }},
-		{"soak", true, func() error { return e.soak(ctx, imp.soak) }},
+		{"soak", true, func() error {
+			for _, eng := range imp.soakEngines {
+				if err := e.soak(ctx, imp.soak, eng); err != nil {
+					return fmt.Errorf("%s: %w", eng, err)
+				}
+			}
+			return nil
+		}},
 	} {
 		if sections[sec.name] && sec.on {
 			if err := sec.run(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,11 +29,16 @@ import (
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
 // The soak (make soak): concurrent clients write, update, search and forget across
-// many scopes through a `memory-operator gateway` process for a fixed time, while
-// Toxiproxy cuts PostgreSQL once and takes Milvus away for a while. Each scope belongs
+// many scopes through a `memory-operator gateway` process for a fixed time, on one
+// vector engine (-soak-engine): Milvus (the server with authentication, the gateway
+// logged in as the store's own Milvus user) while Toxiproxy cuts PostgreSQL once and
+// takes Milvus away for a while; PGVector (PostgreSQL 16) while Toxiproxy cuts
+// PostgreSQL once and then cuts every connection after some kilobytes for a while
+// (the index is in PostgreSQL there: its faults are PostgreSQL's). Each scope belongs
 // to one client, so what it should hold is known exactly. At the end: every
 // acknowledged write is stored exactly once (with its last acknowledged content),
 // nothing of a forgotten scope's past comes back (also after the pending index
@@ -73,38 +80,64 @@ func (c *soakCounts) add(o soakCounts) {
 	}
 }
 
-func (e *env) soak(ctx context.Context, d time.Duration) error {
-	toxAddr, milvusAddr := os.Getenv("MEMORY_TEST_TOXIPROXY_ADDR"), os.Getenv("MEMORY_TEST_MILVUS_ADDR")
-	if toxAddr == "" || milvusAddr == "" {
-		return fmt.Errorf("MEMORY_TEST_TOXIPROXY_ADDR / MEMORY_TEST_MILVUS_ADDR unset: run through `make soak`")
+// soakEngines parses -soak-engine: a comma-separated list of Milvus and PGVector.
+func soakEngines(list string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case engine.Milvus, engine.PGVector:
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		default:
+			return nil, fmt.Errorf("-soak-engine %q: want Milvus or PGVector (or both, comma-separated)", s)
+		}
 	}
-	fmt.Printf("\nSoak: %d clients x %d scopes for %s through the gateway (Milvus index); PostgreSQL cut once, Milvus away for %s\n\n",
-		soakClients, soakScopesPerClient, d, min(time.Minute, d/4))
-	admin, names, pw, drop, err := e.soakStore(ctx, milvusAddr)
+	return out, nil
+}
+
+func (e *env) soak(ctx context.Context, d time.Duration, eng string) error {
+	toxAddr := os.Getenv("MEMORY_TEST_TOXIPROXY_ADDR")
+	if toxAddr == "" {
+		return fmt.Errorf("MEMORY_TEST_TOXIPROXY_ADDR unset: run through `make soak`")
+	}
+	away := min(time.Minute, d/4)
+	second := fmt.Sprintf("Milvus (authentication on, the store's own user) away for %s", away)
+	if eng == engine.PGVector {
+		second = fmt.Sprintf("every PostgreSQL connection cut after 24 KiB for %s", away)
+	}
+	fmt.Printf("\nSoak: %d clients x %d scopes for %s through the gateway (%s index); PostgreSQL cut once, %s\n\n",
+		soakClients, soakScopesPerClient, d, eng, second)
+	st, err := e.soakStore(ctx, eng)
 	if err != nil {
 		return err
 	}
-	defer drop()
+	defer st.drop()
+	admin, names := st.admin, st.names
 	tox := toxiproxy.NewClient("http://" + toxAddr)
 	pgProxy, err := tox.CreateProxy("soak-pg", "127.0.0.1:0", fmt.Sprintf("%s:%d", admin.Host, admin.Port))
 	if err != nil {
 		return err
 	}
 	defer func() { _ = pgProxy.Delete() }()
-	milvusProxy, err := tox.CreateProxy("soak-milvus", "127.0.0.1:0", milvusAddr)
-	if err != nil {
-		return err
+	var milvusProxy *toxiproxy.Proxy
+	vectors := engine.Vectors{VectorEngine: eng}
+	if eng == engine.Milvus {
+		if milvusProxy, err = tox.CreateProxy("soak-milvus", "127.0.0.1:0", st.milvus.Address); err != nil {
+			return err
+		}
+		defer func() { _ = milvusProxy.Delete() }()
+		vectors.MilvusAddress, vectors.Collection = milvusProxy.Listen, names.Collection
 	}
-	defer func() { _ = milvusProxy.Delete() }()
 	agent := admin
-	agent.User, agent.Password = names.Role, pw.Agent
+	agent.User, agent.Password = names.Role, st.pw.Agent
 	host, port, _ := net.SplitHostPort(pgProxy.Listen)
 	agent.Host = host
 	if agent.Port, err = strconv.Atoi(port); err != nil {
 		return err
 	}
 
-	g, err := e.startSoakGateway(ctx, names, agent.URL(nil), milvusProxy.Listen)
+	g, err := e.startSoakGateway(ctx, names, agent.URL(nil), vectors, st.login)
 	if err != nil {
 		return err
 	}
@@ -178,37 +211,82 @@ func (e *env) soak(ctx context.Context, d time.Duration) error {
 	return soakVerify(ctx, pool, hc, g, names.Schema, scopes, total, drained, rssStart, max(rssPeak.Load(), rssEnd), rssEnd)
 }
 
-// soakStore provisions the soak's store (schema, roles, Milvus collection) as the
-// operator does; drop removes it.
-func (e *env) soakStore(ctx context.Context, milvusAddr string) (admin provision.PostgresConn, names provision.Names, pw provision.Passwords, drop func(), err error) {
-	cfg, err := pgxpool.ParseConfig(e.dsn)
+// soakBackends is the soak's store as provisioned: its PostgreSQL server's admin
+// login, names and passwords, on Milvus the server (admin login) and the store's own
+// user; drop removes it all.
+type soakBackends struct {
+	admin  provision.PostgresConn
+	names  provision.Names
+	pw     provision.Passwords
+	milvus *provision.MilvusConn
+	login  engine.Login
+	drop   func()
+}
+
+// soakStore provisions the soak's store as the operator does: schema and roles on
+// the PostgreSQL 15 server and a collection with the store's own user and role on
+// the Milvus server with authentication (Milvus), or schema, roles and the HNSW
+// index on the PostgreSQL 16 server (PGVector).
+func (e *env) soakStore(ctx context.Context, eng string) (*soakBackends, error) {
+	const owner = "soak/gateway"
+	dsn := e.dsn
+	st := &soakBackends{drop: func() {}, pw: provision.Passwords{Agent: "soak-agent-pw", Worker: "soak-worker-pw"}}
+	switch eng {
+	case engine.PGVector:
+		if dsn = os.Getenv("MEMORY_TEST_PGVECTOR_DSN"); dsn == "" {
+			return st, fmt.Errorf("MEMORY_TEST_PGVECTOR_DSN unset: run through `make soak`")
+		}
+	case engine.Milvus:
+		addr := os.Getenv("MEMORY_TEST_MILVUS_AUTH_ADDR")
+		if addr == "" {
+			return st, fmt.Errorf("MEMORY_TEST_MILVUS_AUTH_ADDR unset: run through `make soak`")
+		}
+		st.milvus = &provision.MilvusConn{Address: addr, Username: os.Getenv("MEMORY_TEST_MILVUS_AUTH_USER"), Password: os.Getenv("MEMORY_TEST_MILVUS_AUTH_PASSWORD")}
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return admin, names, pw, nil, err
+		return st, err
 	}
-	admin = provision.PostgresConn{Host: cfg.ConnConfig.Host, Port: int(cfg.ConnConfig.Port), Database: cfg.ConnConfig.Database,
+	st.admin = provision.PostgresConn{Host: cfg.ConnConfig.Host, Port: int(cfg.ConnConfig.Port), Database: cfg.ConnConfig.Database,
 		SSLMode: "disable", User: cfg.ConnConfig.User, Password: cfg.ConnConfig.Password}
-	if names, err = provision.NamesFor("soak", ""); err != nil {
-		return admin, names, pw, nil, err
+	if st.names, err = provision.NamesFor("soak", ""); err != nil {
+		return st, err
 	}
-	pw = provision.Passwords{Agent: "soak-agent-pw", Worker: "soak-worker-pw"}
-	mc := &provision.MilvusConn{Address: milvusAddr}
-	_ = provision.DeleteVectors(ctx, admin, mc, names, milvus.Owner{ID: "soak/gateway"})
-	_ = provision.DeletePostgres(ctx, admin, names, "soak/gateway")
-	drop = func() {
-		_ = provision.DeleteVectors(context.Background(), admin, mc, names, milvus.Owner{ID: "soak/gateway"})
-		_ = provision.DeletePostgres(context.Background(), admin, names, "soak/gateway")
+	admin, names, mc := st.admin, st.names, st.milvus
+	remove := func(ctx context.Context) {
+		if mc != nil {
+			_ = provision.DeleteMilvusTenant(ctx, *mc, names, milvus.Owner{ID: owner})
+			_ = provision.DeleteVectors(ctx, admin, mc, names, milvus.Owner{ID: owner})
+		}
+		_ = provision.DeletePostgres(ctx, admin, names, owner)
 	}
-	if _, err := provision.EnsurePostgres(ctx, admin, names, "soak/gateway", pw); err != nil {
-		return admin, names, pw, drop, err
+	remove(ctx) // a soak that was interrupted left its store
+	st.drop = func() { remove(context.Background()) }
+	if _, err := provision.EnsurePostgres(ctx, admin, names, owner, st.pw); err != nil {
+		return st, err
 	}
-	if _, err := provision.EnsureVectors(ctx, admin, mc, names, milvus.Owner{ID: "soak/gateway"}, vector.Spec{Dimension: soakDim, Metric: vector.Cosine}); err != nil {
-		return admin, names, pw, drop, err
+	spec := vector.Spec{Dimension: soakDim, Metric: vector.Cosine}
+	if eng == engine.PGVector {
+		_, err = provision.EnsurePGVector(ctx, admin, names, spec, pgvector.Params{})
+		return st, err
 	}
-	return admin, names, pw, drop, nil
+	if _, err := provision.EnsureVectors(ctx, admin, mc, names, milvus.Owner{ID: owner}, spec); err != nil {
+		return st, err
+	}
+	st.login = engine.Login{Username: names.MilvusUser, Password: "soak-milvus-pw-0123"}
+	// The server applies a new user's role in the background: provisioning is retried
+	// (as the operator's requeues do) until it has.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		err := provision.EnsureMilvusTenant(ctx, *mc, names, owner, st.login.Password, st.login.Password)
+		if err == nil || !errors.Is(err, provision.ErrMilvusTenantPending) || time.Now().After(deadline) {
+			return st, err
+		}
+	}
 }
 
 // soakFaults cuts PostgreSQL for 5 s after a fifth of the run, then takes Milvus away
-// for a quarter of it (at most a minute); the log it returns says when.
+// for a quarter of it (at most a minute), or without Milvus (nil: PGVector) cuts
+// every PostgreSQL connection after 24 KiB for as long; the log it returns says when.
 func soakFaults(ctx context.Context, d time.Duration, started time.Time, pg, milvus *toxiproxy.Proxy) (log func() []string) {
 	var mu sync.Mutex
 	var lines []string
@@ -244,6 +322,18 @@ func soakFaults(ctx context.Context, d time.Duration, started time.Time, pg, mil
 			return
 		}
 		away := min(time.Minute, d/4)
+		if milvus == nil {
+			note("PostgreSQL connections cut after 24 KiB (%s)", away)
+			if _, err := pg.AddToxic("soak-limit", "limit_data", "downstream", 1, toxiproxy.Attributes{"bytes": 24 << 10}); err != nil {
+				note("toxiproxy: %v", err)
+			}
+			sleep(away)
+			if err := pg.RemoveToxic("soak-limit"); err != nil {
+				note("toxiproxy: %v", err)
+			}
+			note("PostgreSQL connections whole again")
+			return
+		}
 		note("Milvus away (%s)", away)
 		setEnabled(milvus, false)
 		sleep(away)
@@ -471,11 +561,15 @@ func checkSearches(ctx context.Context, hc *http.Client, g *gwProcess, scopes []
 	return searched, notFound, nil
 }
 
-// startSoakGateway runs the gateway process on the Milvus engine, near-duplicate
-// detection off (every write is a memory of its own).
-func (e *env) startSoakGateway(ctx context.Context, names provision.Names, uri, milvusAddr string) (*gwProcess, error) {
-	return e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "soak", StoreName: names.Tenant, Schema: names.Schema,
-		Vectors: engine.Vectors{VectorEngine: "Milvus", MilvusAddress: milvusAddr, Collection: names.Collection}, Dimension: soakDim, Metric: "COSINE",
+// startSoakGateway runs the gateway process on the store's engine (on Milvus logged
+// in as login), near-duplicate detection off (every write is a memory of its own).
+func (e *env) startSoakGateway(ctx context.Context, names provision.Names, uri string, vectors engine.Vectors, login engine.Login) (*gwProcess, error) {
+	var environ []string
+	if login.Username != "" {
+		environ = []string{engine.EnvMilvusUsername + "=" + login.Username, engine.EnvMilvusPassword + "=" + login.Password}
+	}
+	return e.startGatewayProcessEnv(ctx, uri, environ, gateway.Config{StoreNamespace: "soak", StoreName: names.Tenant, Schema: names.Schema,
+		Vectors: vectors, Dimension: soakDim, Metric: "COSINE",
 		Embedder: "Hashing", DedupThreshold: 0, RateLimit: 1e9, RateBurst: 1 << 30,
 		MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
 func init() {
@@ -182,14 +183,36 @@ func checkLogs(t *testing.T, logs *syncBuffer, key string, contents ...string) {
 // never acknowledges a write it did not store and never loses one it acknowledged:
 // afterwards every acknowledged memory is stored exactly once, readable and, once
 // the pending index drains, searchable. Every refusal is a 503 or 429 with
-// Retry-After.
+// Retry-After. On each engine the gateway writes to: Milvus Lite, the Milvus server
+// with authentication (logged in as the store's own user), and PGVector on the
+// PostgreSQL 16 server, whose index is in PostgreSQL (its faults are PostgreSQL's).
 func TestFaultsAcknowledgedWritesHold(t *testing.T) {
+	for _, c := range []struct {
+		name, engine string
+		milvusAuth   bool
+	}{
+		{"MilvusLite", engine.Milvus, false},
+		{"MilvusAuth", engine.Milvus, true},
+		{"PGVector", engine.PGVector, false},
+	} {
+		t.Run(c.name, func(t *testing.T) { testAcknowledgedWritesHold(t, c.engine, c.milvusAuth) })
+	}
+}
+
+func testAcknowledgedWritesHold(t *testing.T, eng string, milvusAuth bool) {
 	faults := testutil.NewFaults(t)
-	milvusProxy, milvusAddr := faults.Proxy("milvus", testutil.MilvusAddr(t))
 	k := newTestKey(t, "k", false, "*")
-	e := newEnv(t, envOptions{engine: "Milvus", milvus: milvusAddr, keys: []testKey{k}, noService: true})
-	pg := testutil.PostgresParts(t)
-	pgProxy, pgAddr := faults.Proxy("pg", fmt.Sprintf("%s:%d", pg.Host, pg.PortNumber))
+	o := envOptions{engine: eng, keys: []testKey{k}, noService: true, milvusAuth: milvusAuth}
+	var milvusProxy *toxiproxy.Proxy
+	if eng == engine.Milvus {
+		upstream := testutil.MilvusAddr(t)
+		if milvusAuth {
+			upstream = testutil.MilvusAuth(t).Addr
+		}
+		milvusProxy, o.milvus = faults.Proxy("milvus", upstream)
+	}
+	e := newEnv(t, o)
+	pgProxy, pgAddr := faults.Proxy("pg", fmt.Sprintf("%s:%d", e.admin.Host, e.admin.Port))
 	agent := e.agent
 	host, port, _ := strings.Cut(pgAddr, ":")
 	agent.Host = host
@@ -301,10 +324,13 @@ func TestFaultsAcknowledgedWritesHold(t *testing.T) {
 	phase("postgres connections cut after 24 KiB", 300, 0, addToxic(pgProxy, "limit_data", "downstream", toxiproxy.Attributes{"bytes": 24 << 10}), removeToxic(pgProxy, "limit_datadownstream"))
 	phase("postgres away", 0, 200, enable(pgProxy, false), enable(pgProxy, true))
 	phase("postgres back", 200, 0, none, none)
-	phase("milvus latency", 100, 0, addToxic(milvusProxy, "latency", "downstream", toxiproxy.Attributes{"latency": 50}), removeToxic(milvusProxy, "latencydownstream"))
-	// Writes in flight when Milvus goes wait for their index call's bound (5 s), then
-	// are acknowledged as pending; later ones skip the index until it answers again.
-	phase("milvus away", 200, 0, enable(milvusProxy, false), enable(milvusProxy, true))
+	if milvusProxy != nil {
+		phase("milvus latency", 100, 0, addToxic(milvusProxy, "latency", "downstream", toxiproxy.Attributes{"latency": 50}), removeToxic(milvusProxy, "latencydownstream"))
+		// Writes in flight when Milvus goes wait for their index call's bound (5 s),
+		// then are acknowledged as pending; later ones skip the index until it answers
+		// again.
+		phase("milvus away", 200, 0, enable(milvusProxy, false), enable(milvusProxy, true))
+	}
 	phase("recovered", 200, 0, none, none)
 	close(stop)
 	wg.Wait()

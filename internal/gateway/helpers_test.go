@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -25,6 +26,7 @@ import (
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
 // testDim is the tests' vector dimension (hashing embedder).
@@ -82,18 +84,23 @@ type env struct {
 	client   *http.Client
 	stop     func()
 	logs     *syncBuffer
+	// milvusLogin is the store's own Milvus user (milvusAuth).
+	milvusLogin engine.Login
 }
 
 type envOptions struct {
-	engine    string // Postgres (default) or Milvus
-	milvus    string // Milvus address (default: the shared test server)
-	keys      []testKey
-	dedup     float64
-	rate      float64
-	burst     int
-	maxBody   int64
-	rules     []NamespaceRule
-	noService bool // provision only: the caller starts the gateway
+	engine string // Postgres (default), PGVector (the PostgreSQL 16 server) or Milvus
+	milvus string // Milvus address (default: the shared test server)
+	// milvusAuth: milvus is the Milvus server with authentication (or a proxy to it);
+	// the store gets its own Milvus user, which the gateway logs in as.
+	milvusAuth bool
+	keys       []testKey
+	dedup      float64
+	rate       float64
+	burst      int
+	maxBody    int64
+	rules      []NamespaceRule
+	noService  bool // provision only: the caller starts the gateway
 	// logs, when set, receives the gateway's log (JSON lines).
 	logs *syncBuffer
 	// config, when set, adjusts the gateway's configuration before it starts.
@@ -109,6 +116,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
 	pg := testutil.PostgresParts(t)
+	if o.engine == engine.PGVector {
+		pg = testutil.PGVectorParts(t)
+	}
 	admin := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
 	names, err := provision.NamesFor(testutil.UniqueName("gw-"), "")
 	if err != nil {
@@ -129,12 +139,29 @@ func newEnv(t testing.TB, o envOptions) *env {
 			o.milvus = testutil.MilvusAddr(t)
 		}
 		mc = &provision.MilvusConn{Address: o.milvus}
+		if o.milvusAuth {
+			m := testutil.MilvusAuth(t)
+			mc.Username, mc.Password = m.User, m.Password
+		}
 	}
-	if _, err := provision.EnsureVectors(ctx, admin, mc, names, milvus.Owner{ID: owner}, spec); err != nil {
+	if o.engine == engine.PGVector {
+		_, err = provision.EnsurePGVector(ctx, admin, names, spec, pgvector.Params{})
+	} else {
+		_, err = provision.EnsureVectors(ctx, admin, mc, names, milvus.Owner{ID: owner}, spec)
+	}
+	if err != nil {
 		t.Fatal(err)
+	}
+	var login engine.Login
+	if o.milvusAuth {
+		login = engine.Login{Username: names.MilvusUser, Password: testutil.UniqueName("milvus-pw-")}
+		ensureMilvusTenant(t, *mc, names, owner, login.Password)
 	}
 	t.Cleanup(func() {
 		if mc != nil {
+			if o.milvusAuth {
+				_ = provision.DeleteMilvusTenant(context.Background(), *mc, names, milvus.Owner{ID: owner})
+			}
 			_ = provision.DeleteVectors(context.Background(), admin, mc, names, milvus.Owner{ID: owner})
 		}
 		if err := provision.DeletePostgres(context.Background(), admin, names, owner); err != nil {
@@ -142,7 +169,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 	})
 	dir := t.TempDir()
-	e := &env{t: t, names: names, admin: admin, keysFile: filepath.Join(dir, KeysFileName), logs: o.logs}
+	e := &env{t: t, names: names, admin: admin, keysFile: filepath.Join(dir, KeysFileName), logs: o.logs, milvusLogin: login}
 	writeKeys(t, e.keysFile, o.keys...)
 	e.cfg = Config{StoreNamespace: "test", StoreName: names.Tenant, Listen: "127.0.0.1:0", Schema: names.Schema,
 		Vectors: engine.Vectors{VectorEngine: o.engine}, Dimension: testDim, Metric: "COSINE", Embedder: "Hashing", KeysFile: e.keysFile,
@@ -170,6 +197,23 @@ func newEnv(t testing.TB, o envOptions) *env {
 	return e
 }
 
+// ensureMilvusTenant makes the store's Milvus user, waiting (as the operator's
+// requeues do) while the server has not applied it yet.
+func ensureMilvusTenant(t testing.TB, root provision.MilvusConn, names provision.Names, owner, password string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := provision.EnsureMilvusTenant(context.Background(), root, names, owner, password, password)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, provision.ErrMilvusTenantPending) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // agentURI is the store's agent login (what the connection Secret's uri holds).
 func (e *env) agentURI(testing.TB) string { return e.agent.URL(nil) }
 
@@ -180,7 +224,7 @@ func (e *env) start(uri string) {
 	if e.logs != nil {
 		log = slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	g, err := Open(context.Background(), e.cfg, Secrets{PostgresURI: uri}, log)
+	g, err := Open(context.Background(), e.cfg, Secrets{PostgresURI: uri, Milvus: e.milvusLogin}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,6 +163,11 @@ type Options struct {
 	// Progress, when set, is called after every committed batch (one call at a
 	// time).
 	Progress func(Progress)
+	// BeforeWrite, when set, is called once the package has verified and every scope
+	// maps, right before the first write (not in a dry run): what a caller changes
+	// in the target for the load (the worker takes a search index away) waits until
+	// the restore is known to write. Its error stops the restore, nothing written.
+	BeforeWrite func(ctx context.Context) error
 }
 
 // Skipped counts the package's items that were not restored, by reason.
@@ -545,6 +550,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// onto a target scope of its own unless merging is allowed.
 	if err := r.verify(ctx); err != nil {
 		return nil, err
+	}
+	if o.BeforeWrite != nil && !o.DryRun {
+		if err := o.BeforeWrite(ctx); err != nil {
+			return nil, err
+		}
 	}
 
 	res := &Result{DryRun: o.DryRun, PackageID: man.PackageID, FormatVersion: o.Reader.StoredFormatVersion(),

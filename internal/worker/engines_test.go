@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,9 +36,11 @@ type engineStore struct {
 	agent  *pgxpool.Pool // the agents' role
 	// workerURI is the worker role's connection URI (the worker Secret's "uri").
 	workerURI string
-	vectors   engine.Vectors
-	login     engine.Login
-	spec      vector.Spec
+	// adminURI is the server's admin login, for tests that read what the store holds.
+	adminURI string
+	vectors  engine.Vectors
+	login    engine.Login
+	spec     vector.Spec
 }
 
 // provisionEngineStore provisions a store whose vectors are in eng: Postgres on the
@@ -46,6 +49,48 @@ type engineStore struct {
 // authentication, with the store's own Milvus user.
 func provisionEngineStore(t *testing.T, eng string, dim int) *engineStore {
 	t.Helper()
+	s, err := provisionEngineStoreE(t, eng, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// provisionEngineStores provisions n stores on eng at once: Milvus applies each new
+// user in the background, and waiting for one store after the other would dominate
+// a table's time.
+func provisionEngineStores(t *testing.T, eng string, dim, n int) []*engineStore {
+	t.Helper()
+	// The services' settings are read here first: a missing one skips or fails the
+	// test on its own goroutine.
+	testutil.PostgresParts(t)
+	switch eng {
+	case engine.PGVector:
+		testutil.PGVectorParts(t)
+	case engine.Milvus:
+		testutil.MilvusAuth(t)
+	}
+	out := make([]*engineStore, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i], errs[i] = provisionEngineStoreE(t, eng, dim)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// provisionEngineStoreE is provisionEngineStore returning its error, for use off the
+// test's goroutine (t only registers cleanups and reads the services' settings).
+func provisionEngineStoreE(t *testing.T, eng string, dim int) (*engineStore, error) {
 	ctx := context.Background()
 	pg := testutil.PostgresParts(t)
 	if eng == engine.PGVector {
@@ -55,12 +100,12 @@ func provisionEngineStore(t *testing.T, eng string, dim int) *engineStore {
 	tenant := testutil.UniqueName("mv")
 	names, err := provision.NamesFor(tenant, "memory-operator")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	owner := "engines/" + tenant
 	pw := provision.Passwords{Agent: testutil.UniqueName("agent-pw-"), Worker: testutil.UniqueName("worker-pw-")}
 	if _, err := provision.EnsurePostgres(ctx, admin, names, owner, pw); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	t.Cleanup(func() { _ = provision.DeletePostgres(context.Background(), admin, names, owner) })
 	s := &engineStore{engine: eng, names: names, spec: vector.Spec{Dimension: dim, Metric: vector.Cosine}, vectors: engine.Vectors{VectorEngine: eng}}
@@ -74,7 +119,7 @@ func provisionEngineStore(t *testing.T, eng string, dim int) *engineStore {
 		root := provision.MilvusConn{Address: m.Addr, Username: m.User, Password: m.Password}
 		s.vectors.MilvusAddress, s.vectors.Collection = m.Addr, names.Collection
 		if _, err = provision.EnsureVectors(ctx, admin, &root, names, milvus.Owner{ID: owner}, s.spec); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		t.Cleanup(func() {
 			_ = provision.DeleteMilvusTenant(context.Background(), root, names, milvus.Owner{ID: owner})
@@ -84,7 +129,7 @@ func provisionEngineStore(t *testing.T, eng string, dim int) *engineStore {
 		err = ensureMilvusTenant(ctx, root, names, owner, s.login.Password)
 	}
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	as := func(user, password string) string {
 		c := admin
@@ -92,11 +137,12 @@ func provisionEngineStore(t *testing.T, eng string, dim int) *engineStore {
 		return c.URL(url.Values{"options": {"-c search_path=" + names.Schema}})
 	}
 	if s.agent, err = pgxpool.New(ctx, as(names.Role, pw.Agent)); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	t.Cleanup(s.agent.Close)
 	s.workerURI = as(names.WorkerRole, pw.Worker)
-	return s
+	s.adminURI = admin.URL(nil)
+	return s, nil
 }
 
 // ensureMilvusTenant makes the store's Milvus user, waiting (as the operator's

@@ -299,7 +299,7 @@ var milvusScenarios = []scenario{
 	{name: "milvus latency", inject: func(t *testing.T, p proxied) {
 		toxic(t, p.milvus, "latency", "downstream", toxiproxy.Attributes{"latency": 20, "jitter": 10})
 	}},
-	{name: "milvus reset mid-delete", mustFail: true, perConnection: true, inject: func(t *testing.T, p proxied) {
+	{name: "milvus reset mid-transfer", mustFail: true, perConnection: true, inject: func(t *testing.T, p proxied) {
 		toxic(t, p.milvus, "limit_data", "upstream", toxiproxy.Attributes{"bytes": 4 << 10})
 	}},
 	{name: "milvus stops answering", mustFail: true, inject: func(t *testing.T, p proxied) {

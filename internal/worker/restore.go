@@ -63,10 +63,6 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		return sum, err
 	}
 	defer closeIndex()
-	bulk, err := beginBulkLoad(ctx, cfg, index, target, reader.Manifest().Counts.Items)
-	if err != nil {
-		return sum, err
-	}
 	embedder, err := targetEmbedder(cfg, sec)
 	if err != nil {
 		return sum, err
@@ -84,13 +80,20 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 		types = append(types, mt)
 	}
 
+	// The search index goes only once the package has verified: a restore that
+	// writes nothing leaves the store as it was.
+	var bulk engine.BulkLoader
+	beforeWrite := func(ctx context.Context) (err error) {
+		bulk, err = beginBulkLoad(ctx, cfg, index, target, reader.Manifest().Counts.Items)
+		return err
+	}
 	detail := newDetailUpload(ctx, objects, cfg.DetailKey)
 	res, err := restore.Run(ctx, restore.Options{
 		Reader: reader, Written: pkg.imported != nil, Target: target, Index: index, Embedder: embedder, EmbedLimit: cfg.embedLimit(),
 		Mapping: mapper, Denylist: cfg.Denylist, Types: types, Now: ro.Now,
 		Conflict: restore.ConflictPolicy(cfg.ConflictPolicy), Embeddings: restore.EmbeddingsPolicy(cfg.Embeddings),
 		DryRun: cfg.DryRun, Rehydrate: cfg.Rehydrate, AllowMerge: cfg.AllowMerge, IntoExisting: cfg.IntoExisting, Parallelism: restoreParallelism, Detail: detail,
-		Actor: "restore " + cfg.RestoreNamespace + "/" + cfg.RestoreName,
+		Actor: "restore " + cfg.RestoreNamespace + "/" + cfg.RestoreName, BeforeWrite: beforeWrite,
 		Progress: func(p restore.Progress) {
 			if ro.Progress != nil {
 				fmt.Fprintf(ro.Progress, "read %d, restored %d, skipped %d\n", p.Read, p.Restored, p.Skipped)
