@@ -51,13 +51,20 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 		useANN = n > ix.params.ExactBelow
 	}
 	if useANN {
-		hits, err := ix.searchANN(ctx, s, q, query, qtext)
-		if err != nil {
-			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
-		}
-		if len(hits) == q.K {
-			ix.paths.ann.Add(1)
-			return hits, nil
+		for ef := max(ix.params.EfSearch, q.K); ; {
+			hits, err := ix.searchANN(ctx, s, q, query, qtext, ef)
+			if err != nil {
+				return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+			}
+			if len(hits) == q.K {
+				ix.paths.ann.Add(1)
+				return hits, nil
+			}
+			if ef >= maxEfSearch {
+				break
+			}
+			ef = raiseEf(ef, len(hits), q.K)
+			ix.paths.raised.Add(1)
 		}
 		ix.paths.fallback.Add(1)
 	} else {
@@ -85,16 +92,31 @@ func (ix *Index) searchExact(ctx context.Context, s *statements, q vector.Query,
 	return ix.rank(rows, query, q.K)
 }
 
-// searchANN walks the HNSW index with hnsw.ef_search = max(EfSearch, K), set for its
-// own (implicit) transaction: the batch runs as one.
-func (ix *Index) searchANN(ctx context.Context, s *statements, q vector.Query, query []float32, qtext string) ([]vector.Hit, error) {
+// raiseEf is the ef_search of the next HNSW walk after one with ef yielded got of the
+// k matches wanted. The graph yields ef candidates of the whole table and the filter
+// keeps the scope's: got/ef estimates the scope's share of them, so the next walk asks
+// for enough candidates that k of them match, with a margin of a quarter, and at
+// least twice as many as before (capped at pgvector's maximum).
+func raiseEf(ef, got, k int) int {
+	next := 2 * ef
+	if got > 0 {
+		next = max(next, (ef*k*5+4*got-1)/(4*got))
+	} else {
+		next = 4 * ef
+	}
+	return min(next, maxEfSearch)
+}
+
+// searchANN walks the HNSW index with hnsw.ef_search = ef, set for its own
+// (implicit) transaction: the batch runs as one.
+func (ix *Index) searchANN(ctx context.Context, s *statements, q vector.Query, query []float32, qtext string, ef int) ([]vector.Hit, error) {
 	sql, args := s.ann[0], []any{q.Scope, qtext}
 	if len(q.Types) > 0 {
 		sql, args = s.ann[1], append(args, q.Types)
 	}
 	args = append(args, q.K)
 	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('hnsw.ef_search', $1, true)`, strconv.Itoa(max(ix.params.EfSearch, q.K)))
+	b.Queue(`SELECT set_config('hnsw.ef_search', $1, true)`, strconv.Itoa(ef))
 	b.Queue(sql, args...)
 	br := ix.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -181,4 +203,6 @@ func (c *sizeCache) put(key string, n int) {
 // pathCounts count the searches by the path that answered them.
 type pathCounts struct {
 	exact, ann, fallback atomic.Int64
+	// raised counts the HNSW walks redone with a larger ef_search.
+	raised atomic.Int64
 }
