@@ -51,12 +51,21 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 		useANN = n > ix.params.ExactBelow
 	}
 	if useANN {
-		for ef := max(ix.params.EfSearch, q.K); ; {
+		key := matchKey(q.Scope, q.Types)
+		base := max(ix.params.EfSearch, q.K)
+		ef := base
+		if last, ok := ix.efs.get(key); ok {
+			ef = max(ef, last)
+		}
+		for {
 			hits, err := ix.searchANN(ctx, s, q, query, qtext, ef)
 			if err != nil {
 				return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 			}
 			if len(hits) == q.K {
+				if ef > base {
+					ix.efs.put(key, ef)
+				}
 				ix.paths.ann.Add(1)
 				return hits, nil
 			}
@@ -149,12 +158,7 @@ func (ix *Index) rank(rows pgx.Rows, query []float32, k int) ([]vector.Hit, erro
 // matches counts the entries of scope (and types), up to ExactBelow+1: enough to
 // choose the path. Counts are cached for sizeTTL.
 func (ix *Index) matches(ctx context.Context, s *statements, scope string, types []string) (int, error) {
-	key := scope
-	if len(types) > 0 {
-		sorted := slices.Clone(types)
-		slices.Sort(sorted)
-		key += "\x00" + strings.Join(slices.Compact(sorted), "\x00")
-	}
+	key := matchKey(scope, types)
 	if n, ok := ix.sizes.get(key); ok {
 		return n, nil
 	}
@@ -169,6 +173,17 @@ func (ix *Index) matches(ctx context.Context, s *statements, scope string, types
 	}
 	ix.sizes.put(key, n)
 	return n, nil
+}
+
+// matchKey names a scope and types in the caches.
+func matchKey(scope string, types []string) string {
+	key := scope
+	if len(types) > 0 {
+		sorted := slices.Clone(types)
+		slices.Sort(sorted)
+		key += "\x00" + strings.Join(slices.Compact(sorted), "\x00")
+	}
+	return key
 }
 
 type sizeCache struct {

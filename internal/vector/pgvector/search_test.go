@@ -68,6 +68,7 @@ func TestSearchPaths(t *testing.T) {
 	if _, err := e.admin.Exec(ctx, `ANALYZE `+pgx.Identifier{ix.Schema(), "embeddings"}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
+	var midVec []float32
 	for _, tc := range []struct {
 		scope string
 		types []string
@@ -86,7 +87,11 @@ func TestSearchPaths(t *testing.T) {
 	} {
 		exact0, ann0, fb0 := pgvector.Paths(ix)
 		raised0 := pgvector.Raised(ix)
-		hits, err := ix.Search(ctx, vector.Query{Scope: tc.scope, Types: tc.types, Vector: randomVector(rng, spec.Dimension), K: tc.k})
+		v := randomVector(rng, spec.Dimension)
+		if tc.scope == "user:mid" {
+			midVec = v
+		}
+		hits, err := ix.Search(ctx, vector.Query{Scope: tc.scope, Types: tc.types, Vector: v, K: tc.k})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,6 +108,17 @@ func TestSearchPaths(t *testing.T) {
 		if len(hits) != min(tc.k, map[string]int{"user:big": 3000 - 2850*len(tc.types), "user:mid": 200, "user:small": 30}[tc.scope]) {
 			t.Errorf("scope %s, types %v, k %d: %d hits", tc.scope, tc.types, tc.k, len(hits))
 		}
+	}
+
+	// The next search of a scope that needed a raised walk starts at that ef_search
+	// (the same query: what ef_search another needs varies).
+	_, ann0, _ := pgvector.Paths(ix)
+	raised0 := pgvector.Raised(ix)
+	if hits, err := ix.Search(ctx, vector.Query{Scope: "user:mid", Vector: midVec, K: 10}); err != nil || len(hits) != 10 {
+		t.Fatalf("user:mid again: %d hits, %v", len(hits), err)
+	}
+	if _, ann1, _ := pgvector.Paths(ix); ann1-ann0 != 1 || pgvector.Raised(ix) != raised0 {
+		t.Errorf("user:mid again: %d by the index, %d walks raised; want one walk at the remembered ef_search", ann1-ann0, pgvector.Raised(ix)-raised0)
 	}
 
 	// The plans, as the store's role gets them.
