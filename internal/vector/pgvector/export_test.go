@@ -2,6 +2,9 @@ package pgvector
 
 import "context"
 
+// Raised reports how many HNSW walks were redone with a larger ef_search.
+func Raised(ix *Index) int64 { return ix.paths.raised.Load() }
+
 // Paths reports how many searches each path answered: exact from the start, by the
 // HNSW index, and exactly after a short HNSW answer.
 func Paths(ix *Index) (exact, ann, fallback int64) {

@@ -45,7 +45,10 @@ type Index struct {
 	// insertsMet is set once a COPY of new entries met existing rows (insertNew).
 	insertsMet atomic.Bool
 	sizes      sizeCache
-	paths      pathCounts
+	// efs remembers, per scope and types, the ef_search a raised HNSW walk needed,
+	// so the next search of that scope starts there instead of walking twice.
+	efs   sizeCache
+	paths pathCounts
 }
 
 var (

@@ -34,9 +34,12 @@
 //     turn it into a post-filtered index scan.
 //   - Above, it walks the HNSW index with hnsw.ef_search = max(EfSearch, K) (set
 //     for that statement's transaction only) and filters on scope and types. When
-//     that yields fewer than K rows (the matches are rare among the candidates the
-//     graph visits: a rare type in a big scope, a scope that is a small part of a very
-//     large store) the search is redone exactly. So a search returns exactly
+//     that yields fewer than K rows (the matches are a share of the candidates the
+//     graph visits: a scope that is half of the store yields about ef_search/2), the
+//     walk is redone with ef_search raised to what that share needs for K matches,
+//     with a margin (at least doubled, up to 1000); only when ef_search 1000 still
+//     yields fewer (a rare type in a big scope, a scope that is a small part of a very
+//     large store) is the search redone exactly. So a search returns exactly
 //     min(K, matches): exact below ExactBelow, and above it approximate with
 //     HNSW's recall (see the package benchmark), never short.
 //

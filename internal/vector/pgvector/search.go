@@ -51,13 +51,29 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 		useANN = n > ix.params.ExactBelow
 	}
 	if useANN {
-		hits, err := ix.searchANN(ctx, s, q, query, qtext)
-		if err != nil {
-			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+		key := matchKey(q.Scope, q.Types)
+		base := max(ix.params.EfSearch, q.K)
+		ef := base
+		if last, ok := ix.efs.get(key); ok {
+			ef = max(ef, last)
 		}
-		if len(hits) == q.K {
-			ix.paths.ann.Add(1)
-			return hits, nil
+		for {
+			hits, err := ix.searchANN(ctx, s, q, query, qtext, ef)
+			if err != nil {
+				return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+			}
+			if len(hits) == q.K {
+				if ef > base {
+					ix.efs.put(key, ef)
+				}
+				ix.paths.ann.Add(1)
+				return hits, nil
+			}
+			if ef >= maxEfSearch {
+				break
+			}
+			ef = raiseEf(ef, len(hits), q.K)
+			ix.paths.raised.Add(1)
 		}
 		ix.paths.fallback.Add(1)
 	} else {
@@ -85,16 +101,31 @@ func (ix *Index) searchExact(ctx context.Context, s *statements, q vector.Query,
 	return ix.rank(rows, query, q.K)
 }
 
-// searchANN walks the HNSW index with hnsw.ef_search = max(EfSearch, K), set for its
-// own (implicit) transaction: the batch runs as one.
-func (ix *Index) searchANN(ctx context.Context, s *statements, q vector.Query, query []float32, qtext string) ([]vector.Hit, error) {
+// raiseEf is the ef_search of the next HNSW walk after one with ef yielded got of the
+// k matches wanted. The graph yields ef candidates of the whole table and the filter
+// keeps the scope's: got/ef estimates the scope's share of them, so the next walk asks
+// for enough candidates that k of them match, with a margin of a quarter, and at
+// least twice as many as before (capped at pgvector's maximum).
+func raiseEf(ef, got, k int) int {
+	next := 2 * ef
+	if got > 0 {
+		next = max(next, (ef*k*5+4*got-1)/(4*got))
+	} else {
+		next = 4 * ef
+	}
+	return min(next, maxEfSearch)
+}
+
+// searchANN walks the HNSW index with hnsw.ef_search = ef, set for its own
+// (implicit) transaction: the batch runs as one.
+func (ix *Index) searchANN(ctx context.Context, s *statements, q vector.Query, query []float32, qtext string, ef int) ([]vector.Hit, error) {
 	sql, args := s.ann[0], []any{q.Scope, qtext}
 	if len(q.Types) > 0 {
 		sql, args = s.ann[1], append(args, q.Types)
 	}
 	args = append(args, q.K)
 	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('hnsw.ef_search', $1, true)`, strconv.Itoa(max(ix.params.EfSearch, q.K)))
+	b.Queue(`SELECT set_config('hnsw.ef_search', $1, true)`, strconv.Itoa(ef))
 	b.Queue(sql, args...)
 	br := ix.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -127,12 +158,7 @@ func (ix *Index) rank(rows pgx.Rows, query []float32, k int) ([]vector.Hit, erro
 // matches counts the entries of scope (and types), up to ExactBelow+1: enough to
 // choose the path. Counts are cached for sizeTTL.
 func (ix *Index) matches(ctx context.Context, s *statements, scope string, types []string) (int, error) {
-	key := scope
-	if len(types) > 0 {
-		sorted := slices.Clone(types)
-		slices.Sort(sorted)
-		key += "\x00" + strings.Join(slices.Compact(sorted), "\x00")
-	}
+	key := matchKey(scope, types)
 	if n, ok := ix.sizes.get(key); ok {
 		return n, nil
 	}
@@ -147,6 +173,17 @@ func (ix *Index) matches(ctx context.Context, s *statements, scope string, types
 	}
 	ix.sizes.put(key, n)
 	return n, nil
+}
+
+// matchKey names a scope and types in the caches.
+func matchKey(scope string, types []string) string {
+	key := scope
+	if len(types) > 0 {
+		sorted := slices.Clone(types)
+		slices.Sort(sorted)
+		key += "\x00" + strings.Join(slices.Compact(sorted), "\x00")
+	}
+	return key
 }
 
 type sizeCache struct {
@@ -181,4 +218,6 @@ func (c *sizeCache) put(key string, n int) {
 // pathCounts count the searches by the path that answered them.
 type pathCounts struct {
 	exact, ann, fallback atomic.Int64
+	// raised counts the HNSW walks redone with a larger ef_search.
+	raised atomic.Int64
 }

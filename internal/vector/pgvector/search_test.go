@@ -43,7 +43,9 @@ func explain(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) string {
 
 // TestSearchPaths: which path answers which search, and that each is what it claims:
 // the HNSW index for a big scope, the exact scan (never the HNSW index) for a small
-// one, and the exact redo when the index's answer is short.
+// one, the HNSW index again with a raised ef_search when its first answer is short
+// (the scope is a share of the store), and the exact redo when even ef_search 1000
+// leaves it short.
 func TestSearchPaths(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -66,6 +68,7 @@ func TestSearchPaths(t *testing.T) {
 	if _, err := e.admin.Exec(ctx, `ANALYZE `+pgx.Identifier{ix.Schema(), "embeddings"}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
+	var midVec []float32
 	for _, tc := range []struct {
 		scope string
 		types []string
@@ -75,24 +78,47 @@ func TestSearchPaths(t *testing.T) {
 		{"user:big", nil, 10, "ann"},
 		{"user:small", nil, 10, "exact"},
 		{"user:small", nil, 100, "exact"},
-		{"user:big", []string{"procedural"}, 10, "fallback"},
-		{"user:mid", nil, 10, "fallback"},
+		// 5% and 6% of the store: ef_search 40 yields about 2 of them, 250-400 enough.
+		{"user:big", []string{"procedural"}, 10, "raised"},
+		{"user:mid", nil, 10, "raised"},
+		// ef_search 1000, the most there is, yields about 930 of user:big's 3000.
+		{"user:big", nil, 1000, "fallback"},
 		{"user:big", nil, 1001, "exact"}, // above hnsw.ef_search's limit
 	} {
 		exact0, ann0, fb0 := pgvector.Paths(ix)
-		hits, err := ix.Search(ctx, vector.Query{Scope: tc.scope, Types: tc.types, Vector: randomVector(rng, spec.Dimension), K: tc.k})
+		raised0 := pgvector.Raised(ix)
+		v := randomVector(rng, spec.Dimension)
+		if tc.scope == "user:mid" {
+			midVec = v
+		}
+		hits, err := ix.Search(ctx, vector.Query{Scope: tc.scope, Types: tc.types, Vector: v, K: tc.k})
 		if err != nil {
 			t.Fatal(err)
 		}
 		exact1, ann1, fb1 := pgvector.Paths(ix)
+		raised := pgvector.Raised(ix) - raised0
 		got := map[[3]int64]string{{1, 0, 0}: "exact", {0, 1, 0}: "ann", {0, 0, 1}: "fallback"}[[3]int64{exact1 - exact0, ann1 - ann0, fb1 - fb0}]
+		if got == "ann" && raised > 0 {
+			got = "raised"
+		}
 		if got != tc.path {
-			t.Errorf("scope %s, types %v, k %d: answered by %q (%d, %d, %d), want %q", tc.scope, tc.types, tc.k, got,
-				exact1-exact0, ann1-ann0, fb1-fb0, tc.path)
+			t.Errorf("scope %s, types %v, k %d: answered by %q (%d, %d, %d, raised %d), want %q", tc.scope, tc.types, tc.k, got,
+				exact1-exact0, ann1-ann0, fb1-fb0, raised, tc.path)
 		}
-		if len(hits) == 0 {
-			t.Errorf("scope %s: no hits", tc.scope)
+		if len(hits) != min(tc.k, map[string]int{"user:big": 3000 - 2850*len(tc.types), "user:mid": 200, "user:small": 30}[tc.scope]) {
+			t.Errorf("scope %s, types %v, k %d: %d hits", tc.scope, tc.types, tc.k, len(hits))
 		}
+	}
+
+	// The next search of a scope that needed a raised walk starts at that ef_search
+	// (the same query: what ef_search another needs varies).
+	_, ann0, _ := pgvector.Paths(ix)
+	raised0 := pgvector.Raised(ix)
+	if hits, err := ix.Search(ctx, vector.Query{Scope: "user:mid", Vector: midVec, K: 10}); err != nil || len(hits) != 10 {
+		t.Fatalf("user:mid again: %d hits, %v", len(hits), err)
+	}
+	if _, ann1, _ := pgvector.Paths(ix); ann1-ann0 != 1 || pgvector.Raised(ix) != raised0 {
+		t.Errorf("user:mid again: %d by the index, %d walks raised; want one walk at the remembered ef_search", ann1-ann0, pgvector.Raised(ix)-raised0)
 	}
 
 	// The plans, as the store's role gets them.

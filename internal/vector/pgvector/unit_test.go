@@ -45,6 +45,25 @@ func TestParams(t *testing.T) {
 	}
 }
 
+// TestRaiseEf: the next walk asks for what the share seen needs for k matches, with a
+// margin, at least twice the last, never above pgvector's maximum.
+func TestRaiseEf(t *testing.T) {
+	for _, tc := range []struct{ ef, got, k, want int }{
+		{100, 50, 64, 200},  // half the store: twice (1.25*64/50*100 = 160 is less)
+		{100, 10, 64, 800},  // a tenth: 100*64/10 = 640, plus a quarter
+		{40, 2, 10, 250},    // 5%: 40*10/2 = 200, plus a quarter
+		{100, 0, 64, 400},   // nothing seen: four times
+		{400, 3, 64, 1000},  // capped
+		{1000, 1, 10, 1000}, // at the cap it stays (Search stops there)
+		{64, 63, 64, 128},   // one short: twice
+		{1, 1, 2, 3},        // 1*2*1.25 = 2.5, rounded up
+	} {
+		if got := raiseEf(tc.ef, tc.got, tc.k); got != tc.want {
+			t.Errorf("raiseEf(%d, %d, %d) = %d, want %d", tc.ef, tc.got, tc.k, got, tc.want)
+		}
+	}
+}
+
 func TestVersions(t *testing.T) {
 	for v, ok := range map[string]bool{"0.5.0": true, "0.6.2": true, "0.8.0": true, "1.0": true, "0.4.4": false, "0.4": false, "x": false, "": false} {
 		err := checkVersion(v, "the extension", "update it")
