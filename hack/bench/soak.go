@@ -101,13 +101,8 @@ func (e *env) soak(ctx context.Context, d time.Duration, eng string) error {
 	if toxAddr == "" {
 		return fmt.Errorf("MEMORY_TEST_TOXIPROXY_ADDR unset: run through `make soak`")
 	}
-	away := min(time.Minute, d/4)
-	second := fmt.Sprintf("Milvus (authentication on, the store's own user) away for %s", away)
-	if eng == engine.PGVector {
-		second = fmt.Sprintf("every PostgreSQL connection cut after 24 KiB for %s", away)
-	}
 	fmt.Printf("\nSoak: %d clients x %d scopes for %s through the gateway (%s index); PostgreSQL cut once, %s\n\n",
-		soakClients, soakScopesPerClient, d, eng, second)
+		soakClients, soakScopesPerClient, d, eng, soakSecondFault(eng, min(time.Minute, d/4)))
 	st, err := e.soakStore(ctx, eng)
 	if err != nil {
 		return err
@@ -209,6 +204,14 @@ func (e *env) soak(ctx context.Context, d time.Duration, eng string) error {
 	}
 	drained := time.Since(drainStart)
 	return soakVerify(ctx, pool, hc, g, names.Schema, scopes, total, drained, rssStart, max(rssPeak.Load(), rssEnd), rssEnd)
+}
+
+// soakSecondFault says what soakFaults does after the PostgreSQL cut on eng.
+func soakSecondFault(eng string, away time.Duration) string {
+	if eng == engine.PGVector {
+		return fmt.Sprintf("every PostgreSQL connection cut after 24 KiB for %s", away)
+	}
+	return fmt.Sprintf("Milvus (authentication on, the store's own user) away for %s", away)
 }
 
 // soakBackends is the soak's store as provisioned: its PostgreSQL server's admin
