@@ -520,13 +520,21 @@ func (e *env) benchEngine(ctx context.Context, o enginesOptions, en, pkg string,
 	}
 	fmt.Printf("reference %.1fs (index %.1fs): %s\n", res.ref.Seconds(), res.refBuild.Seconds(), res.refNote)
 
+	return res, e.searchEngine(ctx, o, st, syn, big, emb, bigQ, smallQ, &res)
+}
+
+// searchEngine searches st through the real gateway and records what it measured in res.
+func (e *env) searchEngine(ctx context.Context, o enginesOptions, st *engStore, syn *engSynthetic, big [][]float32,
+	emb *engEmbedder, bigQ, smallQ []engQuery, res *engResult) error {
+	en := st.engine
+	var err error
 	// Search through the gateway.
 	var sizes []int
 	if en == engine.Postgres {
 		for _, n := range o.pgSizes {
 			if n < o.items {
 				if err := e.copyScopePrefix(ctx, st, n); err != nil {
-					return res, err
+					return err
 				}
 				sizes = append(sizes, n)
 			}
@@ -541,7 +549,7 @@ func (e *env) benchEngine(ctx context.Context, o enginesOptions, en, pkg string,
 	_ = os.Unsetenv(engine.EnvMilvusUsername)
 	_ = os.Unsetenv(engine.EnvMilvusPassword)
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer gw.stop()
 	c := &gwCaller{url: gw.url, key: gw.key, hc: &http.Client{Timeout: 5 * time.Minute}}
@@ -554,7 +562,7 @@ func (e *env) benchEngine(ctx context.Context, o enginesOptions, en, pkg string,
 	// Warm-up: connections, statements, the index's pages (untimed).
 	for i := range min(warm, len(bigQ)) {
 		if _, err := engSearchOnce(ctx, c, bigQ[i].scope, bigQ[i].qi); err != nil && en != engine.Postgres {
-			return res, fmt.Errorf("warm-up: %w", err)
+			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
 	// The smaller scopes go first: a big scope the Postgres engine cannot answer in
@@ -578,13 +586,13 @@ func (e *env) benchEngine(ctx context.Context, o enginesOptions, en, pkg string,
 	}
 	if len(smallQ) > 0 {
 		if res.small, err = engRun(ctx, c, smallQ); err != nil {
-			return res, err
+			return err
 		}
 		fmt.Printf("search, scopes of %d: p50 %s p99 %s recall@10 %.3f\n", engSmallSize, res.small.p50, res.small.p99, res.small.recall)
 	}
 	if res.big, err = engRun(ctx, c, bigQ); err != nil {
 		if en != engine.Postgres {
-			return res, err
+			return err
 		}
 		// The exact engine may not answer a large scope within the gateway's
 		// request timeout: that is the measurement.
@@ -594,7 +602,7 @@ func (e *env) benchEngine(ctx context.Context, o enginesOptions, en, pkg string,
 		fmt.Printf("search, scope of %d: p50 %s p99 %s recall@10 %.3f (%d queries)\n", o.items, res.big.p50, res.big.p99, res.big.recall, res.big.n)
 	}
 	res.gatewayRSSMiB = float64(gw.hwmKB()) / 1024
-	return res, nil
+	return nil
 }
 
 // memCols are the memories' columns the reference copies (as benchRestore's).
