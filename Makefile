@@ -83,7 +83,7 @@ bench: tools build ## Benchmarks side by side with reference tools (200k memorie
 	RUN_DIR=$(LOCALBIN)/bench-run hack/services.sh run go run ./hack/bench $(BENCH_ARGS)
 
 .PHONY: bench-engines
-bench-engines: tools build ## Every vector engine (Postgres, PGVector, Milvus with authentication): restore of 1M clustered 384-dim vectors plus 10k scopes of 100 against \copy + CREATE INDEX / the Milvus SDK, then gateway search p50/p99 and recall@10 (BENCH_ARGS: e.g. -engines-items 20000 -engines-small-scopes 200); about an hour at full scale.
+bench-engines: tools build ## Every vector engine (Postgres, PGVector, Milvus with authentication): restore of 1M clustered 384-dim vectors plus 10k scopes of 100 against \copy + CREATE INDEX / the Milvus SDK, then gateway search p50/p99 and recall@10 (BENCH_ARGS: e.g. -engines-items 20000 -engines-small-scopes 200); about 25 minutes at 250,000, well over an hour at full scale.
 	RUN_DIR=$(LOCALBIN)/bench-engines-run hack/services.sh run go run ./hack/bench -sections engines $(BENCH_ARGS)
 
 .PHONY: bench-recall

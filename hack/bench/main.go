@@ -28,7 +28,7 @@
 //     generated with the real langgraph) into a store, against a \copy of the same
 //     checkpoint blobs
 //
-//   - engines (make bench-engines, not by default: about an hour at 1M): the restore
+//   - engines (make bench-engines, not by default: well over an hour at 1M): the restore
 //     of one scope of 1M memories with clustered 384-dimensional vectors and 10k scopes
 //     of 100 into each vector engine (Postgres, PGVector, Milvus) against \copy plus
 //     CREATE INDEX or the Milvus SDK's bulk insert and index build, then search
