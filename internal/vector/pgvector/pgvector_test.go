@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -287,6 +288,10 @@ func TestExtensionMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if available != 0 {
+		// hack/services.sh's PostgreSQL 15 has none: under CI that is a broken harness.
+		if os.Getenv("CI") != "" {
+			t.Fatal("MEMORY_TEST_PG_DSN's server has the vector extension; the harness's PostgreSQL 15 must not")
+		}
 		t.Skip("this PostgreSQL server has the vector extension; the test needs one without")
 	}
 	_, err := pgvector.EnsureExtension(ctx, admin)
