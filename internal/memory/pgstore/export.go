@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 // ExportFilter selects the memories Export streams. Scopes and ScopePrefixes are
@@ -193,11 +194,12 @@ func (s *Store) export(ctx context.Context, q querier, f ExportFilter, fn func(m
 	for rows.Next() {
 		var (
 			it  memory.Item
-			emb []float32
+			emb []byte
 		)
 		if f.IncludeEmbeddings {
-			it, err = scanItem(rows, &emb)
-			it.Embedding = emb
+			if it, err = scanItem(rows, &emb); err == nil && emb != nil {
+				it.Embedding, err = pgindex.DecodeVector(emb)
+			}
 		} else {
 			it, err = scanItem(rows)
 		}

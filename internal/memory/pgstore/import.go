@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 // ImportResult counts what Import did.
@@ -102,7 +103,7 @@ func (s *Store) Import(ctx context.Context, next func() (memory.Item, bool, erro
 			[]byte(it.Content), hash, it.Source, it.BaseScore, it.CreatedAt, it.UpdatedAt,
 			it.ExpiresAt, it.ArchivedAt, history, recordedAt(&it, now)})
 		if len(it.Embedding) > 0 {
-			vrows = append(vrows, []any{it.MemoryID, it.Scope, it.Embedding})
+			vrows = append(vrows, []any{it.MemoryID, it.Scope, pgindex.EncodeVector(it.Embedding)})
 		}
 		if len(mrows) >= s.importBatch {
 			if err := flush(); err != nil {
@@ -147,7 +148,7 @@ func (s *Store) importBatchTx(ctx context.Context, mrows, vrows [][]any) (insert
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+vecStage.Sanitize()+
-			` (memory_id text NOT NULL, scope text NOT NULL, embedding real[] NOT NULL) ON COMMIT DROP`); err != nil {
+			` (memory_id text NOT NULL, scope text NOT NULL, embedding bytea NOT NULL) ON COMMIT DROP`); err != nil {
 			return err
 		}
 		if _, err := tx.CopyFrom(ctx, vecStage, []string{"memory_id", "scope", "embedding"}, pgx.CopyFromRows(vrows)); err != nil {

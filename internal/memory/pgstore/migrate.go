@@ -239,11 +239,22 @@ CREATE TRIGGER {{i "memories_drop_terms"}} AFTER DELETE ON {{t "memories"}}
 
 INSERT INTO {{t "term_pending"}} (scope) SELECT DISTINCT scope FROM {{t "memories"}};
 `,
+	// 9: the embedded engine's vectors as bytea (package pgindex, storage.go): each
+	// component's float4send bytes, which a scope search reads 25 times faster than a
+	// real[]'s array_send. The conversion rewrites the table once, under the
+	// migration's lock; the helper function lives only inside this migration.
+	`
+CREATE FUNCTION {{t "vector_bytes"}}(v real[]) RETURNS bytea LANGUAGE sql IMMUTABLE STRICT AS $$
+	SELECT coalesce(string_agg(float4send(x), ''::bytea ORDER BY o), ''::bytea) FROM unnest(v) WITH ORDINALITY AS u(x, o)
+$$;
+ALTER TABLE {{t "vectors"}} ALTER COLUMN embedding TYPE bytea USING {{t "vector_bytes"}}(embedding);
+DROP FUNCTION {{t "vector_bytes"}}(real[]);
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 8
+const LatestVersion = 9
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.

@@ -1,8 +1,11 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +15,8 @@ import (
 
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 func TestLatestVersion(t *testing.T) {
@@ -150,7 +155,7 @@ func TestMigrate(t *testing.T) {
 		"vectors | memory_id | text | NO | ",
 		"vectors | scope | text | NO | ",
 		"vectors | memory_type | text | NO | ",
-		"vectors | embedding | ARRAY | NO | ",
+		"vectors | embedding | bytea | NO | ",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("columns:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -374,4 +379,55 @@ func TestGuaranteeMigrateToTheServersClock(t *testing.T) {
 	}
 	// The user forgotten "until 2099" can come back now.
 	mustPut(t, s, item("back", "user:2099", memory.Semantic, "", `{"v":"back"}`, 1, 0), Inserted)
+}
+
+// TestMigrateVectorsToBytes: migration 9 turns the real[] vectors of a version 8
+// store into the embedded engine's bytes (pgindex.EncodeVector of the same floats,
+// extreme values and negative zero included), and the index searches them as before.
+func TestMigrateVectorsToBytes(t *testing.T) {
+	pool := testPool(t)
+	ctx := t.Context()
+	schema := testutil.UniqueName("t_")
+	dropSchemaOnCleanup(t, pool, schema)
+	if _, err := migrateTo(ctx, pool, schema, 8); err != nil {
+		t.Fatal(err)
+	}
+	vectors := pgx.Identifier{schema, "vectors"}.Sanitize()
+	want := map[string][]float32{
+		"a": {0.6, -0.8, 0},
+		"b": {float32(math.Copysign(0, -1)), math.MaxFloat32, math.SmallestNonzeroFloat32},
+		"c": {1, 0, 0},
+	}
+	for id, v := range want {
+		if _, err := pool.Exec(ctx, `INSERT INTO `+vectors+` (memory_id, scope, memory_type, embedding) VALUES ($1, 'user:1', 'semantic', $2::real[])`, id, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := Migrate(ctx, pool, schema); err != nil || n != LatestVersion-8 {
+		t.Fatalf("Migrate = %d, %v", n, err)
+	}
+	rows, err := pool.Query(ctx, `SELECT memory_id, embedding FROM `+vectors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]byte{}
+	var id string
+	var raw []byte
+	if _, err := pgx.ForEachRow(rows, []any{&id, &raw}, func() error { got[id] = slices.Clone(raw); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for id, v := range want {
+		if !bytes.Equal(got[id], pgindex.EncodeVector(v)) {
+			t.Errorf("%s: stored %x, want %x (%v)", id, got[id], pgindex.EncodeVector(v), v)
+		}
+	}
+	var helper int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = 'vector_bytes'`, schema).Scan(&helper); err != nil || helper != 0 {
+		t.Fatalf("the migration's helper function is left in the schema: %d, %v", helper, err)
+	}
+	spec := vector.Spec{Dimension: 3, Metric: vector.IP}
+	hits, err := pgindex.New(pool, schema, spec).Search(ctx, vector.Query{Scope: "user:1", Vector: []float32{1, 0, 0}, K: 2})
+	if err != nil || len(hits) != 2 || hits[0].ID != "c" || hits[1].ID != "a" {
+		t.Fatalf("search after the migration: %v, %v", hits, err)
+	}
 }

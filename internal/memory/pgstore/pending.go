@@ -390,6 +390,10 @@ func (l *ScopeLock) PendingIn(ctx context.Context, scope string, typ memory.Type
 	return items, nil
 }
 
+// pendingDriveLimit is how many memories may owe index work for PendingInGroups to
+// start from them rather than from the groups' memories.
+const pendingDriveLimit = "10000"
+
 // PendingInGroups is PendingIn for several groups in one query (at most 1000 a
 // group, as PendingIn).
 func (l *ScopeLock) PendingInGroups(ctx context.Context, groups []ScopeType) (map[ScopeType][]memory.Item, error) {
@@ -398,12 +402,27 @@ func (l *ScopeLock) PendingInGroups(ctx context.Context, groups []ScopeType) (ma
 	for i, g := range groups {
 		scopes[i], types[i] = g.Scope, string(g.Type)
 	}
-	rows, err := l.conn.Query(ctx, `SELECT `+memoryCols+` FROM (
-			SELECT m.*, row_number() OVER (PARTITION BY m.scope, m.memory_type ORDER BY m.memory_id) AS n
-			FROM unnest($1::text[], $2::text[]) AS g(scope, typ)
-			JOIN `+l.s.t.memories+` m ON m.scope = g.scope AND m.memory_type = g.typ
-			JOIN `+l.s.t.indexPending+` p ON p.memory_id = m.memory_id
-			WHERE m.archived_at IS NULL) x
+	// Index work is usually owed for a handful of memories, while a batch's groups
+	// hold tens of thousands: reading the pending rows and looking their memories up
+	// costs a fraction of walking the groups' memories. When the work piled up (an
+	// embedder outage) the groups are walked instead. The gate is evaluated once, so
+	// only one of the two branches runs.
+	rows, err := l.conn.Query(ctx, `WITH pend AS MATERIALIZED (
+			SELECT memory_id FROM `+l.s.t.indexPending+` LIMIT `+pendingDriveLimit+` + 1
+		), few AS MATERIALIZED (
+			SELECT count(*) <= `+pendingDriveLimit+` AS yes FROM pend
+		)
+		SELECT `+memoryCols+` FROM (
+			SELECT m.*, row_number() OVER (PARTITION BY m.scope, m.memory_type ORDER BY m.memory_id) AS n FROM (
+				SELECT m.* FROM pend
+				JOIN `+l.s.t.memories+` m ON m.memory_id = pend.memory_id
+				JOIN unnest($1::text[], $2::text[]) AS g(scope, typ) ON m.scope = g.scope AND m.memory_type = g.typ
+				WHERE (SELECT yes FROM few) AND m.archived_at IS NULL
+				UNION ALL
+				SELECT m.* FROM unnest($1::text[], $2::text[]) AS g(scope, typ)
+				JOIN `+l.s.t.memories+` m ON m.scope = g.scope AND m.memory_type = g.typ
+				JOIN `+l.s.t.indexPending+` p ON p.memory_id = m.memory_id
+				WHERE NOT (SELECT yes FROM few) AND m.archived_at IS NULL) m) x
 		WHERE n <= 1000 ORDER BY scope, memory_type, memory_id`, scopes, types)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: pending in scopes: %w", err)

@@ -20,14 +20,14 @@ func (ix *Index) ScoreIDs(ctx context.Context, q vector.Query, ids []string) ([]
 	if len(ids) == 0 {
 		return []vector.Hit{}, nil
 	}
-	args := []any{q.Scope, ids, ix.spec.Dimension}
+	args := []any{q.Scope, ids, storedBytes(ix.spec.Dimension)}
 	typeFilter := ""
 	if len(q.Types) > 0 {
 		typeFilter = ` AND v.memory_type = ANY($4::text[])`
 		args = append(args, q.Types)
 	}
 	hits, err := ix.scoreRows(ctx, vector.Prepare(ix.spec.Metric, q.Vector), q.K, `SELECT v.memory_id, v.embedding FROM `+ix.table+` v
-		WHERE v.memory_id = ANY($2::text[]) AND v.scope = $1`+typeFilter+` AND cardinality(v.embedding) = $3`, args...)
+		WHERE v.memory_id = ANY($2::text[]) AND v.scope = $1`+typeFilter+` AND octet_length(v.embedding) = $3`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("score vectors in %s: %w", ix.table, err)
 	}

@@ -4,7 +4,7 @@
 // It uses two tables the store's migrations create:
 //
 //	vectors(memory_id text primary key, scope text not null, memory_type text not null,
-//	        embedding real[] not null)   -- indexed on (scope, memory_type)
+//	        embedding bytea not null)   -- indexed on (scope, memory_type); storage.go
 //	store_meta(key text primary key, value text not null)
 //
 // Search narrows to one scope (and optionally types) through the (scope, memory_type)
@@ -67,10 +67,10 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, schema string, spec vector.
 		if recorded {
 			// The spec was just recorded: vectors written before must agree with it.
 			var other int
-			err := tx.QueryRow(ctx, `SELECT cardinality(embedding) FROM `+vectors+` WHERE cardinality(embedding) <> $1 LIMIT 1`, spec.Dimension).Scan(&other)
+			err := tx.QueryRow(ctx, `SELECT octet_length(embedding) FROM `+vectors+` WHERE octet_length(embedding) <> $1 LIMIT 1`, storedBytes(spec.Dimension)).Scan(&other)
 			switch {
 			case err == nil:
-				return vector.DimensionError("vectors in store "+schema, spec.Dimension, other)
+				return vector.DimensionError("vectors in store "+schema, spec.Dimension, other/4)
 			case !errors.Is(err, pgx.ErrNoRows):
 				return fmt.Errorf("check existing vectors in %s: %w", vectors, err)
 			}
@@ -183,8 +183,8 @@ func (ix *Index) upsertInsert(ctx context.Context, tx pgx.Tx, entries []vector.E
 				sql.WriteByte(',')
 			}
 			n := 4 * i
-			fmt.Fprintf(&sql, "($%d, $%d, $%d, $%d::real[])", n+1, n+2, n+3, n+4)
-			args = append(args, e.ID, e.Scope, e.Type, vector.Prepare(ix.spec.Metric, e.Vector))
+			fmt.Fprintf(&sql, "($%d, $%d, $%d, $%d::bytea)", n+1, n+2, n+3, n+4)
+			args = append(args, e.ID, e.Scope, e.Type, EncodeVector(vector.Prepare(ix.spec.Metric, e.Vector)))
 		}
 		sql.WriteString(onConflict)
 		if _, err := tx.Exec(ctx, sql.String(), args...); err != nil {
@@ -226,7 +226,7 @@ var vectorCols = []string{"memory_id", "scope", "memory_type", "embedding"}
 func (ix *Index) copyRows(entries []vector.Entry) pgx.CopyFromSource {
 	return pgx.CopyFromSlice(len(entries), func(i int) ([]any, error) {
 		e := entries[i]
-		return []any{e.ID, e.Scope, e.Type, vector.Prepare(ix.spec.Metric, e.Vector)}, nil
+		return []any{e.ID, e.Scope, e.Type, EncodeVector(vector.Prepare(ix.spec.Metric, e.Vector))}, nil
 	})
 }
 
@@ -239,7 +239,7 @@ func (ix *Index) upsertCopy(ctx context.Context, tx pgx.Tx, entries []vector.Ent
 	if err != nil {
 		return false, err
 	}
-	_, err = sp.Exec(ctx, `CREATE TEMPORARY TABLE `+tmp+` (memory_id text NOT NULL, scope text NOT NULL, memory_type text NOT NULL, embedding real[] NOT NULL) ON COMMIT DROP`)
+	_, err = sp.Exec(ctx, `CREATE TEMPORARY TABLE `+tmp+` (memory_id text NOT NULL, scope text NOT NULL, memory_type text NOT NULL, embedding bytea NOT NULL) ON COMMIT DROP`)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == insufficientPrivilege {
 		return false, sp.Rollback(ctx)
@@ -301,68 +301,101 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 
 // scopeRows is the query of the (memory_id, embedding) rows of a scope (and types).
 func (ix *Index) scopeRows(scope string, types []string) (string, []any) {
-	args := []any{scope, ix.spec.Dimension}
+	args := []any{scope, storedBytes(ix.spec.Dimension)}
 	typeFilter := ""
 	if len(types) > 0 {
 		typeFilter = ` AND v.memory_type = ANY($3::text[])`
 		args = append(args, types)
 	}
 	return `SELECT v.memory_id, v.embedding FROM ` + ix.table + ` v
-		WHERE v.scope = $1` + typeFilter + ` AND cardinality(v.embedding) = $2`, args
+		WHERE v.scope = $1` + typeFilter + ` AND octet_length(v.embedding) = $2`, args
 }
 
 // SearchMany answers qs as Search answers each, in one round trip: the searches of
-// one scope and types share one scan of its vectors, and the scans of different
-// scopes go to the server as one pipeline (a batch's near-duplicate check asks one
-// search per memory).
+// one scope and types share one scan of its vectors, and the scopes searched with
+// the same types are read by one statement (a batch's near-duplicate check asks one
+// search per memory, over hundreds of scopes: one statement each cost more than
+// reading their rows).
 func (ix *Index) SearchMany(ctx context.Context, qs []vector.Query) ([][]vector.Hit, error) {
 	type group struct {
-		scope   string
-		types   []string
+		queries [][]float32
+		ks      []int
 		members []int
 	}
-	var groups []*group
-	byKey := map[string]*group{}
+	type typeSet struct {
+		types  []string
+		scopes []string
+		groups map[string]*group // by scope
+	}
+	var sets []*typeSet
+	byTypes := map[string]*typeSet{}
 	for i, q := range qs {
 		if err := vector.ValidateQuery(ix.spec, q); err != nil {
 			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 		}
 		types := slices.Sorted(slices.Values(q.Types))
-		key := q.Scope + "\x00" + strings.Join(types, "\x00")
-		g := byKey[key]
-		if g == nil {
-			g = &group{scope: q.Scope, types: types}
-			byKey[key] = g
-			groups = append(groups, g)
+		key := strings.Join(types, "\x00")
+		ts := byTypes[key]
+		if ts == nil {
+			ts = &typeSet{types: types, groups: map[string]*group{}}
+			byTypes[key] = ts
+			sets = append(sets, ts)
 		}
+		g := ts.groups[q.Scope]
+		if g == nil {
+			g = &group{}
+			ts.groups[q.Scope] = g
+			ts.scopes = append(ts.scopes, q.Scope)
+		}
+		g.queries = append(g.queries, vector.Prepare(ix.spec.Metric, q.Vector))
+		g.ks = append(g.ks, q.K)
 		g.members = append(g.members, i)
 	}
 	out := make([][]vector.Hit, len(qs))
-	if len(groups) == 0 {
+	if len(sets) == 0 {
 		return out, nil
 	}
 	batch := &pgx.Batch{}
-	for _, g := range groups {
-		sql, args := ix.scopeRows(g.scope, g.types)
-		batch.Queue(sql, args...)
+	for _, ts := range sets {
+		args := []any{ts.scopes, storedBytes(ix.spec.Dimension)}
+		typeFilter := ""
+		if len(ts.types) > 0 {
+			typeFilter = ` AND v.memory_type = ANY($3::text[])`
+			args = append(args, ts.types)
+		}
+		batch.Queue(`SELECT v.scope, v.memory_id, v.embedding FROM `+ix.table+` v
+			WHERE v.scope = ANY($1::text[])`+typeFilter+` AND octet_length(v.embedding) = $2`, args...)
 	}
 	br := ix.pool.SendBatch(ctx, batch)
 	defer func() { _ = br.Close() }()
-	for _, g := range groups {
-		queries, ks := make([][]float32, len(g.members)), make([]int, len(g.members))
-		for j, i := range g.members {
-			queries[j], ks[j] = vector.Prepare(ix.spec.Metric, qs[i].Vector), qs[i].K
-		}
+	for _, ts := range sets {
 		rows, err := br.Query()
 		if err != nil {
 			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 		}
-		hits, err := ix.scoreEach(rows, queries, ks)
+		best := map[string][]hitHeap{}
+		for scope, g := range ts.groups {
+			best[scope] = make([]hitHeap, len(g.queries))
+		}
+		err = eachStored(rows, func(scope, id string, raw []byte) error {
+			g := ts.groups[scope]
+			if g == nil {
+				return nil // cannot happen: = ANY compares the bytes
+			}
+			for qi, query := range g.queries {
+				if err := best[scope][qi].offer(ix.spec.Metric, id, raw, query, g.ks[qi]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 		}
-		for j, i := range g.members {
-			out[i] = hits[j]
+		for scope, g := range ts.groups {
+			for qi, i := range g.members {
+				out[i] = best[scope][qi].ranked()
+			}
 		}
 	}
 	return out, br.Close()

@@ -3,6 +3,7 @@
 package pgindex_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,7 +47,7 @@ func newSchema(t testing.TB, pool *pgxpool.Pool, name string) string {
 	ctx := context.Background()
 	s := pgx.Identifier{name}.Sanitize()
 	ddl := `CREATE SCHEMA ` + s + `;
-		CREATE TABLE ` + s + `.vectors (memory_id text primary key, scope text not null, memory_type text not null, embedding real[] not null);
+		CREATE TABLE ` + s + `.vectors (memory_id text primary key, scope text not null, memory_type text not null, embedding bytea not null);
 		CREATE INDEX ON ` + s + `.vectors (scope, memory_type);
 		CREATE TABLE ` + s + `.store_meta (key text primary key, value text not null);`
 	if _, err := pool.Exec(ctx, ddl); err != nil {
@@ -137,7 +138,7 @@ func TestEnsureRefusesVectorsOfAnotherDimension(t *testing.T) {
 	ctx := context.Background()
 	schema := newSchema(t, pool, testutil.UniqueName("t_"))
 	// Vectors written before any spec was recorded.
-	if _, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "vectors"}.Sanitize()+` VALUES ('old', 'user:1', 'semantic', '{1,2,3}')`); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "vectors"}.Sanitize()+` VALUES ('old', 'user:1', 'semantic', $1)`, pgindex.EncodeVector([]float32{1, 2, 3})); err != nil {
 		t.Fatal(err)
 	}
 	err := pgindex.Ensure(ctx, pool, schema, vector.Spec{Dimension: 4, Metric: vector.L2})
@@ -175,9 +176,7 @@ func TestUpsertPathsStoreTheSameRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	var total, inB int
-	var e0 []float32
-	err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE scope = 'user:b'),
-		(SELECT embedding FROM `+table+` WHERE memory_id = 'm0000') FROM `+table).Scan(&total, &inB, &e0)
+	err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE scope = 'user:b') FROM `+table).Scan(&total, &inB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,8 +206,8 @@ func TestUpsertPathsStoreTheSameRows(t *testing.T) {
 	if a, b := dump(fresh), dump(idx); a != b {
 		t.Fatalf("copied straight in:\n%.300s\nupserted:\n%.300s", a, b)
 	}
-	// Through pgx's own real[] encoding (no RegisterVectorCodec), the same rows, and
-	// both read back.
+	// Through a pool without RegisterVectorCodec (which only real[] parameters use),
+	// the same rows.
 	plainPool := connectWith(t, nil)
 	plainSchema := newSchema(t, plainPool, testutil.UniqueName("t_"))
 	if err := pgindex.Ensure(ctx, plainPool, plainSchema, spec); err != nil {
@@ -223,11 +222,15 @@ func TestUpsertPathsStoreTheSameRows(t *testing.T) {
 	if a, b := dump(plain), dump(idx); a != b {
 		t.Fatalf("without the vector codec:\n%.300s\nwith it:\n%.300s", a, b)
 	}
-	if err := pool.QueryRow(ctx, `SELECT embedding FROM `+table+` WHERE memory_id = 'm0001'`).Scan(&e0); err != nil ||
-		fmt.Sprint(e0) != fmt.Sprint([]float32{0.6, -0.8, 0}) {
-		t.Fatalf("read back through the codec: %v, %v", e0, err)
+	// Stored normalised for COSINE, (3,-4,0)/5, as each component's float4send bytes.
+	var raw, sent []byte
+	if err := pool.QueryRow(ctx, `SELECT embedding, float4send(0.6) || float4send(-0.8) || float4send(0) FROM `+table+` WHERE memory_id = 'm0001'`).Scan(&raw, &sent); err != nil {
+		t.Fatal(err)
 	}
-	// Stored normalised for COSINE: (3,-4,0)/5.
+	e0, err := pgindex.DecodeVector(raw)
+	if err != nil || !bytes.Equal(raw, sent) || !bytes.Equal(pgindex.EncodeVector(e0), raw) {
+		t.Fatalf("stored bytes %x (%v, %v), float4send's %x", raw, e0, err, sent)
+	}
 	if fmt.Sprint(e0) != fmt.Sprint([]float32{0.6, -0.8, 0}) {
 		t.Fatalf("stored embedding = %v, want [0.6 -0.8 0]", e0)
 	}
@@ -261,7 +264,7 @@ func TestSearchUsesScopeIndex(t *testing.T) {
 	}
 	// The candidate scan of Search, as the planner sees it.
 	var plan strings.Builder
-	rows, err := pool.Query(ctx, `EXPLAIN SELECT memory_id FROM `+table+` v WHERE v.scope = $1 AND cardinality(v.embedding) = $2`, "user:7", 2)
+	rows, err := pool.Query(ctx, `EXPLAIN SELECT memory_id FROM `+table+` v WHERE v.scope = $1 AND octet_length(v.embedding) = $2`, "user:7", 8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +331,7 @@ func TestLargeUpsertWithoutTempPrivilege(t *testing.T) {
 		t.Fatal("the role can still create temporary tables; the test would prove nothing")
 	}
 	schema := "store"
-	if _, err := pool.Exec(ctx, `CREATE TABLE store.vectors (memory_id text primary key, scope text not null, memory_type text not null, embedding real[] not null);
+	if _, err := pool.Exec(ctx, `CREATE TABLE store.vectors (memory_id text primary key, scope text not null, memory_type text not null, embedding bytea not null);
 		CREATE INDEX ON store.vectors (scope, memory_type);
 		CREATE TABLE store.store_meta (key text primary key, value text not null)`); err != nil {
 		t.Fatal(err)

@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -17,9 +15,9 @@ import (
 
 // The embedded engine searches exactly: every vector of the scope is scored. Scoring
 // in SQL (unnest and sum per row) cost 26 ms for 1,000 vectors of 256 dimensions,
-// more than the whole search budget; reading the vectors in PostgreSQL's binary
-// array format and scoring them here as they stream in costs a fraction of that, in
-// memory bounded by K. The score is vector.Score's arithmetic (float64 products and
+// more than the whole search budget; reading the stored bytes (storage.go) and
+// scoring them here as they stream in costs a fraction of that, in memory bounded
+// by K. The score is vector.Score's arithmetic (float64 products and
 // sums in component order, rounded to float32), so Search and ScoreIDs agree with
 // each other and with the conformance suite's reference.
 
@@ -39,57 +37,92 @@ func (ix *Index) scoreRows(ctx context.Context, query []float32, k int, sql stri
 
 // scoreEach scores every (memory_id, embedding) row against each of queries, keeping
 // the best ks[i] for queries[i] (all when 0), and closes rows. One scan serves every
-// query of a scope (SearchMany).
+// query of a scope.
 func (ix *Index) scoreEach(rows pgx.Rows, queries [][]float32, ks []int) ([][]vector.Hit, error) {
-	defer rows.Close()
 	best := make([]hitHeap, len(queries))
-	binaryFormat := len(rows.FieldDescriptions()) > 1 && rows.FieldDescriptions()[1].Format == pgtype.BinaryFormatCode
-	var vec []float32
-	for rows.Next() {
-		var (
-			id  string
-			raw []byte
-		)
-		if binaryFormat {
-			values := rows.RawValues()
-			id, raw = string(values[0]), values[1]
-		} else if err := rows.Scan(&id, &vec); err != nil {
-			return nil, err
-		}
+	err := eachStored(rows, func(_, id string, raw []byte) error {
 		for qi, query := range queries {
-			var score float32
-			if binaryFormat {
-				var err error
-				if score, err = scoreBinary(ix.spec.Metric, raw, query); err != nil {
-					return nil, fmt.Errorf("vector of %s: %w", id, err)
-				}
-			} else {
-				score = vector.Score(ix.spec.Metric, vec, query)
-			}
-			if score == 0 {
-				score = 0 // -0 from a negated zero distance
-			}
-			h, k := vector.Hit{ID: id, Score: score}, ks[qi]
-			switch {
-			case k == 0 || best[qi].Len() < k:
-				heap.Push(&best[qi], h)
-			case better(h, best[qi][0]):
-				best[qi][0] = h
-				heap.Fix(&best[qi], 0)
+			if err := best[qi].offer(ix.spec.Metric, id, raw, query, ks[qi]); err != nil {
+				return err
 			}
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	out := make([][]vector.Hit, len(queries))
 	for qi := range best {
-		out[qi] = make([]vector.Hit, best[qi].Len())
-		for i := len(out[qi]) - 1; i >= 0; i-- {
-			out[qi][i] = heap.Pop(&best[qi]).(vector.Hit)
-		}
+		out[qi] = best[qi].ranked()
 	}
 	return out, nil
+}
+
+// eachStored calls fn with each row of rows, ([scope,] memory_id, embedding): the
+// scope is "" when rows have two columns. raw is valid only during the call. It
+// closes rows.
+func eachStored(rows pgx.Rows, fn func(scope, id string, raw []byte) error) error {
+	defer rows.Close()
+	fields := rows.FieldDescriptions()
+	withScope := len(fields) == 3
+	// In the binary format a bytea's value is its bytes: read in place, no copy.
+	binaryFormat := len(fields) > 1 && fields[len(fields)-1].Format == pgtype.BinaryFormatCode
+	for rows.Next() {
+		var (
+			scope, id string
+			raw       []byte
+			err       error
+		)
+		switch {
+		case binaryFormat:
+			values := rows.RawValues()
+			if withScope {
+				scope, values = string(values[0]), values[1:]
+			}
+			id, raw = string(values[0]), values[1]
+		case withScope:
+			err = rows.Scan(&scope, &id, &raw)
+		default:
+			err = rows.Scan(&id, &raw)
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(scope, id, raw); err != nil {
+			return fmt.Errorf("vector of %s: %w", id, err)
+		}
+	}
+	return rows.Err()
+}
+
+// offer scores the stored vector raw of memory id against query and keeps it when it
+// is among the best k (all when 0).
+func (h *hitHeap) offer(m vector.Metric, id string, raw []byte, query []float32, k int) error {
+	score, err := scoreStored(m, raw, query)
+	if err != nil {
+		return err
+	}
+	if score == 0 {
+		score = 0 // -0 from a negated zero distance
+	}
+	hit := vector.Hit{ID: id, Score: score}
+	switch {
+	case k == 0 || h.Len() < k:
+		heap.Push(h, hit)
+	case better(hit, (*h)[0]):
+		(*h)[0] = hit
+		heap.Fix(h, 0)
+	}
+	return nil
+}
+
+// ranked empties h into its hits, best first.
+func (h *hitHeap) ranked() []vector.Hit {
+	out := make([]vector.Hit, h.Len())
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i] = heap.Pop(h).(vector.Hit)
+	}
+	return out
 }
 
 // better reports whether a ranks before b: higher score, then smaller memory_id.
@@ -109,37 +142,4 @@ func (h *hitHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
-}
-
-// scoreBinary scores a real[] in PostgreSQL's binary array format (array_send:
-// dimensions, null flag, element type, then per dimension its length and lower
-// bound, then per element its length and big-endian IEEE 754 bits) against query,
-// without building a slice of it.
-func scoreBinary(m vector.Metric, b []byte, query []float32) (float32, error) {
-	if len(b) < 12 {
-		return 0, fmt.Errorf("real[] of %d bytes", len(b))
-	}
-	ndim, hasNull, elem := binary.BigEndian.Uint32(b), binary.BigEndian.Uint32(b[4:]), binary.BigEndian.Uint32(b[8:])
-	if ndim != 1 || hasNull != 0 || elem != pgtype.Float4OID || len(b) < 20 {
-		return 0, fmt.Errorf("not a one-dimensional real[] without nulls (dimensions %d, nulls %d, element type %d)", ndim, hasNull, elem)
-	}
-	n := int(binary.BigEndian.Uint32(b[12:]))
-	b = b[20:]
-	if n != len(query) || len(b) != 8*n {
-		return 0, vector.DimensionError("stored vector", len(query), n)
-	}
-	var s float64
-	for i, q := range query {
-		x := float64(math.Float32frombits(binary.BigEndian.Uint32(b[8*i+4:])))
-		if m == vector.L2 {
-			d := x - float64(q)
-			s += d * d
-		} else {
-			s += x * float64(q)
-		}
-	}
-	if m == vector.L2 {
-		return float32(-math.Sqrt(s)), nil
-	}
-	return float32(s), nil
 }
