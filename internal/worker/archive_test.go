@@ -217,10 +217,14 @@ func (e *archiveEnv) vectors(t *testing.T, ids []string) map[string][]float32 {
 	out := map[string][]float32{}
 	for rows.Next() {
 		var (
-			id string
-			v  []float32
+			id  string
+			raw []byte
 		)
-		if err := rows.Scan(&id, &v); err != nil {
+		if err := rows.Scan(&id, &raw); err != nil {
+			t.Fatal(err)
+		}
+		v, err := pgindex.DecodeVector(raw)
+		if err != nil {
 			t.Fatal(err)
 		}
 		out[id] = v
