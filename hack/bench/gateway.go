@@ -232,24 +232,11 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 			if w.perCall > 1 && clients == 32 {
 				continue // 32 concurrent 1000-memory batches is a bulk load, not an agent's traffic
 			}
-			var res [2]gwResult
-			// Alternate which goes first so neither always meets a warmer cache.
-			order := []string{"gateway", "in-process"}
-			if clients == 8 {
-				order = []string{"in-process", "gateway"}
+			res, err := bothWays(ctx, via, clients, w.calls, w.perCall, w.f)
+			if err != nil {
+				return fmt.Errorf("%s at %d clients: %w", w.name, clients, err)
 			}
-			for _, name := range order {
-				r, err := runLoad(ctx, clients, w.calls, w.perCall, w.f(via[name]))
-				if err != nil {
-					return fmt.Errorf("%s %s at %d clients: %w", name, w.name, clients, err)
-				}
-				if name == "gateway" {
-					res[0] = r
-				} else {
-					res[1] = r
-				}
-			}
-			rows = append(rows, row{w.name, clients, res[0], res[1]})
+			rows = append(rows, row{w.name, clients, res["gateway"], res["in-process"]})
 			switch rss := gw.rssKB(); {
 			case w.perCall > 1:
 				batchRSS = max(batchRSS, rss)
@@ -273,6 +260,25 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 	fmt.Printf("gateway RSS: %d MiB after the 32-client runs (peak resident %d MiB until then); %d MiB after the batches (peak resident %d MiB over the whole run)\n",
 		peakRSS>>10, hwmSingle>>10, batchRSS>>10, hwm>>10)
 	return nil
+}
+
+// bothWays runs the same load through each client of via, alternating which goes
+// first with the client count so neither always meets a warmer cache.
+func bothWays(ctx context.Context, via map[string]gwClient, clients, calls, perCall int,
+	f func(c gwClient) func(context.Context, *mrand.Rand) error) (map[string]gwResult, error) {
+	order := []string{"gateway", "in-process"}
+	if clients == 8 {
+		order = []string{"in-process", "gateway"}
+	}
+	res := map[string]gwResult{}
+	for _, name := range order {
+		r, err := runLoad(ctx, clients, calls, perCall, f(via[name]))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		res[name] = r
+	}
+	return res, nil
 }
 
 // gwStore provisions the benchmark's store as the operator does and opens the memory

@@ -192,17 +192,7 @@ func (s *Store) export(ctx context.Context, q querier, f ExportFilter, fn func(m
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var (
-			it  memory.Item
-			emb []byte
-		)
-		if f.IncludeEmbeddings {
-			if it, err = scanItem(rows, &emb); err == nil && emb != nil {
-				it.Embedding, err = pgindex.DecodeVector(emb)
-			}
-		} else {
-			it, err = scanItem(rows)
-		}
+		it, err := scanExported(rows, f.IncludeEmbeddings)
 		if err != nil {
 			return fmt.Errorf("pgstore: export: %w", err)
 		}
@@ -215,6 +205,20 @@ func (s *Store) export(ctx context.Context, q querier, f ExportFilter, fn func(m
 		return fmt.Errorf("pgstore: export: %w", err)
 	}
 	return nil
+}
+
+// scanExported scans one row of export's query: an item, with its vector when the
+// query reads them (the embedded engine's bytes; none when the memory has no row).
+func scanExported(rows pgx.Rows, withEmbedding bool) (memory.Item, error) {
+	if !withEmbedding {
+		return scanItem(rows)
+	}
+	var raw []byte
+	it, err := scanItem(rows, &raw)
+	if err == nil && raw != nil {
+		it.Embedding, err = pgindex.DecodeVector(raw)
+	}
+	return it, err
 }
 
 // prefixed qualifies every column of a comma-separated list with prefix.
