@@ -24,7 +24,6 @@ import (
 	"github.com/amemory/memory-operator/internal/memory/service"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
-	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 // Secrets are the gateway's credentials, from the environment.
@@ -109,7 +108,6 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		return nil, errors.New("PostgreSQL: the connection URI does not parse") // never echo it: it holds the password
 	}
 	pcfg.MaxConns = max(pcfg.MaxConns, 32)
-	pcfg.AfterConnect = pgindex.RegisterVectorCodec
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL: %w", err)

@@ -3,7 +3,7 @@
 // vector normalisation.
 //
 // Three implementations exist: package milvus (one Milvus collection per store),
-// package pgindex (embeddings kept in the store's PostgreSQL schema as real[], exact,
+// package pgindex (embeddings kept in the store's PostgreSQL schema as float32 bytes, exact,
 // the embedded default) and package pgvector (the vector extension's HNSW index in the
 // store's schema). Package vectortest holds the conformance suite all are held to.
 package vector

@@ -18,7 +18,6 @@ import (
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
-	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 // Secrets holds what a worker reads from its environment (filled from Secrets).
@@ -198,7 +197,6 @@ func openStore(ctx context.Context, uri, schema string) (*pgxpool.Pool, *pgstore
 	if err != nil {
 		return nil, nil, fmt.Errorf("PostgreSQL: %w", err)
 	}
-	cfg.AfterConnect = pgindex.RegisterVectorCodec
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("PostgreSQL: %w", err)

@@ -19,20 +19,10 @@ import (
 	"github.com/amemory/memory-operator/internal/vector/vectortest"
 )
 
-// connect opens a pool as the workers and the gateway do (RegisterVectorCodec).
+// connect opens a pool on the test server.
 func connect(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	return connectWith(t, pgindex.RegisterVectorCodec)
-}
-
-func connectWith(t testing.TB, afterConnect func(context.Context, *pgx.Conn) error) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testutil.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AfterConnect = afterConnect
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	pool, err := pgxpool.New(context.Background(), testutil.PostgresDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,22 +195,6 @@ func TestUpsertPathsStoreTheSameRows(t *testing.T) {
 	}
 	if a, b := dump(fresh), dump(idx); a != b {
 		t.Fatalf("copied straight in:\n%.300s\nupserted:\n%.300s", a, b)
-	}
-	// Through a pool without RegisterVectorCodec (which only real[] parameters use),
-	// the same rows.
-	plainPool := connectWith(t, nil)
-	plainSchema := newSchema(t, plainPool, testutil.UniqueName("t_"))
-	if err := pgindex.Ensure(ctx, plainPool, plainSchema, spec); err != nil {
-		t.Fatal(err)
-	}
-	plain := pgindex.New(plainPool, plainSchema, spec)
-	for _, n := range []int{10, 1200} { // INSERT parameters, then COPY
-		if err := plain.Upsert(ctx, batch(n, "user:b", -4)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if a, b := dump(plain), dump(idx); a != b {
-		t.Fatalf("without the vector codec:\n%.300s\nwith it:\n%.300s", a, b)
 	}
 	// Stored normalised for COSINE, (3,-4,0)/5, as each component's float4send bytes.
 	var raw, sent []byte
