@@ -1,7 +1,12 @@
 package snapshot
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -20,7 +25,80 @@ func unmarshalItem(line []byte, it *memory.Item) error {
 		return nil
 	}
 	*it = memory.Item{}
-	return json.Unmarshal(line, it)
+	return decodeItemJSON(line, it)
+}
+
+// itemLine is an item line as encoding/json reads and writes it: memory.Item, whose
+// embedding is either form of the format (packedEmbedding).
+type itemLine struct {
+	*memory.Item
+	Embedding packedEmbedding `json:"embedding,omitempty"` // hides Item.Embedding
+}
+
+// decodeItemJSON decodes line with encoding/json, the reference of unmarshalItem.
+func decodeItemJSON(line []byte, it *memory.Item) error {
+	l := itemLine{Item: it}
+	if err := json.Unmarshal(line, &l); err != nil {
+		return err
+	}
+	it.Embedding = l.Embedding
+	return nil
+}
+
+// packedEmbedding is an item's embedding in either form a package may hold: an array
+// of numbers (formats 1 to 3, and accepted in any) or, as format 4 writes it, a string
+// holding the standard base64 of its float32 values in little-endian byte order
+// (appendEmbedding).
+type packedEmbedding []float32
+
+func (e packedEmbedding) MarshalJSON() ([]byte, error) { return appendEmbedding(nil, e) }
+
+func (e *packedEmbedding) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '"' {
+		var v []float32
+		if err := json.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		*e = v
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := decodeEmbeddingBase64(make([]float32, 0, len(s)*3/16), []byte(s))
+	if err != nil {
+		return err
+	}
+	*e = v
+	return nil
+}
+
+// decodeEmbeddingBase64 appends to dst the float32 values whose little-endian bytes
+// b64 holds in standard, padded base64. A length that is not a whole number of values,
+// and values that are not finite (which a JSON number cannot be either), are refused.
+func decodeEmbeddingBase64(dst []float32, b64 []byte) ([]float32, error) {
+	var stack [4096]byte
+	raw := stack[:0]
+	if n := base64.StdEncoding.DecodedLen(len(b64)); n > len(stack) {
+		raw = make([]byte, 0, n)
+	}
+	raw, err := base64.StdEncoding.AppendDecode(raw, b64)
+	if err != nil {
+		return dst, fmt.Errorf("embedding: not base64: %w", err)
+	}
+	if len(raw)%4 != 0 {
+		return dst, fmt.Errorf("embedding: %d bytes are not a whole number of float32 values (4 bytes each)", len(raw))
+	}
+	dst = slices.Grow(dst, len(raw)/4)
+	for i := 0; i < len(raw); i += 4 {
+		x := math.Float32frombits(binary.LittleEndian.Uint32(raw[i:]))
+		if f := float64(x); math.IsInf(f, 0) || math.IsNaN(f) {
+			return dst, fmt.Errorf("embedding: element %d is %v (must be finite)", i/4, x)
+		}
+		dst = append(dst, x)
+	}
+	return dst, nil
 }
 
 // Bits for the fields seen, so a repeated field falls back.
@@ -291,6 +369,19 @@ func decodeRevision(sc *jsonscan.Scanner, r *memory.Revision) bool {
 func decodeEmbedding(sc *jsonscan.Scanner, dst *[]float32) bool {
 	if sc.Literal("null") {
 		*dst = nil
+		return true
+	}
+	if sc.Next() == '"' {
+		var buf [8192]byte
+		b64, ok := sc.String(buf[:0])
+		if !ok {
+			return false
+		}
+		vec, err := decodeEmbeddingBase64(make([]float32, 0, len(b64)*3/16), b64)
+		if err != nil {
+			return false // decodeItemJSON words the error
+		}
+		*dst = vec
 		return true
 	}
 	if !sc.Consume('[') {

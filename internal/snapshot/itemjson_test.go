@@ -18,7 +18,7 @@ func stdItemJSON(it *memory.Item) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(it); err != nil {
+	if err := enc.Encode(itemLine{Item: it, Embedding: it.Embedding}); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil

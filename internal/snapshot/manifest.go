@@ -18,9 +18,10 @@ import (
 )
 
 // FormatVersion is the package format this code writes, and the newest it reads.
-// Version 2 moved the tombstones out of the manifest (see TombstoneSet); version 1
-// packages are read through the upgrade chain (upgrade.go).
-const FormatVersion = 3
+// Version 4 writes embeddings in base64, version 3 added recorded_at, version 2 moved
+// the tombstones out of the manifest (see TombstoneSet); older packages are read
+// through the upgrade chain (upgrade.go).
+const FormatVersion = 4
 
 // Object names inside a package prefix.
 const (

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/amemory/memory-operator/internal/memory"
@@ -25,6 +26,24 @@ type upgradeStep struct {
 var upgrades = []upgradeStep{
 	{From: 1, Manifest: upgradeManifestV1},
 	{From: 2, Manifest: upgradeManifestV2},
+	{From: 3, Manifest: upgradeManifestV3},
+}
+
+// upgradeManifestV3 brings a version 3 manifest to version 4. Version 4 writes
+// embeddings as base64 strings (packedEmbedding) where version 3 wrote arrays of
+// numbers; the reader takes both forms, so only the version changes. (The version
+// is raised all the same: a version 3 reader fails on a string embedding midway,
+// but refuses a version 4 package before it reads anything.)
+func upgradeManifestV3(raw []byte) ([]byte, error) { return setFormatVersion(raw, 4) }
+
+// setFormatVersion returns the manifest JSON with its formatVersion set to v.
+func setFormatVersion(raw []byte, v int) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	m["formatVersion"] = json.RawMessage(strconv.Itoa(v))
+	return json.Marshal(m)
 }
 
 // upgradeManifestV2 brings a version 2 manifest to version 3. Version 3 items may
@@ -33,14 +52,7 @@ var upgrades = []upgradeStep{
 // items carry none, which version 3 reads as created_at, at most the package's
 // createdAt, exactly as version 2 read its tombstones. So only the version changes;
 // items are as they were.
-func upgradeManifestV2(raw []byte) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, err
-	}
-	m["formatVersion"] = json.RawMessage("3")
-	return json.Marshal(m)
-}
+func upgradeManifestV2(raw []byte) ([]byte, error) { return setFormatVersion(raw, 3) }
 
 // upgradeManifestV1 brings a version 1 manifest to version 2: its inline list of
 // tombstones becomes a TombstoneSet holding them as entries, sorted by scope with one

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bytes"
+	"math"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,7 +117,7 @@ func uploadFixture(t *testing.T, obj Objects, dir, prefix string) {
 // readFixture uploads a fixture package, opens it, checks it was stored in version
 // (12 items in 4 shards, upgraded to FormatVersion) and verifies it, and returns its
 // items and tombstones.
-func readFixture(t *testing.T, obj Objects, dir string, key *Key, version int) (*Reader, []memory.Item, []memory.Tombstone) {
+func readFixture(t *testing.T, obj Objects, dir string, key *Key, version, items, shards int) (*Reader, []memory.Item, []memory.Tombstone) {
 	t.Helper()
 	ctx := context.Background()
 	uploadFixture(t, obj, dir, dir+"/")
@@ -125,7 +126,7 @@ func readFixture(t *testing.T, obj Objects, dir string, key *Key, version int) (
 		t.Fatal(err)
 	}
 	m := r.Manifest()
-	if r.StoredFormatVersion() != version || m.FormatVersion != FormatVersion || m.Counts.Items != 12 || len(m.Shards) != 4 {
+	if r.StoredFormatVersion() != version || m.FormatVersion != FormatVersion || m.Counts.Items != int64(items) || len(m.Shards) != shards {
 		t.Fatalf("stored %d, manifest %+v", r.StoredFormatVersion(), m)
 	}
 	var tombs []memory.Tombstone
@@ -149,7 +150,7 @@ func TestReadsVersion1Packages(t *testing.T) {
 		key *Key
 	}{{"v1-encrypted", &testKey}, {"v1-plain", nil}} {
 		t.Run(tc.dir, func(t *testing.T) {
-			r, items, got := readFixture(t, obj, tc.dir, tc.key, 1)
+			r, items, got := readFixture(t, obj, tc.dir, tc.key, 1, 12, 4)
 			want := []memory.Tombstone{
 				{Scope: "user:2", ForgottenAt: time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)},
 				{Scope: "user:9", ForgottenAt: time.Date(2026, 2, 1, 12, 0, 0, 0, time.UTC), Reason: "gdpr"},
@@ -326,7 +327,7 @@ func TestReadsVersion2Packages(t *testing.T) {
 		key *Key
 	}{{"v2-encrypted", &testKey}, {"v2-plain", nil}} {
 		t.Run(tc.dir, func(t *testing.T) {
-			r, items, got := readFixture(t, obj, tc.dir, tc.key, 2)
+			r, items, got := readFixture(t, obj, tc.dir, tc.key, 2, 12, 4)
 			if !r.Manifest().CreatedAt.Equal(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)) {
 				t.Fatalf("manifest %+v", r.Manifest())
 			}
@@ -347,6 +348,75 @@ func TestReadsVersion2Packages(t *testing.T) {
 
 // A writer leaves out a recorded_at equal to created_at (absent reads as created_at)
 // and writes one that differs; both read back as they mean.
+// Version 3 wrote embeddings as arrays of numbers; they read back as the same float32
+// values that version 4 writes in base64, extreme ones included.
+func TestReadsVersion3Packages(t *testing.T) {
+	obj := newBucket(t)
+	want := [][]float32{
+		{0.5, -0.25, 0.125, 1},
+		{math.SmallestNonzeroFloat32, -math.MaxFloat32, 1e-7, 0.1},
+		{0.333333343, -0.7071068, 0, 2.5e-3},
+	}
+	for _, tc := range []struct {
+		dir string
+		key *Key
+	}{{"v3-encrypted", &testKey}, {"v3-plain", nil}} {
+		t.Run(tc.dir, func(t *testing.T) {
+			r, items, got := readFixture(t, obj, tc.dir, tc.key, 3, 6, 1)
+			if m := r.Manifest(); m.Embedding == nil || m.Embedding.Dimension != 4 || m.Counts.WithEmbedding != 5 {
+				t.Fatalf("manifest %+v", m)
+			}
+			if len(got) != 1 || got[0].Scope != "user:9" || got[0].Reason != "gdpr" {
+				t.Fatalf("tombstones %+v", got)
+			}
+			for i, it := range items {
+				id := fmt.Sprintf("v3-u%d-m%d", i/3, i%3)
+				switch {
+				case it.MemoryID != id:
+					t.Fatalf("item %d is %s, want %s", i, it.MemoryID, id)
+				case id == "v3-u1-m2":
+					if it.Embedding != nil {
+						t.Fatalf("%s has an embedding %v; it was written without one", id, it.Embedding)
+					}
+				case !slices.Equal(it.Embedding, want[i%3]):
+					t.Fatalf("%s: embedding %v, want %v", id, it.Embedding, want[i%3])
+				}
+				// recorded_at is written only where it differs from created_at.
+				if (id == "v3-u1-m1") != it.RecordedAt.Equal(it.CreatedAt.Add(30*time.Minute)) || (id != "v3-u1-m1") != it.RecordedAt.IsZero() {
+					t.Fatalf("%s: recorded_at %s, created_at %s", id, it.RecordedAt, it.CreatedAt)
+				}
+			}
+		})
+	}
+}
+
+// Version 4 writes embeddings as base64 and reads back the exact float32 values.
+func TestEmbeddingsWrittenInBase64(t *testing.T) {
+	vec := []float32{1, -2.5, math.SmallestNonzeroFloat32, math.MaxFloat32, float32(math.Copysign(0, -1)), 0.1}
+	at := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	line, err := appendItem(nil, &memory.Item{MemoryID: "m", MemoryType: memory.Semantic, Scope: "user:1", Content: json.RawMessage(`{}`),
+		CreatedAt: at, UpdatedAt: at, Embedding: vec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(line, []byte(`"embedding":"AACAPwAAIMABAAAA//9/fwAAAIDNzMw9"}`)) {
+		t.Fatalf("line %s", line)
+	}
+	var it memory.Item
+	if err := unmarshalItem(line, &it); err != nil || !slices.Equal(it.Embedding, vec) || math.Signbit(float64(it.Embedding[4])) != true {
+		t.Fatalf("decoded %v, %v", it.Embedding, err)
+	}
+	for line, want := range map[string]string{
+		`{"embedding":"AACA"}`:     "3 bytes are not a whole number of float32 values",
+		`{"embedding":"AADAfw=="}`: "element 0 is NaN (must be finite)",
+		`{"embedding":"AA*APw=="}`: "embedding: not base64: illegal base64 data at input byte 2",
+	} {
+		if err := unmarshalItem([]byte(line), &it); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error containing %q", line, err, want)
+		}
+	}
+}
+
 func TestRecordedAtWrittenWhenItDiffers(t *testing.T) {
 	obj := newBucket(t)
 	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
