@@ -2,11 +2,11 @@ package snapshot
 
 import (
 	"bytes"
-	"math"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
