@@ -17,9 +17,8 @@ import (
 // appendItem appends the item's JSON line body: byte for byte what encoding/json
 // produces for itemLine (memory.Item, its embedding in base64) with HTML escaping off
 // (the field names and omitempty rules of memory.Item's tags are the format), without
-// reflection or allocation. Content
-// and history contents are validated and compacted like json.Compact. Any error
-// leaves the item unwritten. itemjson_test.go holds this equal to encoding/json, and
+// reflection or allocation. Content and history contents are validated and compacted
+// like json.Compact. Any error leaves the item unwritten. itemjson_test.go holds this equal to encoding/json, and
 // fails when memory.Item gains a field this function does not know.
 func appendItem(dst []byte, it *memory.Item) ([]byte, error) {
 	var err error
@@ -40,7 +39,7 @@ func appendItem(dst []byte, it *memory.Item) ([]byte, error) {
 	dst = append(dst, `,"source":`...)
 	dst = jsonscan.AppendString(dst, it.Source)
 	dst = append(dst, `,"base_score":`...)
-	if dst, err = appendFloat(dst, it.BaseScore, 64, "base_score"); err != nil {
+	if dst, err = appendFloat(dst, it.BaseScore, "base_score"); err != nil {
 		return dst, err
 	}
 	dst = append(dst, `,"created_at":`...)
@@ -118,7 +117,7 @@ func appendRevision(dst []byte, r *memory.Revision) ([]byte, error) {
 	dst = append(dst, `,"source":`...)
 	dst = jsonscan.AppendString(dst, r.Source)
 	dst = append(dst, `,"base_score":`...)
-	if dst, err = appendFloat(dst, r.BaseScore, 64, "history.base_score"); err != nil {
+	if dst, err = appendFloat(dst, r.BaseScore, "history.base_score"); err != nil {
 		return dst, err
 	}
 	dst = append(dst, `,"updated_at":`...)
@@ -157,17 +156,17 @@ func appendTime(dst []byte, t time.Time, field string) ([]byte, error) {
 
 // appendFloat appends a float as encoding/json does: shortest representation, in
 // exponent form below 1e-6 and from 1e21, with a two-digit exponent trimmed to one.
-func appendFloat(dst []byte, f float64, bits int, field string) ([]byte, error) {
+func appendFloat(dst []byte, f float64, field string) ([]byte, error) {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
 		return dst, fmt.Errorf("%s: unsupported value %v", field, f)
 	}
 	format := byte('f')
 	if abs := math.Abs(f); abs != 0 {
-		if bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
+		if abs < 1e-6 || abs >= 1e21 {
 			format = 'e'
 		}
 	}
-	dst = strconv.AppendFloat(dst, f, format, -1, bits)
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
 	if format == 'e' {
 		if n := len(dst); n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
 			dst[n-2] = dst[n-1]
