@@ -108,6 +108,17 @@ func TestManifestVersionProbe(t *testing.T) {
 	}
 }
 
+// fixture is a package in testdata and the key it was written with.
+type fixture struct {
+	dir string
+	key *Key
+}
+
+// fixtures are the encrypted and the plain package of a format version in testdata.
+func fixtures(version int) []fixture {
+	return []fixture{{fmt.Sprintf("v%d-encrypted", version), &testKey}, {fmt.Sprintf("v%d-plain", version), nil}}
+}
+
 // uploadFixture copies a package from testdata into the bucket under prefix.
 func uploadFixture(t *testing.T, obj Objects, dir, prefix string) {
 	t.Helper()
@@ -145,10 +156,7 @@ func readFixture(t *testing.T, obj Objects, dir string, key *Key, version, items
 func TestReadsVersion1Packages(t *testing.T) {
 	obj := newBucket(t)
 	ctx := context.Background()
-	for _, tc := range []struct {
-		dir string
-		key *Key
-	}{{"v1-encrypted", &testKey}, {"v1-plain", nil}} {
+	for _, tc := range fixtures(1) {
 		t.Run(tc.dir, func(t *testing.T) {
 			r, items, got := readFixture(t, obj, tc.dir, tc.key, 1, 12, 4)
 			want := []memory.Tombstone{
@@ -322,10 +330,7 @@ func TestGuaranteeReaderRefusesMissingRequiredMembers(t *testing.T) {
 // it as created_at, at most createdAt) and their tombstones.
 func TestReadsVersion2Packages(t *testing.T) {
 	obj := newBucket(t)
-	for _, tc := range []struct {
-		dir string
-		key *Key
-	}{{"v2-encrypted", &testKey}, {"v2-plain", nil}} {
+	for _, tc := range fixtures(2) {
 		t.Run(tc.dir, func(t *testing.T) {
 			r, items, got := readFixture(t, obj, tc.dir, tc.key, 2, 12, 4)
 			if !r.Manifest().CreatedAt.Equal(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)) {
@@ -346,8 +351,6 @@ func TestReadsVersion2Packages(t *testing.T) {
 	}
 }
 
-// A writer leaves out a recorded_at equal to created_at (absent reads as created_at)
-// and writes one that differs; both read back as they mean.
 // Version 3 wrote embeddings as arrays of numbers; they read back as the same float32
 // values that version 4 writes in base64, extreme ones included.
 func TestReadsVersion3Packages(t *testing.T) {
@@ -357,10 +360,7 @@ func TestReadsVersion3Packages(t *testing.T) {
 		{math.SmallestNonzeroFloat32, -math.MaxFloat32, 1e-7, 0.1},
 		{0.333333343, -0.7071068, 0, 2.5e-3},
 	}
-	for _, tc := range []struct {
-		dir string
-		key *Key
-	}{{"v3-encrypted", &testKey}, {"v3-plain", nil}} {
+	for _, tc := range fixtures(3) {
 		t.Run(tc.dir, func(t *testing.T) {
 			r, items, got := readFixture(t, obj, tc.dir, tc.key, 3, 6, 1)
 			if m := r.Manifest(); m.Embedding == nil || m.Embedding.Dimension != 4 || m.Counts.WithEmbedding != 5 {
@@ -417,6 +417,8 @@ func TestEmbeddingsWrittenInBase64(t *testing.T) {
 	}
 }
 
+// A writer leaves out a recorded_at equal to created_at (absent reads as created_at)
+// and writes one that differs; both read back as they mean.
 func TestRecordedAtWrittenWhenItDiffers(t *testing.T) {
 	obj := newBucket(t)
 	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
