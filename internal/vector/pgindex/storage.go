@@ -42,7 +42,9 @@ func storedBytes(dim int) int { return 4 * dim }
 
 // scoreStored scores a vector in the storage format against query with
 // vector.Score's arithmetic (float64 products and sums in component order, rounded
-// to float32), without building a slice of it.
+// to float32), without building a slice of it. It is the inner loop of an exact
+// search: one loop per metric, and b resliced to the query's length so the compiler
+// drops the bounds checks.
 func scoreStored(m vector.Metric, b []byte, query []float32) (float32, error) {
 	if len(b) != storedBytes(len(query)) {
 		if len(b)%4 != 0 {
@@ -51,17 +53,17 @@ func scoreStored(m vector.Metric, b []byte, query []float32) (float32, error) {
 		return 0, vector.DimensionError("stored vector", len(query), len(b)/4)
 	}
 	var s float64
-	for i, q := range query {
-		x := float64(math.Float32frombits(binary.BigEndian.Uint32(b[4*i:])))
-		if m == vector.L2 {
-			d := x - float64(q)
-			s += d * d
-		} else {
-			s += x * float64(q)
-		}
-	}
 	if m == vector.L2 {
+		for i, q := range query {
+			c := b[4*i : 4*i+4 : 4*i+4]
+			d := float64(math.Float32frombits(binary.BigEndian.Uint32(c))) - float64(q)
+			s += d * d
+		}
 		return float32(-math.Sqrt(s)), nil
+	}
+	for i, q := range query {
+		c := b[4*i : 4*i+4 : 4*i+4]
+		s += float64(math.Float32frombits(binary.BigEndian.Uint32(c))) * float64(q)
 	}
 	return float32(s), nil
 }
