@@ -99,17 +99,10 @@ func TestIndexRefsAgainstAQueueTakenForEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 5000
-	rows, err := pool.Query(ctx, `INSERT INTO `+pending+` (memory_id) SELECT format('m-%s', lpad(i::text, 5, '0')) FROM generate_series(1, $1) i
+	refs := insertRefs(t, pool, `INSERT INTO `+pending+` (memory_id) SELECT format('m-%s', lpad(i::text, 5, '0')) FROM generate_series(1, $1) i
 		RETURNING memory_id, seq`, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingRef, error) {
-		var p PendingRef
-		return p, r.Scan(&p.MemoryID, &p.Seq)
-	})
-	if err != nil || len(refs) != n {
-		t.Fatalf("%d refs, %v", len(refs), err)
+	if len(refs) != n {
+		t.Fatalf("%d refs, want %d", len(refs), n)
 	}
 	slices.SortFunc(refs, func(a, b PendingRef) int { return cmp.Compare(a.MemoryID, b.MemoryID) })
 
@@ -137,7 +130,7 @@ func TestIndexRefsAgainstAQueueTakenForEmpty(t *testing.T) {
 		errText  string
 	}
 	got := map[string]state{}
-	rows, err = pool.Query(ctx, `SELECT memory_id, attempts, next_attempt_at = 'infinity', last_error FROM `+pending)
+	rows, err := pool.Query(ctx, `SELECT memory_id, attempts, next_attempt_at = 'infinity', last_error FROM `+pending)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,18 +154,8 @@ func TestIndexRefsAgainstAQueueTakenForEmpty(t *testing.T) {
 	if _, err := pool.Exec(ctx, `DELETE FROM `+pending); err != nil {
 		t.Fatal(err)
 	}
-	rows, err = pool.Query(ctx, `INSERT INTO `+pending+` (memory_id, attempts) SELECT format('f-%s', i), i % 3 FROM generate_series(1, 3000) i
+	refs = insertRefs(t, pool, `INSERT INTO `+pending+` (memory_id, attempts) SELECT format('f-%s', i), i % 3 FROM generate_series(1, 3000) i
 		RETURNING memory_id, seq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	refs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingRef, error) {
-		var p PendingRef
-		return p, r.Scan(&p.MemoryID, &p.Seq)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	backoff := func(a int) time.Duration { return time.Duration(a) * time.Hour }
 	if parked, err = s.IndexFailed(ctx, refs, "embedder down", RetryPolicy{Backoff: backoff, MaxAttempts: 3}, false); err != nil || parked != 1000 {
 		t.Fatalf("IndexFailed: %d parked, %v; want 1000 (those at 2 attempts)", parked, err)
@@ -203,6 +186,24 @@ func TestIndexRefsAgainstAQueueTakenForEmpty(t *testing.T) {
 			}
 		}
 	}
+}
+
+// insertRefs runs an INSERT into index_pending RETURNING memory_id, seq and returns
+// the refs it made.
+func insertRefs(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []PendingRef {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingRef, error) {
+		var p PendingRef
+		return p, r.Scan(&p.MemoryID, &p.Seq)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return refs
 }
 
 // sqlRecorder is a pgx tracer that keeps each statement's text and arguments.
