@@ -214,6 +214,23 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 				return c.write(ctx, b)
 			}
 		}},
+		// The same facts, a call's thousand over ten scopes (a pipeline extracting the
+		// facts of a few users' conversations): concurrent calls rarely wait for one
+		// another's near-duplicate locks, which a call over most scopes always does.
+		{"facts 10 sc", gwBatchCalls, gwBatch, func(c gwClient) func(context.Context, *mrand.Rand) error {
+			return func(ctx context.Context, r *mrand.Rand) error {
+				var scopes [10]string
+				for i := range scopes {
+					scopes[i] = fmt.Sprintf("user:%d", r.IntN(gwScopes))
+				}
+				b := make([]gateway.NewMemory, gwBatch)
+				for i := range b {
+					b[i] = newMem(r)
+					b[i].MemoryType, b[i].Scope = memory.Semantic, scopes[i%len(scopes)]
+				}
+				return c.write(ctx, b)
+			}
+		}},
 	}
 	for _, c := range via {
 		if _, err := runLoad(ctx, 8, gwWarmup, 1, workloads[0].f(c)); err != nil {
@@ -255,7 +272,7 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 			r.proc.p50.Round(time.Microsecond), r.proc.p99.Round(time.Microsecond), r.proc.perSec,
 			ratio(r.gw.p50, r.proc.p50), ratio(r.gw.p99, r.proc.p99), 100*r.gw.perSec/r.proc.perSec)
 	}
-	fmt.Printf("\n(per second: calls; for batches, memories; batch 1000 is episodic memories, batch facts semantic ones, which the near-duplicate check searches)\n")
+	fmt.Printf("\n(per second: calls; for batches, memories; batch 1000 is episodic memories over any scopes, batch facts semantic ones, which the near-duplicate check searches, over any scopes, facts 10 sc the same over ten scopes a call)\n")
 	fmt.Printf("targets: gateway p50 <= 1.3x and p99 <= 2x of in-process; batch throughput >= 50%%; gateway RSS <= 128 MiB at 32 clients\n")
 	fmt.Printf("gateway RSS: %d MiB after the 32-client runs (peak resident %d MiB until then); %d MiB after the batches (peak resident %d MiB over the whole run)\n",
 		peakRSS>>10, hwmSingle>>10, batchRSS>>10, hwm>>10)
