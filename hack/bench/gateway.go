@@ -180,6 +180,27 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 		return gateway.NewMemory{Scope: fmt.Sprintf("user:%d", r.IntN(gwScopes)), MemoryType: memory.Episodic,
 			Content: json.RawMessage(fmt.Sprintf(`{"event":%q,"n":%d}`, gwText(r, 8), seq.Add(1)))}
 	}
+	// facts is a batch call of gwBatch semantic memories over scopes random scopes, or
+	// over any scopes when scopes is 0.
+	facts := func(scopes int) func(c gwClient) func(context.Context, *mrand.Rand) error {
+		return func(c gwClient) func(context.Context, *mrand.Rand) error {
+			return func(ctx context.Context, r *mrand.Rand) error {
+				picked := make([]string, scopes)
+				for i := range picked {
+					picked[i] = fmt.Sprintf("user:%d", r.IntN(gwScopes))
+				}
+				b := make([]gateway.NewMemory, gwBatch)
+				for i := range b {
+					b[i] = newMem(r)
+					b[i].MemoryType = memory.Semantic
+					if scopes > 0 {
+						b[i].Scope = picked[i%scopes]
+					}
+				}
+				return c.write(ctx, b)
+			}
+		}
+	}
 	workloads := []struct {
 		name           string
 		calls, perCall int
@@ -204,33 +225,11 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 		}},
 		// Facts, which the near-duplicate check applies to: each memory is searched
 		// against its scope's facts before it is stored.
-		{"batch facts", gwBatchCalls, gwBatch, func(c gwClient) func(context.Context, *mrand.Rand) error {
-			return func(ctx context.Context, r *mrand.Rand) error {
-				b := make([]gateway.NewMemory, gwBatch)
-				for i := range b {
-					b[i] = newMem(r)
-					b[i].MemoryType = memory.Semantic
-				}
-				return c.write(ctx, b)
-			}
-		}},
+		{"batch facts", gwBatchCalls, gwBatch, facts(0)},
 		// The same facts, a call's thousand over ten scopes (a pipeline extracting the
 		// facts of a few users' conversations): concurrent calls rarely wait for one
 		// another's near-duplicate locks, which a call over most scopes always does.
-		{"facts 10 sc", gwBatchCalls, gwBatch, func(c gwClient) func(context.Context, *mrand.Rand) error {
-			return func(ctx context.Context, r *mrand.Rand) error {
-				var scopes [10]string
-				for i := range scopes {
-					scopes[i] = fmt.Sprintf("user:%d", r.IntN(gwScopes))
-				}
-				b := make([]gateway.NewMemory, gwBatch)
-				for i := range b {
-					b[i] = newMem(r)
-					b[i].MemoryType, b[i].Scope = memory.Semantic, scopes[i%len(scopes)]
-				}
-				return c.write(ctx, b)
-			}
-		}},
+		{"facts 10 sc", gwBatchCalls, gwBatch, facts(10)},
 	}
 	for _, c := range via {
 		if _, err := runLoad(ctx, 8, gwWarmup, 1, workloads[0].f(c)); err != nil {
