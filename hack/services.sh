@@ -16,7 +16,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN="$ROOT/bin"
-RUN_DIR=${RUN_DIR:-$BIN/run}
+# Absolute: milvus-server changes directory before it reads its data and etcd paths.
+RUN_DIR=$(realpath -m "${RUN_DIR:-$BIN/run}")
 HOST=${SERVICES_HOST:-127.0.0.1}
 PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)}
 # pgserver's PostgreSQL 16 with the vector extension, installed by hack/install-tools.sh.
