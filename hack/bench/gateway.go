@@ -143,7 +143,14 @@ func runLoad(ctx context.Context, clients, calls, perCall int, f func(ctx contex
 	return gwResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], perSec: float64(calls*perCall) / total.Seconds()}, nil
 }
 
-func (e *env) benchGateway(ctx context.Context, items int) error {
+// gatewayOptions configure the gateway section.
+type gatewayOptions struct {
+	items int      // memories in the store
+	rows  []string // workloads to run (all when empty)
+}
+
+func (e *env) benchGateway(ctx context.Context, opt gatewayOptions) error {
+	items := opt.items
 	fmt.Printf("\nGateway benchmark: %d memories over %d scopes, hashing embedder (dim %d), embedded PostgreSQL index;\n", items, gwScopes, gwDim)
 	fmt.Printf("the same calls through `memory-operator gateway` over HTTP and in-process on service.Memory\n\n")
 	mem, names, agentURI, cleanup, err := e.gwStore(ctx)
@@ -201,11 +208,12 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 			}
 		}
 	}
-	workloads := []struct {
+	type workload struct {
 		name           string
 		calls, perCall int
 		f              func(c gwClient) func(ctx context.Context, r *mrand.Rand) error
-	}{
+	}
+	workloads := []workload{
 		{"search", gwRounds, 1, func(c gwClient) func(context.Context, *mrand.Rand) error {
 			return func(ctx context.Context, r *mrand.Rand) error {
 				return c.search(ctx, fmt.Sprintf("user:%d", r.IntN(gwScopes)), gwText(r, 3))
@@ -231,6 +239,11 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 		// another's near-duplicate locks, which a call over most scopes always does.
 		{"facts 10 sc", gwBatchCalls, gwBatch, facts(10)},
 	}
+	for _, name := range opt.rows {
+		if !slices.ContainsFunc(workloads, func(w workload) bool { return w.name == name }) {
+			return fmt.Errorf("-gateway-rows: no workload %q", name)
+		}
+	}
 	for _, c := range via {
 		if _, err := runLoad(ctx, 8, gwWarmup, 1, workloads[0].f(c)); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
@@ -244,6 +257,9 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 	// apart.
 	var peakRSS, hwmSingle, batchRSS int64
 	for _, w := range workloads {
+		if len(opt.rows) > 0 && !slices.Contains(opt.rows, w.name) {
+			continue
+		}
 		for _, clients := range []int{1, 8, 32} {
 			if w.perCall > 1 && clients == 32 {
 				continue // 32 concurrent 1000-memory batches is a bulk load, not an agent's traffic
@@ -273,8 +289,10 @@ func (e *env) benchGateway(ctx context.Context, items int) error {
 	}
 	fmt.Printf("\n(per second: calls; for batches, memories; batch 1000 is episodic memories over any scopes, batch facts semantic ones, which the near-duplicate check searches, over any scopes, facts 10 sc the same over ten scopes a call)\n")
 	fmt.Printf("targets: gateway p50 <= 1.3x and p99 <= 2x of in-process; batch throughput >= 50%%; gateway RSS <= 128 MiB at 32 clients\n")
-	fmt.Printf("gateway RSS: %d MiB after the 32-client runs (peak resident %d MiB until then); %d MiB after the batches (peak resident %d MiB over the whole run)\n",
-		peakRSS>>10, hwmSingle>>10, batchRSS>>10, hwm>>10)
+	if peakRSS > 0 { // not when -gateway-rows left the 32-client runs out
+		fmt.Printf("gateway RSS: %d MiB after the 32-client runs (peak resident %d MiB until then)\n", peakRSS>>10, hwmSingle>>10)
+	}
+	fmt.Printf("gateway RSS: %d MiB after the batches (peak resident %d MiB over the whole run)\n", batchRSS>>10, hwm>>10)
 	return nil
 }
 

@@ -56,6 +56,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,7 +77,10 @@ func main() {
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
 	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
 	sections := flag.String("sections", "snapshot,archive,gateway,import,recall", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, soak and engines (not by default)")
-	gatewayItems := flag.Int("gateway-items", 100_000, "memories in the store the gateway benchmark searches")
+	var gw gatewayOptions
+	flag.IntVar(&gw.items, "gateway-items", 100_000, "memories in the store the gateway benchmark searches")
+	gwRows := flag.String("gateway-rows", "", "gateway: only the workloads named, comma-separated (search, write, batch 1000, batch facts, facts 10 sc); empty runs them all")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (the in-process calls) to this file; the gateway processes it starts write theirs where MEMORY_OPERATOR_CPU_PROFILE says")
 	importDSN := flag.String("import-dsn", "", "import: an existing LangGraph database to import (default: generate one at the seed's size)")
 	importUsers := flag.Int("import-users", 500, "import: users to generate")
 	importThreads := flag.Int("import-threads", 40, "import: threads per user to generate")
@@ -101,6 +105,7 @@ func main() {
 	engList := flag.String("engines", "Postgres,PGVector,Milvus", "engines: the engines to measure")
 	pgSizes := flag.String("engines-pg-sizes", "1000,10000,100000", "engines: further scope sizes searched on the Postgres engine (below -engines-items)")
 	flag.Parse()
+	gw.rows = splitFlag(*gwRows)
 	eng.engines = splitFlag(*engList)
 	for _, s := range splitFlag(*pgSizes) {
 		n, err := strconv.Atoi(s)
@@ -136,8 +141,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
-	if err := run(want, *items, *rssItems, *archiveItems, *gatewayItems, imp, rec, eng, *bin); err != nil {
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	if err := run(want, *items, *rssItems, *archiveItems, gw, imp, rec, eng, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -172,7 +189,7 @@ type importOptions struct {
 	soakEngines []string
 }
 
-func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems int, imp importOptions, rec recallOptions, eng enginesOptions, bin string) error {
+func run(sections map[string]bool, items, rssItems, archiveItems int, gw gatewayOptions, imp importOptions, rec recallOptions, eng enginesOptions, bin string) error {
 	ctx := context.Background()
 	if _, err := os.Stat("/usr/bin/time"); err != nil {
 		return fmt.Errorf("peak memory is measured with GNU time: install Debian's time package (%v)", err)
@@ -205,7 +222,7 @@ func run(sections map[string]bool, items, rssItems, archiveItems, gatewayItems i
 	}{
 		{"snapshot", true, func() error { return e.benchSnapshot(ctx, items, rssItems) }},
 		{"archive", archiveItems > 0, func() error { return e.benchArchive(ctx, archiveItems) }},
-		{"gateway", gatewayItems > 0, func() error { return e.benchGateway(ctx, gatewayItems) }},
+		{"gateway", gw.items > 0, func() error { return e.benchGateway(ctx, gw) }},
 		{"import", true, func() error { return e.benchImport(ctx, imp.dsn, imp.users, imp.threads, imp.dims) }},
 		{"recall", true, func() error { return e.benchRecall(ctx, rec) }},
 		{"soak", true, func() error {

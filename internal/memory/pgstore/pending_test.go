@@ -232,6 +232,19 @@ func (r *sqlRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 
 func (r *sqlRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// The statements of a pipeline (SendBatch) are traced one by one as they are read.
+func (r *sqlRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (r *sqlRecorder) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.mu.Lock()
+	r.stmts = append(r.stmts, recordedSQL{d.SQL, d.Args})
+	r.mu.Unlock()
+}
+
+func (r *sqlRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // on returns the recorded statements whose text names table.
 func (r *sqlRecorder) on(table string) []recordedSQL {
 	r.mu.Lock()
@@ -246,8 +259,9 @@ func (r *sqlRecorder) on(table string) []recordedSQL {
 }
 
 // genericPlan is EXPLAIN's JSON of st's generic plan with st's arguments (in a
-// transaction rolled back, so the statement's effects do not stay).
-func genericPlan(t *testing.T, pool *pgxpool.Pool, st recordedSQL) string {
+// transaction rolled back, so the statement's effects do not stay), planned after
+// the SET LOCAL statements of settings.
+func genericPlan(t *testing.T, pool *pgxpool.Pool, st recordedSQL, settings ...string) string {
 	t.Helper()
 	ctx := t.Context()
 	tx, err := pool.Begin(ctx)
@@ -255,8 +269,10 @@ func genericPlan(t *testing.T, pool *pgxpool.Pool, st recordedSQL) string {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
-		t.Fatal(err)
+	for _, set := range append([]string{"plan_cache_mode = force_generic_plan"}, settings...) {
+		if _, err := tx.Exec(ctx, `SET LOCAL `+set); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := tx.Exec(ctx, `PREPARE generic_plan AS `+st.sql); err != nil {
 		t.Fatalf("prepare %q: %v", st.sql, err)
