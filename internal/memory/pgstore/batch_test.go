@@ -91,7 +91,7 @@ func TestBatchLookupsAgainstAStoreTakenForEmpty(t *testing.T) {
 	}
 	defer traced.Close()
 	s := New(traced, plain.schema)
-	// Analyzed empty, then filled: 20,000 key-less memories and 2,000 keyed ones.
+	// Analyzed empty, then filled: 20,000 memories in 50 scopes, 2,000 of them keyed.
 	if _, err := pool.Exec(ctx, `ALTER TABLE `+s.t.memories+` SET (autovacuum_enabled = off); ANALYZE `+s.t.memories); err != nil {
 		t.Fatal(err)
 	}
