@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -80,17 +78,8 @@ func TestBatchRacedRollsBack(t *testing.T) {
 // store). Its plan must probe the unique indexes item by item whatever the planner
 // believes the costs are, in a generic plan too, and still find what is stored.
 func TestBatchLookupsAgainstAStoreTakenForEmpty(t *testing.T) {
-	plain, pool := newStore(t)
+	s, pool, rec := newTracedStore(t)
 	ctx := t.Context()
-	rec := &sqlRecorder{}
-	cfg := pool.Config()
-	cfg.ConnConfig.Tracer = rec
-	traced, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer traced.Close()
-	s := New(traced, plain.schema)
 	// Analyzed empty, then filled: 20,000 memories in 50 scopes, 2,000 of them keyed.
 	if _, err := pool.Exec(ctx, `ALTER TABLE `+s.t.memories+` SET (autovacuum_enabled = off); ANALYZE `+s.t.memories); err != nil {
 		t.Fatal(err)

@@ -82,20 +82,11 @@ func TestPendingInGroupsEitherWay(t *testing.T) {
 // plan too; and they must still tell a record's current sequence number from a stale
 // one.
 func TestIndexRefsAgainstAQueueTakenForEmpty(t *testing.T) {
-	plain, pool := newStore(t)
-	ctx := t.Context()
 	// The store under test records its statements, whose plans are checked at the end.
-	rec := &sqlRecorder{}
-	cfg := pool.Config()
-	cfg.ConnConfig.Tracer = rec
-	traced, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer traced.Close()
-	s := New(traced, plain.schema)
+	s, pool, rec := newTracedStore(t)
+	ctx := t.Context()
 	pending := s.t.indexPending
-	if _, err = pool.Exec(ctx, `ANALYZE `+pending); err != nil {
+	if _, err := pool.Exec(ctx, `ANALYZE `+pending); err != nil {
 		t.Fatal(err)
 	}
 	const n = 5000
@@ -204,6 +195,22 @@ func insertRefs(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []Pen
 		t.Fatal(err)
 	}
 	return refs
+}
+
+// newTracedStore is newStore whose store records the statements it runs; pool is
+// an untraced pool on the same database.
+func newTracedStore(t *testing.T) (*Store, *pgxpool.Pool, *sqlRecorder) {
+	t.Helper()
+	plain, pool := newStore(t)
+	rec := &sqlRecorder{}
+	cfg := pool.Config()
+	cfg.ConnConfig.Tracer = rec
+	traced, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(traced.Close)
+	return New(traced, plain.schema), pool, rec
 }
 
 // sqlRecorder is a pgx tracer that keeps each statement's text and arguments.
