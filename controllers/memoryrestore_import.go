@@ -214,7 +214,10 @@ func recordImportStatus(restore *memoryv1alpha1.MemoryRestore, st *importer.Stat
 	restore.Status.Import = &memoryv1alpha1.ImportStatus{
 		Threads: st.Threads, Imported: st.Imported, Inactive: st.Inactive, Zombie: st.Zombie, NoUser: st.NoUser,
 		Empty: st.Empty, Unsupported: st.Unsupported, StoreItems: st.StoreItems, StoreSkipped: st.StoreSkipped,
-		Items: st.Items, FirstProblem: st.FirstProblem,
+		Items: st.Items, Messages: st.Messages, FirstProblem: st.FirstProblem,
+	}
+	for _, l := range st.LeftOut[:min(len(st.LeftOut), memoryv1alpha1.MaxImportLeftOut)] {
+		restore.Status.Import.LeftOut = append(restore.Status.Import.LeftOut, memoryv1alpha1.ImportLeftOut{What: l.What, Count: l.Count})
 	}
 }
 
@@ -242,6 +245,9 @@ func importDetail(s memoryv1alpha1.ImportStatus) string {
 		if s.StoreSkipped > 0 {
 			msg += fmt.Sprintf(" (%d left out)", s.StoreSkipped)
 		}
+	}
+	for _, l := range s.LeftOut {
+		msg += fmt.Sprintf("; left out: %d %s", l.Count, l.What)
 	}
 	return msg
 }

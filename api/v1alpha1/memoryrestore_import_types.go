@@ -197,6 +197,18 @@ type StoreNamespaceRule struct {
 	Scope string `json:"scope"`
 }
 
+// MaxImportLeftOut bounds ImportStatus.LeftOut.
+const MaxImportLeftOut = 32
+
+// ImportLeftOut is one kind of source data an import left out, and how much of it.
+type ImportLeftOut struct {
+	// What was left out, in words: "letta memory blocks attached to no agent".
+	// +kubebuilder:validation:MaxLength=256
+	What string `json:"what"`
+	// Count of them.
+	Count int64 `json:"count"`
+}
+
 // ImportStatus counts an import by source unit (a thread, a store item), as the
 // worker reported them. threads = imported + inactive + zombie + noUser + empty +
 // unsupported.
@@ -232,6 +244,16 @@ type ImportStatus struct {
 	// Items is how many memories the conversion produced (what the restore then read).
 	// +optional
 	Items int64 `json:"items,omitempty"`
+	// Messages counts the messages of the imported threads.
+	// +optional
+	Messages int64 `json:"messages,omitempty"`
+	// LeftOut counts, by what it is, what the source holds that the import did not
+	// convert and no count above covers (for example Letta memory blocks attached to
+	// no agent): nothing is left out without a count.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	LeftOut []ImportLeftOut `json:"leftOut,omitempty"`
 	// FirstProblem describes the first thread or store item left out or unsupported
 	// (its id and why; never its content).
 	// +optional

@@ -22,6 +22,7 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -38,12 +39,13 @@ import (
 
 const usage = `memoryctl works with memory packages (the framework-neutral format of memory-operator).
 
-  memoryctl import [flags] --out DIR|s3://BUCKET/PREFIX/   convert a framework's memory into a package
-  memoryctl inspect [flags] DIR|s3://BUCKET/PREFIX/         manifest, counts per type and scope
-  memoryctl verify [flags] DIR|s3://BUCKET/PREFIX/          read every item, checking every checksum
-  memoryctl pending list|retry [flags]                      a store's pending index work (through its gateway)
+  memoryctl import --import-kind KIND [flags] --out DIR|s3://BUCKET/PREFIX/   convert a framework's memory into a package
+  memoryctl inspect [flags] DIR|s3://BUCKET/PREFIX/                          manifest, counts per type and scope
+  memoryctl verify [flags] DIR|s3://BUCKET/PREFIX/                           read every item, checking every checksum
+  memoryctl pending list|retry [flags]                                       a store's pending index work (through its gateway)
 
-Run "memoryctl <command> -h" for a command's flags.
+Flags may come before or after the package location.
+Run "memoryctl <command> -h" for a command's flags and examples.
 `
 
 // Environment variables memoryctl reads its secrets from.
@@ -92,7 +94,7 @@ type location struct {
 	display string
 }
 
-// objectFlags are the flags that reach object storage and decrypt packages.
+// objectFlags are the flags that reach object storage and hold a package's key.
 type objectFlags struct {
 	endpoint, region string
 	insecure         bool
@@ -100,37 +102,60 @@ type objectFlags struct {
 	unencrypted      bool
 }
 
-func (o *objectFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.endpoint, "s3-endpoint", "", "S3 endpoint host:port (for s3:// locations)")
+// register adds the flags; forWriting adds --unencrypted, which only a command that
+// writes a package needs (a reader learns from the manifest whether it is encrypted).
+func (o *objectFlags) register(fs *flag.FlagSet, forWriting bool) {
+	fs.StringVar(&o.endpoint, "s3-endpoint", "", "S3 endpoint host:port, for s3:// locations")
 	fs.StringVar(&o.region, "s3-region", "", "S3 region")
-	fs.BoolVar(&o.insecure, "s3-insecure", false, "use plain HTTP to the endpoint")
+	fs.BoolVar(&o.insecure, "s3-insecure", false, "plain HTTP to the S3 endpoint (a local MinIO without TLS)")
 	fs.StringVar(&o.keyFile, "key-file", "", "file holding the package's 32-byte key (raw, hex or base64)")
-	fs.BoolVar(&o.unencrypted, "unencrypted", false, "the package is (to be) written without encryption")
+	if forWriting {
+		fs.BoolVar(&o.unencrypted, "unencrypted", false, "write the package without encryption (instead of --key-file)")
+	}
 }
 
+// key reads --key-file; nil when there is none.
 func (o *objectFlags) key() (*snapshot.Key, error) {
 	if o.keyFile == "" {
-		if !o.unencrypted {
-			return nil, errors.New("give --key-file, or --unencrypted for a plaintext package")
-		}
 		return nil, nil
 	}
 	b, err := os.ReadFile(o.keyFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--key-file: %w", err)
 	}
 	k, err := snapshot.ParseKey(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.keyFile, err)
+		return nil, fmt.Errorf("--key-file %s: %w", o.keyFile, err)
 	}
 	return &k, nil
 }
 
-func (o *objectFlags) open(where string) (location, error) {
+// writeKey is the key a new package is written with: --key-file, or none with
+// --unencrypted; one of the two must be said.
+func (o *objectFlags) writeKey() (*snapshot.Key, error) {
+	switch {
+	case o.keyFile != "" && o.unencrypted:
+		return nil, errors.New("give --key-file or --unencrypted, not both")
+	case o.keyFile == "" && !o.unencrypted:
+		return nil, errors.New("give --key-file to encrypt the package, or --unencrypted for a plaintext one")
+	}
+	return o.key()
+}
+
+// open turns a location argument into objects and a prefix. A local directory is
+// the package itself (its manifest.json inside) or what memoryctl import wrote
+// (the package under package/); prefix is "" when where names a place for a new
+// package (import's --out).
+func (o *objectFlags) open(ctx context.Context, where string, existing bool) (location, error) {
 	if rest, ok := strings.CutPrefix(where, "s3://"); ok {
 		bucket, prefix, _ := strings.Cut(rest, "/")
-		if bucket == "" || o.endpoint == "" {
-			return location{}, errors.New("an s3:// location needs a bucket and --s3-endpoint")
+		switch {
+		case bucket == "":
+			return location{}, fmt.Errorf("%s: no bucket (want s3://BUCKET/PREFIX/)", where)
+		case o.endpoint == "":
+			return location{}, fmt.Errorf("%s: an s3:// location needs --s3-endpoint HOST:PORT", where)
+		case existing && prefix == "":
+			return location{}, fmt.Errorf("%s: no package prefix (want s3://BUCKET/PREFIX/, the prefix holding manifest.json)", where)
 		}
 		if prefix != "" && !strings.HasSuffix(prefix, "/") {
 			prefix += "/"
@@ -138,87 +163,184 @@ func (o *objectFlags) open(where string) (location, error) {
 		c, err := minio.New(o.endpoint, &minio.Options{Creds: credentials.NewStaticV4(os.Getenv(envAccessKey), os.Getenv(envSecretKey), ""),
 			Secure: !o.insecure, Region: o.region})
 		if err != nil {
-			return location{}, err
+			return location{}, fmt.Errorf("--s3-endpoint %s: %w", o.endpoint, err)
 		}
-		return location{objects: snapshot.NewMinioObjects(c, bucket), prefix: prefix, display: where}, nil
+		loc := location{objects: snapshot.NewMinioObjects(c, bucket), prefix: prefix, display: where}
+		if existing {
+			if names, err := loc.objects.List(ctx, prefix+snapshot.ManifestName); err != nil {
+				return location{}, fmt.Errorf("%s: %w", where, err)
+			} else if len(names) == 0 {
+				return location{}, fmt.Errorf("no memory package at %s: no %s under it", where, snapshot.ManifestName)
+			}
+		}
+		return loc, nil
 	}
 	if where == "" {
 		return location{}, errors.New("no package location")
 	}
-	return location{objects: snapshot.DirObjects{Root: where}, prefix: "", display: where}, nil
+	if !existing {
+		return location{objects: snapshot.DirObjects{Root: where}, display: where}, nil
+	}
+	st, err := os.Stat(where)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return location{}, fmt.Errorf("no memory package at %s: no such directory", where)
+	case err != nil:
+		return location{}, err
+	case !st.IsDir():
+		return location{}, fmt.Errorf("no memory package at %s: not a directory (a package is a directory holding %s)", where, snapshot.ManifestName)
+	}
+	if fileExists(filepath.Join(where, "package", snapshot.ManifestName)) { // what memoryctl import writes
+		return location{objects: snapshot.DirObjects{Root: where}, prefix: "package/", display: where}, nil
+	}
+	if fileExists(filepath.Join(where, snapshot.ManifestName)) { // the package directory itself
+		abs, err := filepath.Abs(where)
+		if err != nil {
+			return location{}, err
+		}
+		return location{objects: snapshot.DirObjects{Root: filepath.Dir(abs)}, prefix: filepath.Base(abs) + "/", display: where}, nil
+	}
+	return location{}, fmt.Errorf("no memory package at %s: no %s in it or in %s", where, snapshot.ManifestName, filepath.Join(where, "package"))
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
+}
+
+var importHelp = help{
+	synopsis: "import --import-kind KIND [flags] --out DIR|s3://BUCKET/PREFIX/",
+	about: `Converts a framework's memory into a memory package, for review before anything is
+written to a store: the same conversion as a MemoryRestore with spec.source.importFrom.
+A database source's URI comes from $MEMORYCTL_SOURCE_URI (it holds a password);
+a file source is --file. Counts per thread outcome are printed at the end; on a
+terminal, progress is shown while it runs.`,
+	examples: `MEMORYCTL_SOURCE_URI='postgres://user:password@db:5432/langgraph' memoryctl import \
+  --import-kind=LangGraphPostgres --import-user-metadata-key=user_id \
+  --import-inactive-after=168h --out ./reviewed --key-file snapshot.key
+memoryctl import --import-kind=LangGraphSQLite --file checkpoints.sqlite \
+  --import-user-pattern='^u-(?P<user>[^:]+):' --out ./reviewed-sqlite --unencrypted
+AWS_ACCESS_KEY_ID=minio AWS_SECRET_ACCESS_KEY=minio123 memoryctl import --import-kind=LettaAgentFile --file agent.af \
+  --import-scope-template='agent:{thread}' --out s3://agent-memory/imports/agent/ --s3-endpoint localhost:9000 --s3-insecure --unencrypted`,
 }
 
 func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("import", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("import", importHelp, stderr)
 	var of objectFlags
-	of.register(fs)
-	out := fs.String("out", "", "where the package goes: a directory, or s3://bucket/prefix/")
-	file := fs.String("file", "", "the source file (LangGraphSQLite: the checkpointer's SQLite file; LettaAgentFile: the .af)")
+	of.register(fs, true)
+	out := fs.String("out", "", "where the package goes: a directory (the package is written under DIR/package/), or s3://BUCKET/PREFIX/")
+	file := fs.String("file", "", "the source file: LangGraphSQLite's checkpointer database, LettaAgentFile's .af")
 	finish := worker.ImportFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("import takes no arguments besides its flags (got %q); the package goes where --out says", rest[0])
 	}
 	ic, err := finish()
 	if err != nil {
 		return err
 	}
 	if ic == nil {
-		return errors.New("--import-kind is required")
+		return errors.New("--import-kind is required (" + strings.Join(worker.ImportKinds(), ", ") + ")")
 	}
-	key, err := of.key()
+	switch {
+	case ic.NeedsFile() && *file == "":
+		return fmt.Errorf("--import-kind %s reads a file: give --file PATH", ic.Kind)
+	case !ic.NeedsFile() && *file != "":
+		return fmt.Errorf("--import-kind %s reads a database from $%s, not --file", ic.Kind, envSourceURI)
+	case *file != "":
+		if st, err := os.Stat(*file); err != nil {
+			return fmt.Errorf("--file: %w", err)
+		} else if !st.Mode().IsRegular() {
+			return fmt.Errorf("--file %s: not a file", *file)
+		}
+	}
+	if *out == "" {
+		return errors.New("--out is required: a directory, or s3://BUCKET/PREFIX/")
+	}
+	key, err := of.writeKey()
 	if err != nil {
 		return err
 	}
-	loc, err := of.open(*out)
+	loc, err := of.open(ctx, *out, false)
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	if loc.prefix == "" {
+	where := loc.display
+	if loc.prefix == "" { // a directory: the package goes under package/
 		loc.prefix = "package/"
+		where = filepath.Join(loc.display, "package")
 	}
 	start := time.Now()
+	prog := newProgress(stderr, start)
 	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), PostgresURIVar: envSourceURI, FilePath: *file},
-		importer.PackageOptions{Objects: loc.objects, Prefix: loc.prefix, Key: key, Unencrypted: key == nil, SpillDir: os.TempDir()})
+		importer.PackageOptions{Objects: loc.objects, Prefix: loc.prefix, Key: key, Unencrypted: key == nil, SpillDir: os.TempDir()}, prog.update)
+	prog.done(st)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "package %s at %s%s: %d memories in %d scopes, %d shards (%s)\n", m.PackageID, loc.display, strings.TrimPrefix(loc.prefix, "package/"),
+	fmt.Fprintf(stdout, "package %s at %s: %d memories in %d scopes, %d shards (%s)\n", m.PackageID, where,
 		m.Counts.Items, m.Counts.Scopes, len(m.Shards), time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(stdout, "threads %d: imported %d, inactive %d, zombie %d, no user %d, empty %d, unsupported %d; store items %d (skipped %d)\n",
 		st.Threads, st.Imported, st.Inactive, st.Zombie, st.NoUser, st.Empty, st.Unsupported, st.StoreItems, st.StoreSkipped)
+	for _, l := range st.LeftOut {
+		fmt.Fprintf(stdout, "left out: %d %s\n", l.Count, l.What)
+	}
 	if st.FirstProblem != "" {
 		fmt.Fprintf(stdout, "first problem: %s\n", st.FirstProblem)
 	}
 	return nil
 }
 
+var readHelp = map[string]help{
+	"inspect": {
+		synopsis: "inspect [flags] DIR|s3://BUCKET/PREFIX/",
+		about: `Prints a package's manifest: id, format version, producer, creation time and
+source, whether it is encrypted, and its memories per type (per scope with --scopes).
+Only the manifest is read; an encrypted package's manifest is authenticated with its
+key, so give --key-file for one.`,
+		examples: `memoryctl inspect ./reviewed --key-file snapshot.key --scopes
+AWS_ACCESS_KEY_ID=minio AWS_SECRET_ACCESS_KEY=minio123 memoryctl inspect s3://agent-memory/acme/snapshots/nightly-20261201-0200/ \
+  --s3-endpoint localhost:9000 --s3-insecure --key-file snapshot.key`,
+	},
+	"verify": {
+		synopsis: "verify [flags] DIR|s3://BUCKET/PREFIX/",
+		about: `Reads every memory of a package: each object's size and SHA-256 against the
+authenticated manifest, each chunk decrypted and authenticated, each memory decoded
+and validated. A wrong key, a changed byte or a missing shard fails it, naming what
+failed. An encrypted package needs --key-file; a plaintext one needs nothing.`,
+		examples: `memoryctl verify ./reviewed --key-file snapshot.key
+AWS_ACCESS_KEY_ID=minio AWS_SECRET_ACCESS_KEY=minio123 memoryctl verify s3://agent-memory/acme/snapshots/nightly-20261201-0200/ \
+  --s3-endpoint localhost:9000 --s3-insecure --key-file snapshot.key`,
+	},
+}
+
 func runRead(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet(cmd, readHelp[cmd], stderr)
 	var of objectFlags
-	of.register(fs)
-	scopes := fs.Bool("scopes", false, "inspect: list the item count of every scope")
-	if err := fs.Parse(args); err != nil {
-		return err
+	of.register(fs, false)
+	scopes := false
+	if cmd == "inspect" {
+		fs.BoolVar(&scopes, "scopes", false, "also list the memory count of every scope")
 	}
-	if fs.NArg() != 1 {
-		return fmt.Errorf("%s takes one package location", cmd)
-	}
-	loc, err := of.open(fs.Arg(0))
+	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if loc.prefix == "" {
-		if names, _ := loc.objects.List(ctx, "package/"+snapshot.ManifestName); len(names) == 1 {
-			loc.prefix = "package/" // what memoryctl import writes into a directory
-		}
+	if len(rest) != 1 {
+		return fmt.Errorf("%s takes one package location, a directory or s3://BUCKET/PREFIX/ (got %d arguments besides flags)", cmd, len(rest))
 	}
 	key, err := of.key()
-	if err != nil && cmd == "verify" {
+	if err != nil {
 		return err
 	}
-	r, err := snapshot.Open(ctx, loc.objects, loc.prefix, key)
+	loc, err := of.open(ctx, rest[0], true)
+	if err != nil {
+		return err
+	}
+	r, err := openPackage(ctx, loc, key, of.keyFile)
 	if err != nil {
 		return err
 	}
@@ -230,7 +352,7 @@ func runRead(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		fmt.Fprintf(stdout, "  %-10s %d\n", t, m.Counts.ByType[t])
 	}
 	if cmd == "inspect" {
-		if *scopes {
+		if scopes {
 			for _, s := range slices.Sorted(maps.Keys(m.Counts.ByScope)) {
 				fmt.Fprintf(stdout, "  %s\t%d\n", s, m.Counts.ByScope[s])
 			}
@@ -255,4 +377,21 @@ func runRead(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	}
 	fmt.Fprintf(stdout, "verified: every shard's size and checksum, every memory (%d), all decrypted and valid\n", n)
 	return nil
+}
+
+// openPackage opens the package at loc, saying in memoryctl's words what is wrong
+// with the key. A key given for a plaintext package is not needed, and not an error.
+func openPackage(ctx context.Context, loc location, key *snapshot.Key, keyFile string) (*snapshot.Reader, error) {
+	r, err := snapshot.Open(ctx, loc.objects, loc.prefix, key)
+	switch {
+	case err == nil:
+		return r, nil
+	case errors.Is(err, snapshot.ErrKeyRequired):
+		return nil, fmt.Errorf("the package at %s is encrypted: give its key with --key-file", loc.display)
+	case errors.Is(err, snapshot.ErrWrongKey):
+		return nil, fmt.Errorf("the key in %s does not open the package at %s (wrong key, or the manifest was changed)", keyFile, loc.display)
+	case errors.Is(err, snapshot.ErrNotEncrypted):
+		return snapshot.Open(ctx, loc.objects, loc.prefix, nil)
+	}
+	return nil, fmt.Errorf("package at %s: %w", loc.display, err)
 }

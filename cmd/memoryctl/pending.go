@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,45 +36,69 @@ The gateway comes from --gateway-url or $MEMORYCTL_GATEWAY_URL, its API key from
 $MEMORYCTL_GATEWAY_KEY (a key allowed every scope, "*", may leave out --scope).
 `
 
+var pendingHelp = map[string]help{
+	"list": {
+		synopsis: "pending list [--scope S] [--parked] [-o table|json] [--gateway-url URL]",
+		about: `Lists what a store's gateway still owes its vector index, and the work it parked
+because it kept failing (--parked: only that). The gateway comes from --gateway-url or
+$MEMORYCTL_GATEWAY_URL, its API key from $MEMORYCTL_GATEWAY_KEY; a key allowed every
+scope ("*") may leave out --scope.`,
+		examples: `export MEMORYCTL_GATEWAY_URL=https://acme-gateway.agents:8080 MEMORYCTL_GATEWAY_KEY=…
+memoryctl pending list --parked
+memoryctl pending list --scope user:1024 -o json`,
+	},
+	"retry": {
+		synopsis: "pending retry [--scope S] [MEMORY_ID...] [--gateway-url URL]",
+		about: `Puts parked index work back in the queue with its attempts reset: a scope's, or just
+the memories named. The gateway and its key come as for pending list.`,
+		examples: `export MEMORYCTL_GATEWAY_URL=https://acme-gateway.agents:8080 MEMORYCTL_GATEWAY_KEY=…
+memoryctl pending retry --scope user:1024
+memoryctl pending retry 06h37… 06h38…`,
+	},
+}
+
 func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return fmt.Errorf("pending needs a verb\n\n%s", pendingUsage)
 	}
 	verb, args := args[0], args[1:]
-	fs := flag.NewFlagSet("pending "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c := gatewayClient{key: os.Getenv(envGatewayKey)}
-	fs.StringVar(&c.base, "gateway-url", os.Getenv(envGatewayURL), "the store's gateway, e.g. https://acme-gateway.agents:8080")
-	scope := fs.String("scope", "", "one scope's work (required unless the key allows every scope)")
-	switch verb {
-	case "list":
-		parked := fs.Bool("parked", false, "only parked work (failed for good)")
-		output := fs.String("o", "table", "output: table or json")
-		if err := fs.Parse(args); err != nil {
-			return err
+	h, ok := pendingHelp[verb]
+	if !ok {
+		if verb == "help" || verb == "-h" || verb == "--help" {
+			fmt.Fprint(stdout, pendingUsage)
+			return nil
 		}
-		if err := c.check(); err != nil {
-			return err
-		}
-		return listPending(ctx, c, *scope, *parked, *output, stdout)
-	case "retry":
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if err := c.check(); err != nil {
-			return err
-		}
-		var resp gateway.RetryResponse
-		if err := c.do(ctx, http.MethodPost, "/v1/index/retry", gateway.RetryRequest{Scope: *scope, MemoryIDs: fs.Args()}, &resp); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "requeued %d\n", resp.Requeued)
-		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, pendingUsage)
-		return nil
+		return fmt.Errorf("unknown verb %q\n\n%s", verb, pendingUsage)
 	}
-	return fmt.Errorf("unknown verb %q\n\n%s", verb, pendingUsage)
+	fs := newFlagSet("pending "+verb, h, stderr)
+	c := gatewayClient{key: os.Getenv(envGatewayKey)}
+	fs.StringVar(&c.base, "gateway-url", os.Getenv(envGatewayURL), "the store's gateway, e.g. https://acme-gateway.agents:8080 (default $"+envGatewayURL+")")
+	scope := fs.String("scope", "", "one scope's work (required unless the key allows every scope)")
+	parked := new(bool)
+	output := new(string)
+	if verb == "list" {
+		fs.BoolVar(parked, "parked", false, "only parked work (failed for good)")
+		fs.StringVar(output, "o", "table", "output: table or json")
+	}
+	ids, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if verb == "list" && len(ids) > 0 {
+		return fmt.Errorf("pending list takes no arguments besides its flags (got %q)", ids[0])
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	if verb == "list" {
+		return listPending(ctx, c, *scope, *parked, *output, stdout)
+	}
+	var resp gateway.RetryResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/index/retry", gateway.RetryRequest{Scope: *scope, MemoryIDs: ids}, &resp); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "requeued %d\n", resp.Requeued)
+	return nil
 }
 
 // listPending prints every page of the pending work.

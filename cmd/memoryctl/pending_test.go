@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,15 +76,21 @@ func TestPendingListAndRetry(t *testing.T) {
 	go func() { defer close(done); _ = g.Serve(sctx, ln) }()
 	t.Cleanup(func() { stop(); <-done; g.Close() })
 
-	res, err := g.Memory.Store().PutQueued(ctx, memory.Item{Scope: "user:7", MemoryType: memory.Semantic, Source: "restore",
-		BaseScore: 0.5, Content: json.RawMessage(`{"text":"` + strings.Repeat("long ", 200) + `"}`)})
-	if err != nil {
-		t.Fatal(err)
+	// Two memories over the limit, in the scope the docs show (user:1024).
+	var parkedIDs []string
+	for _, word := range []string{"long ", "longer "} {
+		res, err := g.Memory.Store().PutQueued(ctx, memory.Item{Scope: "user:1024", MemoryType: memory.Semantic, Source: "restore",
+			BaseScore: 0.5, Content: json.RawMessage(`{"text":"` + strings.Repeat(word, 200) + `"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parkedIDs = append(parkedIDs, res.MemoryID)
 	}
+	res := struct{ MemoryID string }{parkedIDs[0]}
 	NewWithT(t).Eventually(func() (int64, error) {
 		st, err := g.Memory.Pending(ctx)
 		return st.Parked, err
-	}, 90*time.Second, 200*time.Millisecond).Should(Equal(int64(1)), "the memory over the limit was not parked")
+	}, 90*time.Second, 200*time.Millisecond).Should(Equal(int64(2)), "the memories over the limit were not parked")
 
 	t.Setenv(envGatewayURL, "http://"+ln.Addr().String())
 	t.Setenv(envGatewayKey, key)
@@ -95,21 +102,32 @@ func TestPendingListAndRetry(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &work); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
-	if len(work) != 1 || work[0].MemoryID != res.MemoryID || !work[0].Parked || work[0].Scope != "user:7" ||
-		!strings.Contains(work[0].LastError, "over the store's limit of 256") {
+	if len(work) != 2 || !slices.ContainsFunc(work, func(w gateway.PendingWork) bool { return w.MemoryID == res.MemoryID }) {
 		t.Fatalf("parked work: %+v", work)
 	}
+	for _, w := range work {
+		if !w.Parked || w.Scope != "user:1024" || !strings.Contains(w.LastError, "over the store's limit of 256") {
+			t.Fatalf("parked work: %+v", work)
+		}
+	}
 	out.Reset()
-	if err := runPending(ctx, []string{"list", "--scope", "user:7"}, &out, &errOut); err != nil {
+	// Flags after the memory ids, as before them.
+	if err := runPending(ctx, []string{"list", "--scope", "user:1024"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || !strings.Contains(lines[1], res.MemoryID) || !strings.Contains(lines[1], "parked") {
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 3 || !strings.Contains(out.String(), res.MemoryID) || !strings.Contains(lines[1], "parked") {
 		t.Fatalf("table:\n%s", out.String())
 	}
 	out.Reset()
-	if err := runPending(ctx, []string{"retry", "--scope", "user:7", res.MemoryID}, &out, &errOut); err != nil || strings.TrimSpace(out.String()) != "requeued 1" {
+	if err := runPending(ctx, []string{"retry", res.MemoryID, "--scope", "user:1024"}, &out, &errOut); err != nil || strings.TrimSpace(out.String()) != "requeued 1" {
 		t.Fatalf("retry: %v %q", err, out.String())
 	}
+
+	// The documented pending commands, as written, against this gateway.
+	runSnippets(t, t.TempDir(), documentedSnippets(t, "pending"),
+		"https://acme-gateway.agents:8080", "http://"+ln.Addr().String(),
+		"MEMORYCTL_GATEWAY_KEY=…", "MEMORYCTL_GATEWAY_KEY="+key,
+		"06h37…", parkedIDs[0], "06h38…", parkedIDs[1])
 	// The gateway's refusals come back as errors with its code; a missing key is said.
 	if err := runPending(ctx, []string{"list", "--scope", "tenant:x"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "invalid_scope") {
 		t.Fatalf("a bad scope: %v", err)

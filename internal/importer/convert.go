@@ -28,6 +28,10 @@ type Thread struct {
 	// Messages are the thread's messages in order, each a LangChain message dict
 	// (model_dump(): type, content, tool_calls, tool_call_id, name, id, ...).
 	Messages []map[string]any
+	// MessageTimes, when the source dates its messages (Letta), holds each message's
+	// time (zero when unknown), parallel to Messages; a turn is then dated by its
+	// last dated message instead of the thread's last activity.
+	MessageTimes []time.Time
 	// Errored: the thread's last step ended in an error (LangGraph's __error__ write).
 	Errored bool
 	// Unsupported, when set, is why the thread cannot be read (it wraps
@@ -113,6 +117,8 @@ type Result struct {
 	Items   []memory.Item
 	// Problem explains a skipped or unsupported thread (no content, ever).
 	Problem string
+	// Messages is how many of the thread's messages an imported thread had.
+	Messages int
 }
 
 // DefaultScopeTemplate puts a thread's memories in its user's scope.
@@ -169,7 +175,7 @@ func (r Rules) Convert(t Thread) Result {
 		}
 		items = append(items, w...)
 	}
-	return Result{Outcome: Imported, Items: items}
+	return Result{Outcome: Imported, Items: items, Messages: len(t.Messages)}
 }
 
 func (r Rules) inactive(t Thread) bool {
@@ -245,11 +251,16 @@ func (r Rules) turns(t Thread, scope string) ([]memory.Item, error) {
 	var (
 		items []memory.Item
 		cur   []map[string]any
+		curAt time.Time // the turn's last dated message
 		n     int
 	)
 	flush := func() error {
 		if len(cur) == 0 {
 			return nil
+		}
+		dated := t
+		if !curAt.IsZero() {
+			dated.LastActivity = curAt
 		}
 		content, ok := appendTurn(nil, t.ID, n, cur)
 		if !ok {
@@ -262,12 +273,12 @@ func (r Rules) turns(t Thread, scope string) ([]memory.Item, error) {
 				return err
 			}
 		}
-		items = append(items, r.item(deterministicID("lg", t.ID, fmt.Sprint(n)), memory.Episodic, scope, content, t))
+		items = append(items, r.item(deterministicID("lg", t.ID, fmt.Sprint(n)), memory.Episodic, scope, content, dated))
 		n++
-		cur = nil
+		cur, curAt = nil, time.Time{}
 		return nil
 	}
-	for _, m := range t.Messages {
+	for i, m := range t.Messages {
 		switch m["type"] {
 		case "system", "remove":
 			continue // a prompt, not memory; removals are already applied
@@ -277,6 +288,9 @@ func (r Rules) turns(t Thread, scope string) ([]memory.Item, error) {
 			}
 		}
 		cur = append(cur, m)
+		if i < len(t.MessageTimes) && t.MessageTimes[i].After(curAt) {
+			curAt = t.MessageTimes[i]
+		}
 	}
 	if err := flush(); err != nil {
 		return nil, err

@@ -27,18 +27,37 @@ type encodedSource interface {
 
 // Stats counts an import by source unit.
 type Stats struct {
-	Threads       int64  `json:"threads"`
-	Imported      int64  `json:"imported"`
-	Inactive      int64  `json:"inactive"`
-	Zombie        int64  `json:"zombie"`
-	NoUser        int64  `json:"noUser"`
-	Empty         int64  `json:"empty"`
-	Unsupported   int64  `json:"unsupported"`
-	StoreItems    int64  `json:"storeItems"`
-	StoreSkipped  int64  `json:"storeSkipped"`
-	Items         int64  `json:"items"`
-	FirstProblem  string `json:"firstProblem,omitempty"`
+	Threads      int64 `json:"threads"`
+	Imported     int64 `json:"imported"`
+	Inactive     int64 `json:"inactive"`
+	Zombie       int64 `json:"zombie"`
+	NoUser       int64 `json:"noUser"`
+	Empty        int64 `json:"empty"`
+	Unsupported  int64 `json:"unsupported"`
+	StoreItems   int64 `json:"storeItems"`
+	StoreSkipped int64 `json:"storeSkipped"`
+	Items        int64 `json:"items"`
+	// Messages counts the messages of the imported threads.
+	Messages int64 `json:"messages,omitempty"`
+	// LeftOut counts what the source holds that the import did not convert and no
+	// other count covers (a Letta memory block attached to no agent), by what it is,
+	// so that nothing is left out without a count.
+	LeftOut       []LeftOut `json:"leftOut,omitempty"`
+	FirstProblem  string    `json:"firstProblem,omitempty"`
 	problemsTaken bool
+}
+
+// LeftOut is one kind of source data an import did not convert, and how much of it.
+type LeftOut struct {
+	What  string `json:"what"`
+	Count int64  `json:"count"`
+}
+
+// leftOutReporter is a source that leaves out, by design, data that no thread or
+// store item holds; ImportLangGraph adds its counts to Stats.LeftOut, and its first
+// problem when the import had none.
+type leftOutReporter interface {
+	leftOut() (counts []LeftOut, problem string)
 }
 
 func (s *Stats) problem(p string) {
@@ -71,6 +90,9 @@ type LangGraphOptions struct {
 	// when empty); SkipStore leaves the store out.
 	Namespaces []langgraphns.Rule
 	SkipStore  bool
+	// Progress, when set, is called with the counts so far after each thread and
+	// store item, from one goroutine at a time; it must return quickly.
+	Progress func(Stats)
 }
 
 // ImportLangGraph converts every thread (and store item) of src into memories and
@@ -88,6 +110,7 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 	}
 	err = convertInOrder(ctx, each, opts.Rules, runtime.GOMAXPROCS(0), func(res Result) error {
 		st.Threads++
+		st.Messages += int64(res.Messages)
 		st.count(res.Outcome)
 		if res.Outcome == Unsupported || res.Outcome == SkipNoUser {
 			// Threads left out by the rules (idle, zombie, empty) are no problem.
@@ -99,10 +122,18 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 				return err
 			}
 		}
+		if opts.Progress != nil {
+			opts.Progress(st)
+		}
 		return nil
 	})
 	if err != nil || opts.SkipStore {
 		return st, err
+	}
+	if r, ok := src.(leftOutReporter); ok {
+		counts, problem := r.leftOut()
+		st.LeftOut = append(st.LeftOut, counts...)
+		st.problem(problem)
 	}
 	err = src.StoreItems(ctx, func(si StoreItem) error {
 		st.StoreItems++
@@ -117,7 +148,13 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 			return nil
 		}
 		st.Items++
-		return fn(it)
+		if err := fn(it); err != nil {
+			return err
+		}
+		if opts.Progress != nil {
+			opts.Progress(st)
+		}
+		return nil
 	})
 	return st, err
 }

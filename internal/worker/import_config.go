@@ -100,14 +100,16 @@ func (ic *ImportConfig) args() []string {
 	return args
 }
 
-// ImportFlags registers the import's flags; finish builds the ImportConfig (nil when
-// --import-kind is unset).
+// ImportFlags registers the conversion's flags, the same for the restore worker and
+// memoryctl; finish builds the ImportConfig (nil when --import-kind is unset). Where a
+// file kind's source file comes from is the caller's flag (the worker's
+// --import-object, memoryctl's --file), and so is the check that it is given
+// (NeedsFile).
 func ImportFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
 	var ic ImportConfig
 	var namespaces string
 	fs.StringVar(&ic.Kind, "import-kind", "", "import from a framework instead of a package: "+strings.Join(importKinds, ", "))
 	fs.StringVar(&ic.Schema, "import-schema", "", "schema of the LangGraph tables")
-	fs.StringVar(&ic.Object, "import-object", "", "object key of the source file in --source-bucket")
 	fs.StringVar(&ic.Table, "import-table", "", "chat history table (LangChainPostgresHistory)")
 	fs.StringVar(&ic.UserMetadataKey, "import-user-metadata-key", "", "checkpoint metadata key holding the user id")
 	fs.StringVar(&ic.UserPattern, "import-user-pattern", "", "regular expression on the thread id; group 'user' (or the first) is the user id")
@@ -138,10 +140,10 @@ func (ic *ImportConfig) check() error {
 	switch {
 	case !slices.Contains(importKinds, ic.Kind):
 		return fmt.Errorf("--import-kind %q is not one of %s", ic.Kind, strings.Join(importKinds, ", "))
-	case slices.Contains(fileKinds, ic.Kind) && ic.Object == "":
-		return fmt.Errorf("--import-kind %s needs --import-object", ic.Kind)
 	case ic.Kind == ImportLangChainPostgresHistory && ic.Table == "":
 		return errors.New("--import-kind LangChainPostgresHistory needs --import-table")
+	case ic.UserMetadataKey == "" && ic.UserPattern == "" && strings.Contains(ic.scopeTemplate(), "{user}") && ic.Kind == ImportLettaAgentFile:
+		return errors.New("a Letta agent file names agents, not users: set --import-scope-template='agent:{thread}' (each agent's memory in its own scope), or --import-user-pattern to read a user from the agent's name")
 	case ic.UserMetadataKey == "" && ic.UserPattern == "" && strings.Contains(ic.scopeTemplate(), "{user}"):
 		return errors.New("the scope template needs a user: set --import-user-metadata-key or --import-user-pattern")
 	}
@@ -156,9 +158,16 @@ func (ic *ImportConfig) check() error {
 	return nil
 }
 
+// NeedsFile reports whether the import reads a file (LangGraphSQLite,
+// LettaAgentFile) rather than a database.
+func (ic *ImportConfig) NeedsFile() bool { return slices.Contains(fileKinds, ic.Kind) }
+
 func (ic *ImportConfig) scopeTemplate() string {
 	if ic.ScopeTemplate == "" {
 		return "user:{user}"
 	}
 	return ic.ScopeTemplate
 }
+
+// ImportKinds are the import kinds, as the MemoryRestore API spells them.
+func ImportKinds() []string { return slices.Clone(importKinds) }

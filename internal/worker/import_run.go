@@ -78,7 +78,7 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 		}
 	}
 	var converted *importer.Converted
-	st, err := runImport(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath}, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
+	st, err := runImport(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath}, nil, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
 		st, c, err := importer.Convert(ctx, importer.PackageOptions{Source: src, SpillDir: work}, produce)
 		converted = c
 		return st, err
@@ -104,10 +104,11 @@ type ImportSource struct {
 }
 
 // BuildImportPackage converts the source into a package written with po
-// (memoryctl import's --out). po.Source is filled in when empty.
-func BuildImportPackage(ctx context.Context, ic *ImportConfig, in ImportSource, po importer.PackageOptions) (importer.Stats, *snapshot.Manifest, error) {
+// (memoryctl import's --out). po.Source is filled in when empty. progress, when not
+// nil, gets the counts so far after each thread (importer.LangGraphOptions.Progress).
+func BuildImportPackage(ctx context.Context, ic *ImportConfig, in ImportSource, po importer.PackageOptions, progress func(importer.Stats)) (importer.Stats, *snapshot.Manifest, error) {
 	var m *snapshot.Manifest
-	st, err := runImport(ctx, ic, in, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
+	st, err := runImport(ctx, ic, in, progress, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
 		if po.Source == (snapshot.SourceInfo{}) {
 			po.Source = src
 		}
@@ -123,7 +124,7 @@ type importProducer = func(fn func(memory.Item) error) (importer.Stats, error)
 
 // runImport opens the source and runs the conversion through sink (which writes a
 // package, or sorts the memories for the restore engine).
-func runImport(ctx context.Context, ic *ImportConfig, in ImportSource,
+func runImport(ctx context.Context, ic *ImportConfig, in ImportSource, progress func(importer.Stats),
 	sink func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error)) (importer.Stats, error) {
 	src, sourceName, closeSrc, err := openImportSource(ctx, ic, in)
 	if err != nil {
@@ -136,7 +137,7 @@ func runImport(ctx context.Context, ic *ImportConfig, in ImportSource,
 		rules.UserPattern = regexp.MustCompile(ic.UserPattern) // checked when parsed
 	}
 	st, err := sink(snapshot.SourceInfo{Store: sourceName}, func(fn func(memory.Item) error) (importer.Stats, error) {
-		return importer.ImportLangGraph(ctx, src, importer.LangGraphOptions{Rules: rules, Namespaces: ic.Namespaces, SkipStore: ic.SkipStore}, fn)
+		return importer.ImportLangGraph(ctx, src, importer.LangGraphOptions{Rules: rules, Namespaces: ic.Namespaces, SkipStore: ic.SkipStore, Progress: progress}, fn)
 	})
 	if err != nil {
 		return st, fmt.Errorf("import from %s: %w", ic.Kind, err)

@@ -269,6 +269,8 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.RestoreUID, "restore-uid", "", "UID of the MemoryRestore, recorded by the target with the package")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
 	finishImport := ImportFlags(fs)
+	var importObject string
+	fs.StringVar(&importObject, "import-object", "", "object key of the import's source file in --source-bucket (LangGraphSQLite, LettaAgentFile)")
 	var roles embed.RolesFlags
 	roles.Register(fs, "")
 	if err := fs.Parse(args); err != nil {
@@ -280,6 +282,12 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	}
 	if c.Import, err = finishImport(); err != nil {
 		return c, err
+	}
+	if c.Import != nil {
+		c.Import.Object = importObject
+		if c.Import.NeedsFile() && importObject == "" {
+			return c, fmt.Errorf("--import-kind %s needs --import-object", c.Import.Kind)
+		}
 	}
 	c.Denylist = splitList(denylist)
 	c.Types = splitList(types)
