@@ -92,7 +92,9 @@ func TestErrorsSpeakMemoryctl(t *testing.T) {
 		{"no --out", func() error {
 			return runImport(ctx, []string{"--import-kind=LettaAgentFile", "--import-scope-template=agent:{thread}", "--file", lettaFile(t), "--unencrypted"}, io.Discard, io.Discard)
 		}, "--out is required"},
-		{"inspect a missing directory", func() error { return runRead(ctx, "inspect", []string{filepath.Join(dir, "gone")}, io.Discard, io.Discard) },
+		{"inspect a missing directory", func() error {
+			return runRead(ctx, "inspect", []string{filepath.Join(dir, "gone")}, io.Discard, io.Discard)
+		},
 			"no memory package at " + filepath.Join(dir, "gone") + ": no such directory"},
 		{"inspect an empty directory", func() error { return runRead(ctx, "inspect", []string{empty}, io.Discard, io.Discard) },
 			"no memory package at " + empty + ": no manifest.json in it or in " + filepath.Join(empty, "package")},
