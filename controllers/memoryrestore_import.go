@@ -7,6 +7,7 @@ import (
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/importer"
+	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/langgraphns"
 	"github.com/amemory/memory-operator/internal/worker"
 )
@@ -182,6 +183,9 @@ func importConfig(imp *memoryv1alpha1.ImportSource, object string) *worker.Impor
 	if s := imp.Store; s != nil {
 		ic.SkipStore = s.Skip
 		ic.Namespaces = storeRules(s.Namespaces)
+	}
+	for _, c := range imp.StateChannels {
+		ic.StateChannels = append(ic.StateChannels, importer.StateChannel{Channel: c.Channel, Type: memory.Type(c.Type), Key: c.Key})
 	}
 	return ic
 }

@@ -11,7 +11,9 @@
 #   hack/services.sh run CMD...   # start, run CMD with the env, always stop
 #
 # SERVICES_HOST (default 127.0.0.1) is the address they listen on: the end-to-end
-# tests use the local cluster's bridge address, which its Pods reach.
+# tests use the local cluster's bridge address, which its Pods reach. SERVICES, a
+# comma-separated subset of postgres,pgvector,minio,milvus,milvus-server,toxiproxy,
+# starts only those (default: all), for a quick run of one package's tests.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -153,6 +155,9 @@ stop_tree() {
 	[[ -n $kids ]] && kill $kids 2>/dev/null || true
 }
 
+# wanted NAME: whether SERVICES (default: all) names the service.
+wanted() { [[ -z ${SERVICES:-} || ,$SERVICES, == *,$1,* ]]; }
+
 stop() {
 	local f
 	for f in "$RUN_DIR"/minio.pid "$RUN_DIR"/milvus.pid "$RUN_DIR"/milvus-server.pid "$RUN_DIR"/toxiproxy.pid; do
@@ -172,14 +177,14 @@ start() {
 	mkdir -p "$RUN_DIR"
 	: >"$RUN_DIR/env.sh"
 	echo "export KUBEBUILDER_ASSETS='$BIN/k8s'" >>"$RUN_DIR/env.sh"
-	start_postgres postgres "$PG_BIN" PG
+	wanted postgres && start_postgres postgres "$PG_BIN" PG
 	# PGVECTOR_SHARED_BUFFERS: the benchmarks size it as a production server would, to
 	# hold a million-vector HNSW index (make bench-engines, bench-hnsw).
-	start_postgres pgvector "$PGVECTOR_BIN" PGVECTOR "${PGVECTOR_SHARED_BUFFERS:-256MB}"
-	start_minio
-	start_milvus
-	start_milvus_server
-	start_toxiproxy
+	wanted pgvector && start_postgres pgvector "$PGVECTOR_BIN" PGVECTOR "${PGVECTOR_SHARED_BUFFERS:-256MB}"
+	wanted minio && start_minio
+	wanted milvus && start_milvus
+	wanted milvus-server && start_milvus_server
+	wanted toxiproxy && start_toxiproxy
 	log "environment in $RUN_DIR/env.sh"
 }
 

@@ -82,6 +82,37 @@ type ImportSource struct {
 	// Store says how LangGraph store items become semantic memories.
 	// +optional
 	Store *ImportStore `json:"store,omitempty"`
+
+	// StateChannels turn state channels beyond messages (a LangGraph app's profile,
+	// preferences, ...) into memories: each imported thread that holds the channel
+	// gives one, keyed in the thread's scope, its value decoded from JsonPlus as
+	// LangGraph's JSON reviver reads it. Of the threads of one scope, the most
+	// recently active one's value is kept. Channels no rule names are counted in
+	// status.import.leftOut.
+	// +listType=map
+	// +listMapKey=channel
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	StateChannels []ImportStateChannel `json:"stateChannels,omitempty"`
+}
+
+// ImportStateChannel maps one state channel to a memory per imported thread.
+type ImportStateChannel struct {
+	// Channel is the state key, as the graph's state schema names it (not messages,
+	// nor one of LangGraph's own channels, which start with "__" or hold a ':').
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_.-]{0,127}$`
+	// +kubebuilder:validation:XValidation:rule="self != 'messages' && !self.startsWith('__')",message="stateChannels: messages and LangGraph's own channels are not state channels to map"
+	Channel string `json:"channel"`
+	// Type of the memory: semantic (default) or procedural.
+	// +kubebuilder:validation:Enum=semantic;procedural
+	// +kubebuilder:default=semantic
+	// +optional
+	Type string `json:"type,omitempty"`
+	// Key of the memory in the thread's scope; default: the channel's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // ImportPostgres is a source database, reached with the connection URI in a Secret.

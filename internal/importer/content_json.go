@@ -46,9 +46,9 @@ func appendWorking(dst []byte, threadID string, i int, m map[string]any) ([]byte
 	return append(dst, '}'), true
 }
 
-// appendMessage appends messageContent(m) as JSON: its keys are artifact, content,
-// id, invalid_tool_calls, name, role, status, tool_call_id and tool_calls, in that
-// (sorted) order, each when messageContent sets it.
+// appendMessage appends messageContent(m) as JSON: its keys are additional_kwargs,
+// artifact, content, id, invalid_tool_calls, name, role, status, tool_call_id and
+// tool_calls, in that (sorted) order, each when messageContent sets it.
 func appendMessage(dst []byte, m map[string]any) ([]byte, bool) {
 	ok, first := true, true
 	field := func(key string, v any) {
@@ -67,6 +67,9 @@ func appendMessage(dst []byte, m map[string]any) ([]byte, bool) {
 		return v, has && v != nil && v != ""
 	}
 	dst = append(dst, '{')
+	if kw, has := keptKwargs(m); has {
+		field(`"additional_kwargs":`, kw)
+	}
 	if v, has := kept("artifact"); has {
 		field(`"artifact":`, v)
 	}

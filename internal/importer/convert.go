@@ -43,6 +43,12 @@ type Thread struct {
 	// source (for a thread the rules would leave out anyway).
 	encoded *encodedMessages
 	fetch   func(context.Context) (*encodedMessages, error)
+	// pending are the latest checkpoint's pending writes to the messages channel, in
+	// the order LangGraph applies them: what tasks of the interrupted (or failed)
+	// superstep wrote before it stopped, which get_state() shows (see mergePending).
+	pending []encodedMessages
+	// channels are the thread's state channels beyond messages (channels.go).
+	channels []encodedChannel
 }
 
 // encodedMessages is a messages channel value as stored: its serializer's type and bytes.
@@ -67,6 +73,10 @@ func (t *Thread) decode(ctx context.Context, forImport bool) error {
 	if t.encoded != nil {
 		t.Messages, t.Unsupported = decodeMessages(t.encoded.typ, t.encoded.blob, forImport)
 		t.encoded = nil
+	}
+	if len(t.pending) > 0 && t.Unsupported == nil {
+		t.Messages, t.Unsupported = mergePending(t.Messages, t.pending, forImport)
+		t.pending = nil
 	}
 	return nil
 }
@@ -96,6 +106,8 @@ type Rules struct {
 	Now time.Time
 	// BaseScore of imported memories (0: 0.5).
 	BaseScore float64
+	// StateChannels map state channels beyond messages to memories (channels.go).
+	StateChannels []StateChannel
 }
 
 // Outcome is what happened to one thread.
@@ -119,6 +131,12 @@ type Result struct {
 	Problem string
 	// Messages is how many of the thread's messages an imported thread had.
 	Messages int
+	// Keyed are the memories of the thread's mapped state channels: ImportLangGraph
+	// keeps, per scope and key, the most recently active thread's.
+	Keyed []memory.Item
+	// LeftOutChannels names the state channels an imported thread holds that no rule
+	// maps.
+	LeftOutChannels []string
 }
 
 // DefaultScopeTemplate puts a thread's memories in its user's scope.
@@ -175,7 +193,11 @@ func (r Rules) Convert(t Thread) Result {
 		}
 		items = append(items, w...)
 	}
-	return Result{Outcome: Imported, Items: items, Messages: len(t.Messages)}
+	keyed, leftOut, err := r.channelMemories(t, scope)
+	if err != nil {
+		return Result{Outcome: Unsupported, Problem: fmt.Sprintf("thread %s: %v", shown(t.ID), err)}
+	}
+	return Result{Outcome: Imported, Items: items, Messages: len(t.Messages), Keyed: keyed, LeftOutChannels: leftOut}
 }
 
 func (r Rules) inactive(t Thread) bool {
@@ -349,7 +371,8 @@ var roles = map[string]string{"human": "user", "ai": "assistant", "tool": "tool"
 // messageContent keeps what a message means and drops what only its provider needed
 // (response_metadata, usage): role, content as it was (a string or a list of content
 // blocks), tool calls with their arguments as JSON objects, a tool result's call id,
-// name and status, and the message id.
+// name and status, the message id, and its additional_kwargs (an app's own data,
+// Pydantic objects as their fields) but the provider's raw tool calls.
 func messageContent(m map[string]any) map[string]any {
 	typ, _ := m["type"].(string)
 	role := roles[typ]
@@ -357,6 +380,9 @@ func messageContent(m map[string]any) map[string]any {
 		role = typ
 	}
 	out := map[string]any{"role": role, "content": m["content"]}
+	if kw, has := keptKwargs(m); has {
+		out["additional_kwargs"] = kw
+	}
 	for _, k := range []string{"id", "name", "tool_call_id", "status", "artifact"} {
 		if v, ok := m[k]; ok && v != nil && v != "" {
 			out[k] = v
@@ -369,6 +395,23 @@ func messageContent(m map[string]any) map[string]any {
 		out["invalid_tool_calls"] = tc
 	}
 	return out
+}
+
+// keptKwargs is a message's additional_kwargs as messageContent keeps them: without
+// the provider's raw tool calls (kept as tool_calls) and keys whose value is null.
+func keptKwargs(m map[string]any) (map[string]any, bool) {
+	ak, _ := m["additional_kwargs"].(map[string]any)
+	var out map[string]any
+	for k, v := range ak {
+		if k == "tool_calls" || v == nil {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]any, len(ak))
+		}
+		out[k] = v
+	}
+	return out, out != nil
 }
 
 // toolCalls are a message's tool calls as messageContent keeps them: LangChain's

@@ -1,10 +1,13 @@
 package importer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -45,6 +48,7 @@ type Stats struct {
 	LeftOut       []LeftOut `json:"leftOut,omitempty"`
 	FirstProblem  string    `json:"firstProblem,omitempty"`
 	problemsTaken bool
+	superseded    int64 // mapped channel values of older threads for the same (scope, key)
 }
 
 // LeftOut is one kind of source data an import did not convert, and how much of it.
@@ -58,6 +62,33 @@ type LeftOut struct {
 // problem when the import had none.
 type leftOutReporter interface {
 	leftOut() (counts []LeftOut, problem string)
+}
+
+// maxChannelsLeftOut bounds the state channels LeftOut names one by one; the rest are
+// counted together.
+const maxChannelsLeftOut = 24
+
+// channelsLeftOutCounts names the state channels left out, by how many imported
+// threads held each (the most frequent first, then by name), and the mapped values
+// of older threads that a newer one's replaced.
+func channelsLeftOutCounts(names map[string]int64, superseded int64) []LeftOut {
+	var out []LeftOut
+	for _, name := range slices.SortedFunc(maps.Keys(names), func(a, b string) int {
+		return cmp.Or(cmp.Compare(names[b], names[a]), cmp.Compare(a, b))
+	}) {
+		if len(out) == maxChannelsLeftOut {
+			out = append(out, LeftOut{What: "threads holding other state channels, unmapped"})
+		}
+		if len(out) > maxChannelsLeftOut {
+			out[maxChannelsLeftOut].Count += names[name]
+			continue
+		}
+		out = append(out, LeftOut{What: "threads holding state channel " + shown(name) + ", unmapped", Count: names[name]})
+	}
+	if superseded > 0 {
+		out = append(out, LeftOut{What: "mapped state channel values superseded by a more recently active thread's, same scope and key", Count: superseded})
+	}
+	return out
 }
 
 func (s *Stats) problem(p string) {
@@ -108,10 +139,28 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 	if enc, ok := src.(encodedSource); ok {
 		each = func(ctx context.Context, fn func(Thread) error) error { return enc.threadsEncoded(ctx, opts.Rules, fn) }
 	}
+	// The memories of mapped state channels, one per (scope, key): of one user's
+	// threads, the most recently active one's (ties: the later in the source).
+	keyed := map[[2]string]memory.Item{}
+	channelsLeftOut := map[string]int64{}
 	err = convertInOrder(ctx, each, opts.Rules, runtime.GOMAXPROCS(0), func(res Result) error {
 		st.Threads++
 		st.Messages += int64(res.Messages)
 		st.count(res.Outcome)
+		for _, it := range res.Keyed {
+			k := [2]string{it.Scope, it.Key}
+			if old, ok := keyed[k]; !ok || !it.UpdatedAt.Before(old.UpdatedAt) {
+				if ok {
+					st.superseded++
+				}
+				keyed[k] = it
+			} else {
+				st.superseded++
+			}
+		}
+		for _, name := range res.LeftOutChannels {
+			channelsLeftOut[name]++
+		}
 		if res.Outcome == Unsupported || res.Outcome == SkipNoUser {
 			// Threads left out by the rules (idle, zombie, empty) are no problem.
 			st.problem(res.Problem)
@@ -127,8 +176,18 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 		}
 		return nil
 	})
-	if err != nil || opts.SkipStore {
+	if err != nil {
 		return st, err
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(keyed), func(a, b [2]string) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) }) {
+		st.Items++
+		if err := fn(keyed[k]); err != nil {
+			return st, err
+		}
+	}
+	st.LeftOut = append(st.LeftOut, channelsLeftOutCounts(channelsLeftOut, st.superseded)...)
+	if opts.SkipStore {
+		return st, nil
 	}
 	if r, ok := src.(leftOutReporter); ok {
 		counts, problem := r.leftOut()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"regexp"
 	"strings"
 	"testing"
@@ -52,9 +53,19 @@ func readers(t *testing.T, exp importers.Expected) map[string]LangGraphSource {
 
 // TestLangGraphReadersMatchLangGraph: both readers see every thread exactly as
 // LangGraph's own get_state does (every message, in order, field for field), with
-// its metadata, times and error state.
+// its metadata, times and error state; threads whose answer is a pending write (a
+// parallel branch interrupted the superstep) included, and imported, not zombies.
 func TestLangGraphReadersMatchLangGraph(t *testing.T) {
-	exp := importers.Generate(t, importers.Options{})
+	exp := importers.Generate(t, importers.Options{PendingWrites: 8, CustomState: 6})
+	pending := exp.ThreadsIn(importers.PendingWrite)
+	if len(pending) != 8 {
+		t.Fatalf("%d threads with a pending answer generated, want 8", len(pending))
+	}
+	for _, th := range pending {
+		if n := len(th.Messages); n != 2 || th.Messages[n-1].Type != "ai" {
+			t.Fatalf("thread %s: get_state shows %d messages, want the question and the pending answer", th.ThreadID, n)
+		}
+	}
 	for name, src := range readers(t, exp) {
 		t.Run(name, func(t *testing.T) {
 			got := map[string]Thread{}
@@ -91,9 +102,70 @@ func TestLangGraphReadersMatchLangGraph(t *testing.T) {
 						t.Fatalf("thread %s message %d:\n got  %s\n want %s", want.ThreadID, i, mustJSON(th.Messages[i]), m.Raw)
 					}
 				}
+				channels, err := th.ChannelValues()
+				if err != nil || len(channels) != len(want.Channels) {
+					t.Fatalf("thread %s: channels %v (%v), LangGraph has %d", want.ThreadID, channels, err, len(want.Channels))
+				}
+				for name, v := range want.Channels {
+					if name == "tags" { // a Python set: its order is the process's hashing, not data
+						v, channels[name] = sortedJSONList(t, v), sortedJSONList(t, json.RawMessage(mustJSON(channels[name])))
+					}
+					if !sameJSON(t, channels[name], v) {
+						t.Fatalf("thread %s channel %s:\n got  %s\n want %s", want.ThreadID, name, mustJSON(channels[name]), v)
+					}
+				}
+				if want.Scenario == importers.CustomState {
+					checkCustomState(t, th, want, name)
+				}
+				if want.Scenario == importers.PendingWrite {
+					if res := seedRules(time.Now(), name).Convert(th); res.Outcome != Imported || len(res.Items) != 1 {
+						t.Fatalf("thread %s with a pending answer: %s (%s), %d memories", want.ThreadID, res.Outcome, res.Problem, len(res.Items))
+					}
+				}
 			}
 		})
 	}
+}
+
+// checkCustomState: a thread of an app with state beyond messages imports its mapped
+// channel (profile) as LangGraph's reviver reads it, names the others it leaves out,
+// and keeps the Pydantic object in its answer's additional_kwargs.
+func checkCustomState(t *testing.T, th Thread, want importers.Thread, source string) {
+	t.Helper()
+	rules := seedRules(time.Now(), source)
+	rules.StateChannels = []StateChannel{{Channel: "profile", Key: "profile"}}
+	res := rules.Convert(th)
+	if res.Outcome != Imported || len(res.Keyed) != 1 || res.Keyed[0].Key != "profile" || res.Keyed[0].MemoryType != memory.Semantic {
+		t.Fatalf("thread %s: %s (%s), keyed %+v", want.ThreadID, res.Outcome, res.Problem, res.Keyed)
+	}
+	if !sameJSON(t, json.RawMessage(res.Keyed[0].Content), want.Channels["profile"]) {
+		t.Fatalf("thread %s: profile memory %s, LangGraph's %s", want.ThreadID, res.Keyed[0].Content, want.Channels["profile"])
+	}
+	if got := strings.Join(res.LeftOutChannels, ","); got != "last_seen,notes,prefs,tags" {
+		t.Fatalf("thread %s: channels left out %s", want.ThreadID, got)
+	}
+	var turn struct {
+		Messages []map[string]any `json:"messages"`
+	}
+	if len(res.Items) != 1 || json.Unmarshal(res.Items[0].Content, &turn) != nil || len(turn.Messages) != 2 {
+		t.Fatalf("thread %s: turns %+v", want.ThreadID, res.Items)
+	}
+	kw, _ := turn.Messages[1]["additional_kwargs"].(map[string]any)
+	if c, _ := kw["citation"].(map[string]any); c["source"] != "kb" {
+		t.Fatalf("thread %s: the answer's additional_kwargs %v, want the citation", want.ThreadID, turn.Messages[1])
+	}
+}
+
+// sortedJSONList is a JSON list of strings, sorted.
+func sortedJSONList(t *testing.T, raw json.RawMessage) json.RawMessage {
+	t.Helper()
+	var l []string
+	if err := json.Unmarshal(raw, &l); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	slices.Sort(l)
+	b, _ := json.Marshal(l)
+	return b
 }
 
 func sameJSON(t *testing.T, got any, want json.RawMessage) bool {

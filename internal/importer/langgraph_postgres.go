@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -148,17 +149,26 @@ func (l *LangGraphPostgres) threadPage(ctx context.Context, tx pgx.Tx, after *st
 	rows, err := tx.Query(ctx, `
 		WITH latest AS (`+latestCheckpoints(l.table("checkpoints"), bound, "$3")+`),
 		judged AS (
-			SELECT l.*, e.errored,
+			SELECT l.*, e.errored, e.wtypes, e.wblobs,
 				($1 AND e.errored) OR ($2::text IS NOT NULL
 					AND l.checkpoint->>'ts' ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}[+]00:00$'
 					AND l.checkpoint->>'ts' COLLATE "C" < $2::text COLLATE "C") AS elided
-			FROM latest l, LATERAL (SELECT EXISTS (SELECT 1 FROM `+l.table("checkpoint_writes")+` w WHERE w.thread_id = l.thread_id
-				AND w.checkpoint_ns = '' AND w.checkpoint_id = l.checkpoint_id AND w.channel = '__error__') AS errored) e)
+			FROM latest l, LATERAL (SELECT coalesce(bool_or(w.channel = '__error__'), false) AS errored,
+				array_agg(w.type ORDER BY `+l.writesOrder()+`) FILTER (WHERE w.channel = 'messages') AS wtypes,
+				array_agg(w.blob ORDER BY `+l.writesOrder()+`) FILTER (WHERE w.channel = 'messages') AS wblobs
+				FROM `+l.table("checkpoint_writes")+` w WHERE w.thread_id = l.thread_id
+				AND w.checkpoint_ns = '' AND w.checkpoint_id = l.checkpoint_id AND w.channel IN ('__error__', 'messages')) e)
 		SELECT l.thread_id, l.checkpoint->>'ts', l.metadata,
 			(SELECT min(checkpoint_id) FROM `+l.table("checkpoints")+` c WHERE c.thread_id = l.thread_id AND c.checkpoint_ns = ''),
 			l.checkpoint->'channel_values'->'messages', l.checkpoint->'channel_versions'->>'messages',
-			b.type, b.blob, l.errored, l.elided
+			b.type, b.blob, l.errored, l.elided, l.wtypes, l.wblobs,
+			CASE WHEN NOT l.elided THEN (l.checkpoint->'channel_values') - 'messages' END, cb.names, cb.types, cb.blobs
 		FROM judged l
+		LEFT JOIN LATERAL (SELECT array_agg(b.channel ORDER BY b.channel) AS names, array_agg(b.type ORDER BY b.channel) AS types,
+			array_agg(b.blob ORDER BY b.channel) AS blobs
+			FROM jsonb_each_text(l.checkpoint->'channel_versions') v(channel, version)
+			JOIN `+l.table("checkpoint_blobs")+` b ON b.thread_id = l.thread_id AND b.checkpoint_ns = '' AND b.channel = v.channel AND b.version = v.version
+			WHERE NOT l.elided AND v.channel <> 'messages' AND v.channel NOT LIKE '\_\_%' AND strpos(v.channel, ':') = 0) cb ON true
 		LEFT JOIN LATERAL (SELECT b.type, b.blob FROM `+l.table("checkpoint_blobs")+` b WHERE NOT l.elided AND b.thread_id = l.thread_id
 			AND b.checkpoint_ns = '' AND b.channel = 'messages' AND b.version = l.checkpoint->'channel_versions'->>'messages' OFFSET 0) b ON true
 		ORDER BY l.thread_id`, args...)
@@ -175,8 +185,14 @@ func (l *LangGraphPostgres) threadPage(ctx context.Context, tx pgx.Tx, after *st
 			blobType             *string
 			blob                 []byte
 			elided               bool
+			wtypes               []*string
+			wblobs               [][]byte
+			inlineValues         map[string]json.RawMessage
+			cnames, ctypes       []*string
+			cblobs               [][]byte
 		)
-		if err := rows.Scan(&t.ID, &ts, &meta, &firstID, &inline, &version, &blobType, &blob, &t.Errored, &elided); err != nil {
+		if err := rows.Scan(&t.ID, &ts, &meta, &firstID, &inline, &version, &blobType, &blob, &t.Errored, &elided, &wtypes, &wblobs,
+			&inlineValues, &cnames, &ctypes, &cblobs); err != nil {
 			return n, last, fmt.Errorf("langgraph postgres: reading threads: %w", err)
 		}
 		n, last = n+1, t.ID
@@ -202,6 +218,12 @@ func (l *LangGraphPostgres) threadPage(ctx context.Context, tx pgx.Tx, after *st
 		case blobType != nil:
 			t.encoded = &encodedMessages{typ: *blobType, blob: blob}
 		}
+		t.channels = postgresChannels(inlineValues, cnames, ctypes, cblobs)
+		for i := range wtypes {
+			if wtypes[i] != nil && i < len(wblobs) {
+				t.pending = append(t.pending, encodedMessages{typ: *wtypes[i], blob: wblobs[i]})
+			}
+		}
 		if err := fn(t); err != nil {
 			return n, last, err
 		}
@@ -210,6 +232,34 @@ func (l *LangGraphPostgres) threadPage(ctx context.Context, tx pgx.Tx, after *st
 		return n, last, fmt.Errorf("langgraph postgres: reading threads: %w", err)
 	}
 	return n, last, nil
+}
+
+// postgresChannels are a thread's state channels beyond messages: the primitives
+// inline in its checkpoint and the others' blobs (channels.go), in name order.
+func postgresChannels(inline map[string]json.RawMessage, names, types []*string, blobs [][]byte) []encodedChannel {
+	var out []encodedChannel
+	for name, v := range inline {
+		if IsStateChannel(name) {
+			out = append(out, encodedChannel{name: name, inline: v})
+		}
+	}
+	for i := range names {
+		if names[i] != nil && types[i] != nil && i < len(blobs) && IsStateChannel(*names[i]) {
+			out = append(out, encodedChannel{name: *names[i], typ: *types[i], blob: blobs[i]})
+		}
+	}
+	slices.SortFunc(out, func(a, b encodedChannel) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// writesOrder is the order in which get_state applies a checkpoint's pending writes:
+// by task path (the column came with checkpointer schema version 9; before, the task
+// id stands in for it), then task, then the write's index.
+func (l *LangGraphPostgres) writesOrder() string {
+	if l.MigrationVersion >= 9 {
+		return "w.task_path, w.task_id, w.idx"
+	}
+	return "w.task_id, w.idx"
 }
 
 // latestCheckpoints selects the latest root checkpoint of the threads after the

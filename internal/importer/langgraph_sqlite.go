@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +22,9 @@ import (
 type LangGraphSQLite struct {
 	db       *sql.DB
 	hasStore bool
+	// writesOrder orders a checkpoint's pending writes as get_state applies them (by
+	// task path, when the writes table has the column).
+	writesOrder string
 }
 
 // OpenLangGraphSQLite opens path read-only and checks it holds a checkpointer.
@@ -54,6 +59,11 @@ func OpenLangGraphSQLite(ctx context.Context, path string) (*LangGraphSQLite, er
 		return nil, fmt.Errorf("langgraph sqlite: %s has no checkpoints and writes tables: not a langgraph-checkpoint-sqlite file", path)
 	}
 	l.hasStore = tables["store"]
+	l.writesOrder = "task_id, idx"
+	var hasPath bool
+	if err := db.QueryRowContext(ctx, `SELECT count(*) > 0 FROM pragma_table_info('writes') WHERE name = 'task_path'`).Scan(&hasPath); err == nil && hasPath {
+		l.writesOrder = "task_path, task_id, idx"
+	}
 	return l, nil
 }
 
@@ -66,7 +76,10 @@ func (l *LangGraphSQLite) Threads(ctx context.Context, fn func(Thread) error) er
 		SELECT c.thread_id, c.type, c.checkpoint, c.metadata,
 			(SELECT min(checkpoint_id) FROM checkpoints f WHERE f.thread_id = c.thread_id AND f.checkpoint_ns = ''),
 			EXISTS (SELECT 1 FROM writes w WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = ''
-				AND w.checkpoint_id = c.checkpoint_id AND w.channel = '__error__')
+				AND w.checkpoint_id = c.checkpoint_id AND w.channel = '__error__'),
+			c.checkpoint_id,
+			EXISTS (SELECT 1 FROM writes w WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = ''
+				AND w.checkpoint_id = c.checkpoint_id AND w.channel = 'messages')
 		FROM checkpoints c
 		WHERE c.checkpoint_ns = '' AND c.checkpoint_id = (
 			SELECT max(checkpoint_id) FROM checkpoints m WHERE m.thread_id = c.thread_id AND m.checkpoint_ns = '')
@@ -83,8 +96,10 @@ func (l *LangGraphSQLite) Threads(ctx context.Context, fn func(Thread) error) er
 			meta     []byte
 			firstID  sql.NullString
 			errorRow bool
+			latest   string
+			pending  bool
 		)
-		if err := rows.Scan(&t.ID, &typ, &blob, &meta, &firstID, &errorRow); err != nil {
+		if err := rows.Scan(&t.ID, &typ, &blob, &meta, &firstID, &errorRow, &latest, &pending); err != nil {
 			return fmt.Errorf("langgraph sqlite: reading threads: %w", err)
 		}
 		t.Errored = errorRow
@@ -92,6 +107,13 @@ func (l *LangGraphSQLite) Threads(ctx context.Context, fn func(Thread) error) er
 			t.FirstActivity, _ = uuid6Time(firstID.String)
 		}
 		t.Unsupported = sqliteCheckpoint(&t, typ.String, blob, meta)
+		if pending && t.Unsupported == nil {
+			writes, err := l.pendingWrites(ctx, t.ID, latest)
+			if err != nil {
+				return err
+			}
+			t.Messages, t.Unsupported = mergePending(t.Messages, writes, false)
+		}
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -100,6 +122,27 @@ func (l *LangGraphSQLite) Threads(ctx context.Context, fn func(Thread) error) er
 		return fmt.Errorf("langgraph sqlite: reading threads: %w", err)
 	}
 	return nil
+}
+
+// pendingWrites reads the pending writes to the messages channel of one checkpoint
+// (few threads have any: those whose last superstep stopped part way).
+func (l *LangGraphSQLite) pendingWrites(ctx context.Context, threadID, checkpointID string) ([]encodedMessages, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT type, value FROM writes WHERE thread_id = ? AND checkpoint_ns = ''
+		AND checkpoint_id = ? AND channel = 'messages' ORDER BY `+l.writesOrder, threadID, checkpointID)
+	if err != nil {
+		return nil, fmt.Errorf("langgraph sqlite: reading the pending writes of thread %s: %w", threadID, err)
+	}
+	defer rows.Close()
+	var out []encodedMessages
+	for rows.Next() {
+		var typ sql.NullString
+		var blob []byte
+		if err := rows.Scan(&typ, &blob); err != nil {
+			return nil, fmt.Errorf("langgraph sqlite: reading the pending writes of thread %s: %w", threadID, err)
+		}
+		out = append(out, encodedMessages{typ: typ.String, blob: blob})
+	}
+	return out, rows.Err()
 }
 
 // sqliteCheckpoint fills t from the latest checkpoint blob and its metadata.
@@ -121,6 +164,11 @@ func sqliteCheckpoint(t *Thread, typ string, blob, meta []byte) error {
 		t.LastActivity, _ = time.Parse(time.RFC3339Nano, ts)
 	}
 	values, _ := cp["channel_values"].(map[string]any)
+	for _, name := range slices.Sorted(maps.Keys(values)) {
+		if IsStateChannel(name) {
+			t.channels = append(t.channels, encodedChannel{name: name, value: values[name], known: true})
+		}
+	}
 	switch msgs := values["messages"].(type) {
 	case nil:
 		return nil

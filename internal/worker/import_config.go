@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amemory/memory-operator/internal/importer"
 	"github.com/amemory/memory-operator/internal/langgraphns"
 )
 
@@ -57,6 +58,9 @@ type ImportConfig struct {
 	WorkingWindow   time.Duration
 	SkipStore       bool
 	Namespaces      []langgraphns.Rule
+	// StateChannels map state channels beyond messages to memories
+	// (importer.StateChannel).
+	StateChannels []importer.StateChannel
 	// Dir is local scratch space for the sort's runs of the converted memories (the
 	// Job's emptyDir).
 	Dir string
@@ -96,6 +100,10 @@ func (ic *ImportConfig) args() []string {
 		b, _ := json.Marshal(ic.Namespaces) // plain strings: cannot fail
 		args = append(args, "--import-namespaces="+string(b))
 	}
+	if len(ic.StateChannels) > 0 {
+		b, _ := json.Marshal(ic.StateChannels) // plain strings: cannot fail
+		args = append(args, "--import-state-channels="+string(b))
+	}
 	opt("--import-dir", ic.Dir)
 	return args
 }
@@ -107,7 +115,7 @@ func (ic *ImportConfig) args() []string {
 // (NeedsFile).
 func ImportFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
 	var ic ImportConfig
-	var namespaces string
+	var namespaces, channels string
 	fs.StringVar(&ic.Kind, "import-kind", "", "import from a framework instead of a package: "+strings.Join(importKinds, ", "))
 	fs.StringVar(&ic.Schema, "import-schema", "", "schema of the LangGraph tables")
 	fs.StringVar(&ic.Table, "import-table", "", "chat history table (LangChainPostgresHistory)")
@@ -120,16 +128,23 @@ func ImportFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
 	fs.DurationVar(&ic.WorkingWindow, "import-working-window", 0, "threads active within this window keep working memory")
 	fs.BoolVar(&ic.SkipStore, "import-skip-store", false, "leave the LangGraph store out")
 	fs.StringVar(&namespaces, "import-namespaces", "", "store namespace rules (JSON list of {namespace, scope})")
+	fs.StringVar(&channels, "import-state-channels", "", `state channels beyond messages to import as memories (JSON list of {channel, type, key}, e.g. [{"channel":"profile","key":"profile"}])`)
 	fs.StringVar(&ic.Dir, "import-dir", "", "scratch directory for the sorted, converted memories (default: the temp dir)")
 	return func() (*ImportConfig, error) {
 		if ic.Kind == "" {
 			return nil, nil
 		}
-		if namespaces != "" {
-			dec := json.NewDecoder(strings.NewReader(namespaces))
+		for _, f := range []struct {
+			flag, value string
+			into        any
+		}{{"--import-namespaces", namespaces, &ic.Namespaces}, {"--import-state-channels", channels, &ic.StateChannels}} {
+			if f.value == "" {
+				continue
+			}
+			dec := json.NewDecoder(strings.NewReader(f.value))
 			dec.DisallowUnknownFields()
-			if err := dec.Decode(&ic.Namespaces); err != nil {
-				return nil, fmt.Errorf("--import-namespaces: %w", err)
+			if err := dec.Decode(f.into); err != nil {
+				return nil, fmt.Errorf("%s: %w", f.flag, err)
 			}
 		}
 		return &ic, ic.check()
@@ -154,6 +169,9 @@ func (ic *ImportConfig) check() error {
 	}
 	if _, err := langgraphns.New(ic.Namespaces); err != nil {
 		return fmt.Errorf("--import-namespaces: %w", err)
+	}
+	if err := importer.ValidateStateChannels(ic.StateChannels); err != nil {
+		return fmt.Errorf("--import-state-channels: %w", err)
 	}
 	return nil
 }

@@ -132,7 +132,8 @@ func runImport(ctx context.Context, ic *ImportConfig, in ImportSource, progress 
 	}
 	defer closeSrc()
 	rules := importer.Rules{UserMetadataKey: ic.UserMetadataKey, ScopeTemplate: ic.ScopeTemplate, InactiveAfter: ic.InactiveAfter,
-		SkipZombies: ic.SkipZombies, KeepWorking: ic.KeepWorking, WorkingWindow: ic.WorkingWindow, Source: sourceName, Now: time.Now()}
+		SkipZombies: ic.SkipZombies, KeepWorking: ic.KeepWorking, WorkingWindow: ic.WorkingWindow, Source: sourceName, Now: time.Now(),
+		StateChannels: ic.StateChannels}
 	if ic.UserPattern != "" {
 		rules.UserPattern = regexp.MustCompile(ic.UserPattern) // checked when parsed
 	}

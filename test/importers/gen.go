@@ -53,6 +53,10 @@ type Options struct {
 	Durability string
 	Workers    int  // generator processes (PostgreSQL only; default 1)
 	NoMessages bool // leave messages out of Expected (Thread.MessageCount still set)
+	// PendingWrites adds this many threads of scenario PendingWrite.
+	PendingWrites int
+	// CustomState adds this many threads of scenario CustomState.
+	CustomState int
 	// Shared hands out the generated database and SQLite file themselves instead of
 	// copies (for big data sets, where a copy costs time and disk): the test must not
 	// change them. It is not part of what is generated: Shared and unshared callers with
@@ -122,6 +126,14 @@ const (
 	Old           = "old"             // last activity 10.5-40 days ago
 	ZombieError   = "zombie_error"    // the agent node raised: an __error__ write, no reply
 	ZombieNoReply = "zombie_no_reply" // the only turn never got a reply
+	// PendingWrite: a parallel approval branch called interrupt() while the agent
+	// answered, so the answer is a pending write of the latest checkpoint, which
+	// get_state() shows (Options.PendingWrites).
+	PendingWrite = "pending_write"
+	// CustomState: an app whose state has channels beyond messages (a Pydantic
+	// profile, a dataclass of preferences, a datetime, a set of tags, a string), and
+	// a Pydantic object in its answer's additional_kwargs (Options.CustomState).
+	CustomState = "custom_state"
 )
 
 // Thread is one generated thread and its latest state (get_state).
@@ -154,6 +166,9 @@ type Thread struct {
 	Next             []string  `json:"next"`        // nodes still to run (["agent"] for zombies)
 	Errors           []string  `json:"errors"`      // task errors, e.g. "ScriptedFailure('upstream model timeout')"
 	Messages         []Message `json:"messages"`    // get_state().values["messages"], messages_to_dict
+	// Channels are get_state().values beyond messages, as LangGraph's JSON reviver
+	// reads their stored bytes (Options.CustomState).
+	Channels map[string]json.RawMessage `json:"channels"`
 	MessageCount     int       `json:"message_count"`
 }
 
@@ -369,6 +384,12 @@ func (g *generated) generate(dsn, python, script string, opts Options) error {
 	}
 	if opts.NoMessages {
 		args = append(args, "--no-messages")
+	}
+	if opts.CustomState > 0 {
+		args = append(args, "--custom-state", strconv.Itoa(opts.CustomState))
+	}
+	if opts.PendingWrites > 0 {
+		args = append(args, "--pending-writes", strconv.Itoa(opts.PendingWrites))
 	}
 	cmd := exec.CommandContext(ctx, python, args...)
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")

@@ -21,7 +21,8 @@ into the checkpoint metadata) or only in the thread id (`u-<user>:sess-<n>`); th
 whose last activity is 10-40 days old (run under time_machine.travel, so the checkpoint
 ts and the uuid6 checkpoint ids really are old); ~30% zombies: the node raises (an
 `__error__` write is left), or the only turn never got a reply (interrupted before the
-agent ran, or a message added with update_state); multi-turn threads.
+agent ran, or a message added with update_state); multi-turn threads; with --pending-writes, threads whose one turn's answer is a pending
+write of the latest checkpoint (a parallel approval branch called interrupt()).
 
 --out writes expected.json: what LangGraph itself reports (get_state) for every thread,
 what the stores return, what the chat history returns, and the package versions.
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import dataclasses
 import datetime as dt
 import importlib.metadata as md
 import json
@@ -49,11 +51,15 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+import ormsgpack
 import time_machine
+from pydantic import BaseModel
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _msgpack_ext_hook_to_json
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, messages_to_dict
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import interrupt
 
 UTC = dt.timezone.utc
 
@@ -130,6 +136,98 @@ def build_graph() -> StateGraph:
     g.add_conditional_edges("agent", tools_condition)
     g.add_edge("tools", "agent")
     return g
+
+
+def approval(state: MessagesState) -> dict:
+    """Asks a human to approve (LangGraph's interrupt()), in parallel with the agent."""
+    interrupt({"question": "Approve the refund?"})
+    return {}
+
+
+def build_parallel_graph() -> StateGraph:
+    """The agent and a human approval run as parallel branches of one superstep: the
+    approval interrupts, so the superstep never completes and the agent's answer stays a
+    pending write of the latest checkpoint, which get_state() shows."""
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_node("approval", approval)
+    g.add_edge(START, "agent")
+    g.add_edge(START, "approval")
+    return g
+
+
+class Profile(BaseModel):
+    """A support app's customer profile, kept in a state channel of its own."""
+    name: str
+    tier: str
+    since: dt.date
+
+
+@dataclasses.dataclass
+class Prefs:
+    language: str
+    contact: list[str]
+
+
+class Citation(BaseModel):
+    source: str
+    doc_id: str
+
+
+class ProfileState(MessagesState):
+    profile: Profile
+    prefs: Prefs
+    last_seen: dt.datetime
+    tags: set[str]
+    notes: str
+
+
+def profile_agent(state: ProfileState, config) -> dict:
+    """Answers as agent() does and keeps what it learned in the custom channels; its
+    answer carries a Pydantic object in additional_kwargs."""
+    out = agent(state, config)
+    th = PLANS[config["configurable"]["thread_id"]]
+    c = th["custom"]
+    msg = out["messages"][0]
+    msg.additional_kwargs = {"citation": Citation(source="kb", doc_id=c["doc_id"])}
+    return {"messages": [msg], "profile": Profile(name=c["name"], tier=c["tier"], since=dt.date.fromisoformat(c["since"])),
+            "prefs": Prefs(language=c["language"], contact=list(c["contact"])),
+            "last_seen": dt.datetime.fromisoformat(c["last_seen"]), "tags": set(c["tags"]), "notes": c["notes"]}
+
+
+def build_profile_graph() -> StateGraph:
+    """One node that answers and fills the custom state channels (LangGraph's JsonPlus
+    extension types: a Pydantic model, a dataclass, a datetime, a set)."""
+    g = StateGraph(ProfileState)
+    g.add_node("agent", profile_agent)
+    g.add_edge(START, "agent")
+    return g
+
+
+GRAPHS = {"pending_write": build_parallel_graph, "custom_state": build_profile_graph}
+
+# The custom channels as LangGraph's own JSON reviver reads their stored bytes (what an
+# import must find).
+SERDE = JsonPlusSerializer()
+
+
+def reviver_json(value: Any) -> Any:
+    typ, data = SERDE.dumps_typed(value)
+    if typ != "msgpack":
+        return value
+    return ormsgpack.unpackb(data, ext_hook=_msgpack_ext_hook_to_json, option=ormsgpack.OPT_NON_STR_KEYS)
+
+
+def compile_apps(saver) -> dict:
+    """The compiled graph of every scenario ("" for the customer-service graph)."""
+    apps = {"": build_graph().compile(checkpointer=saver)}
+    for scenario, build in GRAPHS.items():
+        apps[scenario] = build().compile(checkpointer=saver)
+    return apps
+
+
+def app_of(apps: dict, th: dict):
+    return apps.get(th["scenario"], apps[""])
 
 
 # ---------------------------------------------------------------------------------------
@@ -382,6 +480,37 @@ def make_plan(args, rng: random.Random, now: dt.datetime) -> tuple[list[dict], l
                 t += g
                 th["times"].append(t)
             threads.append(th)
+    # Threads whose one turn's answer is a pending write (a parallel approval
+    # interrupted the superstep), round robin over the users.
+    for j in range(args.pending_writes):
+        u = users[j % len(users)]
+        zh = u["lang"] == "zh"
+        order = f"P-{u['user_id']}{j:03d}"
+        human = f"订单 {order} 请退款。" if zh else f"Please refund order {order}."
+        answer = f"已为订单 {order} 申请退款，等待审批。" if zh else f"I have filed the refund for order {order}; it is waiting for approval."
+        th = {"thread_id": ids.uuid(), "user_id": u["user_id"], "user_from": "metadata", "scenario": "pending_write",
+              "detail": "interrupted_branch", "channel": "web", "lang": u["lang"], "topics": ["refund"],
+              "turns": [{"human": human, "steps": [ai(ids, rng, answer)]}],
+              "times": [now - dt.timedelta(hours=rng.uniform(1, 48))]}
+        threads.append(th)
+    # Threads of an app whose state has channels beyond messages.
+    for j in range(args.custom_state):
+        u = users[j % len(users)]
+        zh = u["lang"] == "zh"
+        human = "我的会员等级是什么？" if zh else "What is my membership tier?"
+        tier = rng.choice(["gold", "silver", "bronze"])
+        answer = f"您是{tier}会员。" if zh else f"You are a {tier} member."
+        custom = {"name": u.get("name", "user " + u["user_id"]), "tier": tier,
+                  "since": (now.date() - dt.timedelta(days=rng.randint(30, 900))).isoformat(),
+                  "language": u["lang"], "contact": rng.sample(["email", "phone", "chat"], 2),
+                  "last_seen": (now - dt.timedelta(hours=rng.uniform(1, 40))).isoformat(),
+                  "tags": sorted(rng.sample(["vip", "refund", "late-delivery", "new"], 2)),
+                  "notes": f"prefers {rng.choice(['morning', 'evening'])} calls", "doc_id": f"faq-{rng.randint(1, 99)}"}
+        th = {"thread_id": ids.uuid(), "user_id": u["user_id"], "user_from": "metadata", "scenario": "custom_state",
+              "detail": "profile", "channel": "app", "lang": u["lang"], "topics": ["profile"], "custom": custom,
+              "turns": [{"human": human, "steps": [ai(ids, rng, answer)]}],
+              "times": [now - dt.timedelta(hours=rng.uniform(1, 48))]}
+        threads.append(th)
     return users, threads
 
 
@@ -393,7 +522,7 @@ def human_message(content: Any) -> HumanMessage:
     return HumanMessage(content=content)
 
 
-def run_threads(app, threads: list[dict], durability: str, name: str) -> None:
+def run_threads(apps: dict, threads: list[dict], durability: str, name: str) -> None:
     """Runs every turn of every thread in global time order under time_machine, so each
     checkpoint's ts and uuid6 id come from the simulated clock. (uuid6 never goes back
     in time within a process: ids are forced monotonic, so turns must run in order.)"""
@@ -401,6 +530,7 @@ def run_threads(app, threads: list[dict], durability: str, name: str) -> None:
     started = time.monotonic()
     for n, (t, i, k) in enumerate(events):
         th = threads[i]
+        app = app_of(apps, th)
         cfg = config_of(th)
         turn = th["turns"][k]
         with time_machine.travel(t, tick=True):
@@ -439,6 +569,8 @@ def thread_truth(app, th: dict) -> dict:
     out["next"] = list(st.next)
     out["errors"] = [task.error if isinstance(task.error, str) else repr(task.error) for task in st.tasks if task.error]
     out["messages"] = messages_to_dict(st.values.get("messages", []))
+    # The channels beyond messages, as LangGraph's JSON reviver reads them.
+    out["channels"] = {k: reviver_json(v) for k, v in sorted(st.values.items()) if k != "messages"}
     return out
 
 
@@ -571,11 +703,11 @@ def open_saver(args, which: str):
 def run_partition(args, primary: str, threads: list[dict], worker: int) -> list[dict]:
     """Runs the threads on the primary saver and returns LangGraph's view of them."""
     with open_saver(args, primary) as saver:
-        app = build_graph().compile(checkpointer=saver)
-        run_threads(app, threads, args.durability, f"worker {worker}")
+        apps = compile_apps(saver)
+        run_threads(apps, threads, args.durability, f"worker {worker}")
         truth = []
         for th in threads:
-            tt = thread_truth(app, th)
+            tt = thread_truth(app_of(apps, th), th)
             if args.no_messages:
                 tt["message_count"] = len(tt.pop("messages"))
             truth.append(tt)
@@ -597,6 +729,10 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1,
                     help="processes running threads in parallel on PostgreSQL (users are split between them)")
     ap.add_argument("--no-messages", action="store_true", help="leave the messages out of expected.json (large runs)")
+    ap.add_argument("--custom-state", type=int, default=0,
+                    help="also this many threads of an app with state channels beyond messages (a Pydantic model, a dataclass, a datetime, a set)")
+    ap.add_argument("--pending-writes", type=int, default=0,
+                    help="also this many threads whose answer is a pending write (a parallel branch interrupted the superstep)")
     ap.add_argument("--out")
     args = ap.parse_args()
     if not args.postgres_dsn and not args.sqlite:
@@ -653,9 +789,9 @@ def main() -> int:
                     task_paths[(r["thread_id"], r["checkpoint_id"], r["task_id"])] = r["task_path"]
             for th in threads:
                 copy_checkpoints(pg_saver, sqlite_saver, th["thread_id"], task_paths)
-            sapp = build_graph().compile(checkpointer=sqlite_saver)
+            sapps = compile_apps(sqlite_saver)
             for tt in truth:
-                st = sapp.get_state({"configurable": {"thread_id": tt["thread_id"]}})
+                st = app_of(sapps, tt).get_state({"configurable": {"thread_id": tt["thread_id"]}})
                 same = st.created_at == tt["last_ts"] and st.config["configurable"]["checkpoint_id"] == tt["last_checkpoint_id"]
                 if args.no_messages:
                     same = same and len(st.values.get("messages", [])) == tt["message_count"]
