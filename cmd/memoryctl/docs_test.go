@@ -103,11 +103,11 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 
-// runSnippets runs each snippet in dir with only PATH, HOME and TMPDIR from the test's
-// environment (never its MEMORYCTL_* or AWS_* variables), after replacing each
-// subs[i] by subs[i+1]. Every substitution must be used, and no placeholder ("…")
-// may be left. It returns each snippet's output.
-func runSnippets(t *testing.T, dir string, snippets []snippet, subs ...string) []string {
+// runSnippets runs each snippet in a directory of its own that prepare fills for it, with
+// only PATH, HOME and TMPDIR from the test's environment (never its MEMORYCTL_* or
+// AWS_* variables), after replacing each subs[i] by subs[i+1]. Every substitution
+// must be used, and no placeholder ("…") may be left. It returns each snippet's output.
+func runSnippets(t *testing.T, prepare func(dir string, sn snippet), snippets []snippet, subs ...string) []string {
 	t.Helper()
 	bin, err := memoryctlBinary()
 	if err != nil {
@@ -116,10 +116,12 @@ func runSnippets(t *testing.T, dir string, snippets []snippet, subs ...string) [
 	if len(snippets) == 0 {
 		t.Fatal("no documented snippet found")
 	}
-	env := []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + dir, "TMPDIR=" + os.TempDir()}
 	used := make([]bool, len(subs)/2)
 	var outs []string
 	for _, sn := range snippets {
+		dir := t.TempDir()
+		prepare(dir, sn)
+		env := []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + dir, "TMPDIR=" + os.TempDir()}
 		script := sn.script
 		for i := 0; i < len(subs); i += 2 {
 			if strings.Contains(script, subs[i]) {
@@ -155,23 +157,35 @@ func TestDocumentedCommands(t *testing.T) {
 	exp := importers.Generate(t, importers.Options{})
 	s3 := testutil.S3Config(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	copyTo := func(from, to string) {
-		b, err := os.ReadFile(from)
-		if err != nil {
+	key := []byte(strings.Repeat("5e", 32) + "\n")
+	// A package in ./reviewed, for the snippets that read one without writing it first.
+	reviewed := filepath.Join(t.TempDir(), "reviewed")
+	prepare := func(dir string, sn snippet) {
+		copyTo := func(from, to string) {
+			b, err := os.ReadFile(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, to), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		copyTo(exp.SQLitePath, "checkpoints.sqlite")
+		if _, err := os.Stat(exp.SQLitePath + "-wal"); err == nil {
+			copyTo(exp.SQLitePath+"-wal", "checkpoints.sqlite-wal")
+		}
+		copyTo(filepath.Join(testutil.RepoRoot(t), "internal", "importer", "testdata", "letta", "support.af"), "agent.af")
+		if err := os.WriteFile(filepath.Join(dir, "snapshot.key"), key, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, to), b, 0o600); err != nil {
-			t.Fatal(err)
+		if !strings.Contains(sn.script, "memoryctl import") {
+			if err := os.CopyFS(filepath.Join(dir, "reviewed"), os.DirFS(reviewed)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	copyTo(exp.SQLitePath, "checkpoints.sqlite")
-	if _, err := os.Stat(exp.SQLitePath + "-wal"); err == nil {
-		copyTo(exp.SQLitePath+"-wal", "checkpoints.sqlite-wal")
-	}
-	copyTo(filepath.Join(testutil.RepoRoot(t), "internal", "importer", "testdata", "letta", "support.af"), "agent.af")
-	keyFile := filepath.Join(dir, "snapshot.key")
-	if err := os.WriteFile(keyFile, []byte(strings.Repeat("5e", 32)+"\n"), 0o600); err != nil {
+	keyFile := filepath.Join(t.TempDir(), "snapshot.key")
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -187,6 +201,15 @@ func TestDocumentedCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What an earlier run against this MinIO left under the documented prefixes.
+	for obj := range mc.ListObjects(ctx, "agent-memory", minio.ListObjectsOptions{Recursive: true}) {
+		if obj.Err != nil {
+			t.Fatal(obj.Err)
+		}
+		if err := mc.RemoveObject(ctx, "agent-memory", obj.Key, minio.RemoveObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Setenv(envSourceURI, exp.DSN)
 	t.Setenv(envAccessKey, s3.AccessKey)
 	t.Setenv(envSecretKey, s3.SecretKey)
@@ -197,7 +220,12 @@ func TestDocumentedCommands(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 
-	outs := runSnippets(t, dir, documentedSnippets(t, readCommand...),
+	if err := runImport(ctx, []string{"--import-kind=LangGraphPostgres", `--import-user-pattern=^u-(?P<user>[^:]+):`,
+		"--out=" + reviewed, "--key-file=" + keyFile}, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+
+	outs := runSnippets(t, prepare, documentedSnippets(t, readCommand...),
 		"postgres://user:password@db:5432/langgraph", exp.DSN,
 		"localhost:9000", s3.Endpoint,
 		"AWS_ACCESS_KEY_ID=minio ", "AWS_ACCESS_KEY_ID="+s3.AccessKey+" ",

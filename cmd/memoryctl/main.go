@@ -273,6 +273,11 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		loc.prefix = "package/"
 		where = filepath.Join(loc.display, "package")
 	}
+	// Checked before any work: a package is never overwritten.
+	if names, err := loc.objects.List(ctx, loc.prefix+snapshot.ManifestName); err == nil && len(names) > 0 {
+		return fmt.Errorf("--out %s already holds a package (%s%s): memoryctl never overwrites one; choose another --out, or remove it",
+			*out, loc.prefix, snapshot.ManifestName)
+	}
 	start := time.Now()
 	prog := newProgress(stderr, start)
 	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), PostgresURIVar: envSourceURI, FilePath: *file},

@@ -124,7 +124,7 @@ func TestPendingListAndRetry(t *testing.T) {
 	}
 
 	// The documented pending commands, as written, against this gateway.
-	runSnippets(t, t.TempDir(), documentedSnippets(t, "pending"),
+	runSnippets(t, func(string, snippet) {}, documentedSnippets(t, "pending"),
 		"https://acme-gateway.agents:8080", "http://"+ln.Addr().String(),
 		"MEMORYCTL_GATEWAY_KEY=…", "MEMORYCTL_GATEWAY_KEY="+key,
 		"06h37…", parkedIDs[0], "06h38…", parkedIDs[1])
