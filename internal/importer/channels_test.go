@@ -73,8 +73,8 @@ func TestStateChannels(t *testing.T) {
 		t.Fatalf("stats %+v, %d items", st, len(items))
 	}
 	want := map[string]int64{
-		`threads holding state channel notes, unmapped`: 4,
-		`threads holding state channel tags, unmapped`:  4,
+		`threads holding state channel notes, unmapped`:                                                 4,
+		`threads holding state channel tags, unmapped`:                                                  4,
 		"mapped state channel values superseded by a more recently active thread's, same scope and key": 2,
 	}
 	if len(st.LeftOut) != len(want) {
