@@ -399,7 +399,8 @@ func TestMemoryRestoreImportEndToEndThroughTheWorker(t *testing.T) {
 			s := sum.Import
 			g.Expect(*st).To(Equal(memoryv1alpha1.ImportStatus{Threads: s.Threads, Imported: s.Imported, Inactive: s.Inactive, Zombie: s.Zombie,
 				NoUser: s.NoUser, Empty: s.Empty, Unsupported: s.Unsupported, StoreItems: s.StoreItems, StoreSkipped: s.StoreSkipped,
-				Items: s.Items, FirstProblem: s.FirstProblem}))
+				Items: s.Items, Messages: s.Messages, FirstProblem: s.FirstProblem}))
+			g.Expect(st.Messages).To(BeNumerically(">", st.Imported), "the imported threads' messages are counted")
 			g.Expect(st.Unsupported).To(BeZero())
 			g.Expect(got.Status.Restored).To(Equal(st.Items))
 			g.Expect(got.Status.Detail).NotTo(BeNil())
