@@ -174,7 +174,8 @@ func TestPlaintextPackage(t *testing.T) {
 		}
 	}
 	stdout.Reset()
-	if err := runRead(ctx, "inspect", []string{out, "--scopes"}, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "agent:") {
+	if err := runRead(ctx, "inspect", []string{out, "--scopes"}, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "agent:") ||
+		!strings.Contains(stdout.String(), "imported from letta-agent-file: threads 1: imported 1 (5 messages)") {
 		t.Errorf("inspect DIR --scopes: %v\n%s", err, stdout.String())
 	}
 }

@@ -356,6 +356,16 @@ func runRead(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	for _, t := range memory.AllTypes() {
 		fmt.Fprintf(stdout, "  %-10s %d\n", t, m.Counts.ByType[t])
 	}
+	if im := m.Import; im != nil {
+		fmt.Fprintf(stdout, "imported from %s: threads %d: imported %d (%d messages), inactive %d, zombie %d, no user %d, empty %d, unsupported %d; store items %d (skipped %d)\n",
+			m.Source.Store, im.Threads, im.Imported, im.Messages, im.Inactive, im.Zombie, im.NoUser, im.Empty, im.Unsupported, im.StoreItems, im.StoreSkipped)
+		for _, l := range im.LeftOut {
+			fmt.Fprintf(stdout, "  left out: %d %s\n", l.Count, l.What)
+		}
+		if im.FirstProblem != "" {
+			fmt.Fprintf(stdout, "  first problem: %s\n", im.FirstProblem)
+		}
+	}
 	if cmd == "inspect" {
 		if scopes {
 			for _, s := range slices.Sorted(maps.Keys(m.Counts.ByScope)) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/amemory/memory-operator/internal/langgraphns"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/snapshot"
 )
 
 // LangGraphSource is a LangGraph checkpointer (and store) to import from.
@@ -49,6 +50,17 @@ type Stats struct {
 	FirstProblem  string    `json:"firstProblem,omitempty"`
 	problemsTaken bool
 	superseded    int64 // mapped channel values of older threads for the same (scope, key)
+}
+
+// report is the stats as a package's manifest records them.
+func (s Stats) report() *snapshot.ImportReport {
+	r := &snapshot.ImportReport{Threads: s.Threads, Imported: s.Imported, Inactive: s.Inactive, Zombie: s.Zombie, NoUser: s.NoUser,
+		Empty: s.Empty, Unsupported: s.Unsupported, StoreItems: s.StoreItems, StoreSkipped: s.StoreSkipped, Messages: s.Messages,
+		FirstProblem: s.FirstProblem}
+	for _, l := range s.LeftOut {
+		r.LeftOut = append(r.LeftOut, snapshot.ImportLeftOut{What: l.What, Count: l.Count})
+	}
+	return r
 }
 
 // LeftOut is one kind of source data an import did not convert, and how much of it.

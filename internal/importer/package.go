@@ -43,7 +43,8 @@ func WritePackage(ctx context.Context, o PackageOptions, produce func(fn func(me
 		return st, nil, err
 	}
 	w, err := snapshot.NewWriter(ctx, o.Objects, snapshot.WriterOptions{Prefix: o.Prefix, Key: o.Key, Unencrypted: o.Unencrypted,
-		ReplaceIncomplete: true, Producer: "memory-operator import", ProducerVersion: o.ProducerVersion, Source: o.Source})
+		ReplaceIncomplete: true, Producer: "memory-operator import", ProducerVersion: o.ProducerVersion, Source: o.Source,
+		Import: st.report()})
 	if err != nil {
 		return st, nil, err
 	}

@@ -82,6 +82,31 @@ type Manifest struct {
 	// Tombstones are the source store's forgotten scopes: a restore forgets, in the
 	// target, what they cover.
 	Tombstones TombstoneSet `json:"tombstones"`
+	// Import, in a package an import wrote (memoryctl import), is what the conversion
+	// read, imported and left out, for the review before a restore. Informational.
+	Import *ImportReport `json:"import,omitempty"`
+}
+
+// ImportReport counts an import by source unit, as MemoryRestore's status.import does.
+type ImportReport struct {
+	Threads      int64           `json:"threads"`
+	Imported     int64           `json:"imported"`
+	Inactive     int64           `json:"inactive,omitempty"`
+	Zombie       int64           `json:"zombie,omitempty"`
+	NoUser       int64           `json:"noUser,omitempty"`
+	Empty        int64           `json:"empty,omitempty"`
+	Unsupported  int64           `json:"unsupported,omitempty"`
+	StoreItems   int64           `json:"storeItems,omitempty"`
+	StoreSkipped int64           `json:"storeSkipped,omitempty"`
+	Messages     int64           `json:"messages,omitempty"`
+	LeftOut      []ImportLeftOut `json:"leftOut,omitempty"`
+	FirstProblem string          `json:"firstProblem,omitempty"`
+}
+
+// ImportLeftOut is one kind of source data an import left out, and how much of it.
+type ImportLeftOut struct {
+	What  string `json:"what"`
+	Count int64  `json:"count"`
 }
 
 // TombstoneSet says where a package's tombstones are: inline (at most

@@ -80,6 +80,8 @@ type WriterOptions struct {
 	Producer        string // DefaultProducer when empty
 	ProducerVersion string
 	Source          SourceInfo
+	// Import is recorded in the manifest of a package an import wrote.
+	Import *ImportReport
 	Selection       Selection
 	// Embedding names the model of the items' embeddings. It is required when
 	// Selection.IncludeEmbeddings is set and refused otherwise; every embedding must
@@ -810,6 +812,7 @@ func (w *Writer) manifest() *Manifest {
 		Framing:     FramingInfo{Version: frameVersion, ChunkSize: w.opts.ChunkSize},
 		Embedding:   w.opts.Embedding,
 		Tombstones:  TombstoneSet{Count: w.tombstones.n, Entries: w.tombstones.inline, Object: w.tombstones.ref},
+		Import:      w.opts.Import,
 	}
 	if m.Shards == nil {
 		m.Shards = []ShardInfo{}
