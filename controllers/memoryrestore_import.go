@@ -184,6 +184,9 @@ func importConfig(imp *memoryv1alpha1.ImportSource, object string) *worker.Impor
 		ic.SkipStore = s.Skip
 		ic.Namespaces = storeRules(s.Namespaces)
 	}
+	if m := imp.Mem0; m != nil {
+		ic.HistoryObject, ic.Collection = m.HistoryKey, m.Collection
+	}
 	for _, c := range imp.StateChannels {
 		ic.StateChannels = append(ic.StateChannels, importer.StateChannel{Channel: c.Channel, Type: memory.Type(c.Type), Key: c.Key})
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -89,12 +91,12 @@ func TestMemoryRestoreImportAdmission(t *testing.T) {
 		{"LangGraphPostgres without postgres", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres = nil }),
 			"importFrom.kind LangGraphPostgres and LangChainPostgresHistory need importFrom.postgres"},
 		{"LangGraphSQLite without file", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.File = nil }),
-			"importFrom.kind LangGraphSQLite and LettaAgentFile need importFrom.file"},
+			"importFrom.kind LangGraphSQLite, LettaAgentFile and Mem0 need importFrom.file"},
 		{"LangGraphSQLite with a database", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres = lgPostgres("") }),
 			"importFrom.postgres is only for kinds LangGraphPostgres and LangChainPostgresHistory"},
 		{"LangGraphPostgres with a file", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Source.ImportFrom.File = &memoryv1alpha1.ImportFile{Key: "lg.sqlite"}
-		}), "importFrom.file is only for kinds LangGraphSQLite and LettaAgentFile"},
+		}), "importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile and Mem0"},
 		{"a kind no importer reads", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Kind = "Mem0Qdrant" }),
 			`spec.source.importFrom.kind: Unsupported value: "Mem0Qdrant"`},
 		{"LettaAgentFile", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) {
@@ -111,7 +113,7 @@ func TestMemoryRestoreImportAdmission(t *testing.T) {
 		}), "importFrom.kind LangChainPostgresHistory needs importFrom.postgres.table"},
 		{"LettaAgentFile with a database", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Source.ImportFrom.Kind = memoryv1alpha1.ImportLettaAgentFile
-		}), "importFrom.kind LangGraphSQLite and LettaAgentFile need importFrom.file"},
+		}), "importFrom.kind LangGraphSQLite, LettaAgentFile and Mem0 need importFrom.file"},
 		{"a URI Secret without a name", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres.URISecret.Name = "" }),
 			"importFrom.postgres.uriSecret needs a name"},
 		{"a bad schema", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres.Schema = "lang graph" }),
@@ -443,4 +445,55 @@ func TestMemoryRestoreImportEndToEndThroughTheWorker(t *testing.T) {
 			g.Expect(toolCalls).To(BeNumerically(">", 0))
 		})
 	}
+}
+
+// A Mem0 import driven end to end on data mem0ai wrote (its Chroma database and history
+// in the store's bucket): the restore worker run in-process with the Job's arguments,
+// every live memory restored with its history, the deleted ones counted, never back.
+func TestMemoryRestoreImportMem0ThroughTheWorker(t *testing.T) {
+	exp := importers.GenerateMem0(t, importers.Mem0Options{})
+	f := services(t)
+	ctx := context.Background()
+	target := readySnapshotStore(t, f, "mem0-target")
+	ns := target.Namespace
+	chromaKey, historyKey := "imports-test/"+ns+"/mem0/chroma.sqlite3", "imports-test/"+ns+"/mem0/history.db"
+	for key, path := range map[string]string{chromaKey: filepath.Join(exp.Dir, "chroma", "chroma.sqlite3"), historyKey: filepath.Join(exp.Dir, "history.db")} {
+		if _, err := minioClient(t, f).FPutObject(ctx, "memory-test", key, path, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restore := importRestore(ns, "import-mem0", target.Name, memoryv1alpha1.ImportSource{Kind: memoryv1alpha1.ImportMem0,
+		File: &memoryv1alpha1.ImportFile{Key: chromaKey}, Mem0: &memoryv1alpha1.ImportMem0Options{HistoryKey: historyKey}})
+	create(t, restore)
+	job := waitForJob(t, restore)
+	g := NewWithT(t)
+	cfg, err := worker.ParseRestoreArgs(restoreJobArgs(t, job), io.Discard)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.Import.Object).To(Equal(chromaKey))
+	g.Expect(cfg.Import.HistoryObject).To(Equal(historyKey))
+	cfg.Import.Dir = t.TempDir()
+	sum, err := worker.RunRestore(ctx, cfg, worker.RestoreSecretsFrom(jobSecretEnv(t, job, worker.EnvPostgresURI,
+		worker.EnvSourceS3AccessKey, worker.EnvSourceS3SecretKey)), worker.RunOptions{Version: "test", Now: time.Now()})
+	g.Expect(err).NotTo(HaveOccurred())
+	msg, err := sum.TerminationMessage()
+	g.Expect(err).NotTo(HaveOccurred())
+	finishedPod(t, job, 0, string(msg))
+	completeJob(t, job)
+
+	got := waitRestoreCondition(t, client.ObjectKeyFromObject(restore), memoryv1alpha1.ConditionReady, metav1.ConditionTrue, memoryv1alpha1.ReasonSucceeded)
+	st := got.Status.Import
+	g.Expect(st).NotTo(BeNil())
+	g.Expect(st.StoreItems).To(Equal(int64(len(exp.Memories))))
+	g.Expect(st.LeftOut).To(Equal([]memoryv1alpha1.ImportLeftOut{{What: "mem0 memories deleted (their history ends in DELETE)", Count: int64(len(exp.Deleted))}}))
+	g.Expect(got.Status.Restored).To(Equal(int64(len(exp.Memories))))
+	withHistory := 0
+	g.Expect(storeOf(t, target).Export(ctx, pgstore.ExportFilter{IncludeArchived: true}, func(it memory.Item) error {
+		g.Expect(it.Source).To(Equal("mem0"))
+		g.Expect(slices.Contains(exp.Deleted, it.Key)).To(BeFalse(), "deleted memory %s back", it.Key)
+		if len(it.History) > 0 {
+			withHistory++
+		}
+		return nil
+	})).To(Succeed())
+	g.Expect(withHistory).To(Equal(len(exp.Updated)), "every updated memory keeps what it replaced")
 }

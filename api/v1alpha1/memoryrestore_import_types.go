@@ -6,7 +6,7 @@ import (
 )
 
 // ImportKind is the framework an import reads.
-// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite;LangChainPostgresHistory;LettaAgentFile
+// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite;LangChainPostgresHistory;LettaAgentFile;Mem0
 type ImportKind string
 
 const (
@@ -22,15 +22,20 @@ const (
 	// ImportLettaAgentFile reads a Letta agent file (.af) in object storage: each agent's
 	// memory blocks and conversation.
 	ImportLettaAgentFile ImportKind = "LettaAgentFile"
+	// ImportMem0 reads mem0's local storage in object storage: its Chroma database
+	// (file: the chroma.sqlite3 of its PersistentClient directory) and, optionally, its
+	// history database (mem0.historyKey).
+	ImportMem0 ImportKind = "Mem0"
 )
 
 // ImportSource converts memory held by an agent framework into memories, then restores
 // them like a package: mapping, denylist, tombstones, conflictPolicy, embeddings,
 // dryRun and allowRepeat apply unchanged.
 // +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']) || has(self.postgres)",message="importFrom.kind LangGraphPostgres and LangChainPostgresHistory need importFrom.postgres (the Secret with the database's connection URI)"
-// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphSQLite', 'LettaAgentFile']) || has(self.file)",message="importFrom.kind LangGraphSQLite and LettaAgentFile need importFrom.file (the file's object)"
+// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0']) || has(self.file)",message="importFrom.kind LangGraphSQLite, LettaAgentFile and Mem0 need importFrom.file (the file's object)"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgres) || self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']",message="importFrom.postgres is only for kinds LangGraphPostgres and LangChainPostgresHistory"
-// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind in ['LangGraphSQLite', 'LettaAgentFile']",message="importFrom.file is only for kinds LangGraphSQLite and LettaAgentFile"
+// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0']",message="importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile and Mem0"
+// +kubebuilder:validation:XValidation:rule="!has(self.mem0) || self.kind == 'Mem0'",message="importFrom.mem0 is only for kind Mem0"
 // +kubebuilder:validation:XValidation:rule="self.kind != 'LangChainPostgresHistory' || (has(self.postgres) && has(self.postgres.table))",message="importFrom.kind LangChainPostgresHistory needs importFrom.postgres.table"
 // +kubebuilder:validation:XValidation:rule="(has(self.scopeTemplate) && !self.scopeTemplate.contains('{user}')) || (has(self.user) && ((has(self.user.metadataKey) && self.user.metadataKey.size() > 0) || has(self.user.threadIdPattern)))",message="importFrom.scopeTemplate uses {user}: set importFrom.user.metadataKey or importFrom.user.threadIdPattern"
 type ImportSource struct {
@@ -83,6 +88,10 @@ type ImportSource struct {
 	// +optional
 	Store *ImportStore `json:"store,omitempty"`
 
+	// Mem0 says where the rest of a Mem0 import is.
+	// +optional
+	Mem0 *ImportMem0Options `json:"mem0,omitempty"`
+
 	// StateChannels turn state channels beyond messages (a LangGraph app's profile,
 	// preferences, ...) into memories: each imported thread that holds the channel
 	// gives one, keyed in the thread's scope, its value decoded from JsonPlus as
@@ -94,6 +103,23 @@ type ImportSource struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	StateChannels []ImportStateChannel `json:"stateChannels,omitempty"`
+}
+
+// ImportMem0Options locate a mem0 import's history and collection.
+type ImportMem0Options struct {
+	// HistoryKey is mem0's history database (history.db), an object in the bucket of
+	// importFrom.file: each memory's earlier values become its history, and a memory
+	// whose history ends in DELETE is never imported. Without it, the Chroma store's
+	// live memories are imported with no history.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	HistoryKey string `json:"historyKey,omitempty"`
+	// Collection is the Chroma collection mem0 keeps its memories in (mem0's
+	// vector_store collection_name); default mem0.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]{1,62}$`
+	// +optional
+	Collection string `json:"collection,omitempty"`
 }
 
 // ImportStateChannel maps one state channel to a memory per imported thread.

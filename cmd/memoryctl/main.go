@@ -229,7 +229,8 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var of objectFlags
 	of.register(fs, true)
 	out := fs.String("out", "", "where the package goes: a directory (the package is written under DIR/package/), or s3://BUCKET/PREFIX/")
-	file := fs.String("file", "", "the source file: LangGraphSQLite's checkpointer database, LettaAgentFile's .af")
+	file := fs.String("file", "", "the source file: LangGraphSQLite's checkpointer database, LettaAgentFile's .af, Mem0's Chroma directory (or its chroma.sqlite3)")
+	historyFile := fs.String("history-file", "", "Mem0: mem0's history database (history.db), for the memories' earlier values and deletions")
 	finish := worker.ImportFlags(fs)
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -253,8 +254,16 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *file != "":
 		if st, err := os.Stat(*file); err != nil {
 			return fmt.Errorf("--file: %w", err)
-		} else if !st.Mode().IsRegular() {
+		} else if !st.Mode().IsRegular() && (ic.Kind != worker.ImportMem0 || !st.IsDir()) {
 			return fmt.Errorf("--file %s: not a file", *file)
+		}
+	}
+	switch {
+	case *historyFile != "" && ic.Kind != worker.ImportMem0:
+		return fmt.Errorf("--history-file is for --import-kind Mem0")
+	case *historyFile != "":
+		if _, err := os.Stat(*historyFile); err != nil {
+			return fmt.Errorf("--history-file: %w", err)
 		}
 	}
 	if *out == "" {
@@ -280,7 +289,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	start := time.Now()
 	prog := newProgress(stderr, start)
-	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), PostgresURIVar: envSourceURI, FilePath: *file},
+	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), PostgresURIVar: envSourceURI, FilePath: *file, HistoryPath: *historyFile},
 		importer.PackageOptions{Objects: loc.objects, Prefix: loc.prefix, Key: key, Unencrypted: key == nil, SpillDir: os.TempDir()}, prog.update)
 	prog.done(st)
 	if err != nil {

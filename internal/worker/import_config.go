@@ -28,12 +28,15 @@ const (
 	ImportLangChainPostgresHistory = "LangChainPostgresHistory"
 	// ImportLettaAgentFile reads a Letta .af file (Object in Source.Bucket).
 	ImportLettaAgentFile = "LettaAgentFile"
+	// ImportMem0 reads mem0's Chroma database (Object: its chroma.sqlite3) and,
+	// optionally, its history database (HistoryObject).
+	ImportMem0 = "Mem0"
 )
 
-var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite, ImportLangChainPostgresHistory, ImportLettaAgentFile}
+var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite, ImportLangChainPostgresHistory, ImportLettaAgentFile, ImportMem0}
 
 // fileKinds are the import kinds whose source is a file in object storage.
-var fileKinds = []string{ImportLangGraphSQLite, ImportLettaAgentFile}
+var fileKinds = []string{ImportLangGraphSQLite, ImportLettaAgentFile, ImportMem0}
 
 // ImportConfig makes a restore an import: instead of a package under Source.Prefix,
 // the worker converts a framework's data into a package in ImportDir and restores
@@ -44,8 +47,12 @@ type ImportConfig struct {
 	Kind string
 	// Schema holds the LangGraph tables (LangGraphPostgres; "" for the search_path).
 	Schema string
-	// Object is the source file's key in Source.Bucket (LangGraphSQLite, LettaAgentFile).
-	Object string
+	// Object is the source file's key in Source.Bucket (LangGraphSQLite, LettaAgentFile,
+	// Mem0's chroma.sqlite3), and HistoryObject mem0's history.db beside it (optional).
+	Object, HistoryObject string
+	// Collection is the Chroma collection mem0 keeps its memories in ("" for mem0's
+	// default).
+	Collection string
 	// Table is the chat history table (LangChainPostgresHistory).
 	Table string
 	// Identity and selection (importer.Rules).
@@ -79,6 +86,8 @@ func (ic *ImportConfig) args() []string {
 	}
 	opt("--import-schema", ic.Schema)
 	opt("--import-object", ic.Object)
+	opt("--import-history-object", ic.HistoryObject)
+	opt("--import-collection", ic.Collection)
 	opt("--import-table", ic.Table)
 	opt("--import-user-metadata-key", ic.UserMetadataKey)
 	opt("--import-user-pattern", ic.UserPattern)
@@ -119,6 +128,7 @@ func ImportFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
 	fs.StringVar(&ic.Kind, "import-kind", "", "import from a framework instead of a package: "+strings.Join(importKinds, ", "))
 	fs.StringVar(&ic.Schema, "import-schema", "", "schema of the LangGraph tables")
 	fs.StringVar(&ic.Table, "import-table", "", "chat history table (LangChainPostgresHistory)")
+	fs.StringVar(&ic.Collection, "import-collection", "", "the Chroma collection of mem0's memories (Mem0; default mem0)")
 	fs.StringVar(&ic.UserMetadataKey, "import-user-metadata-key", "", "checkpoint metadata key holding the user id")
 	fs.StringVar(&ic.UserPattern, "import-user-pattern", "", "regular expression on the thread id; group 'user' (or the first) is the user id")
 	fs.StringVar(&ic.ScopeTemplate, "import-scope-template", "", "scope of a thread's memories, from {user} and {thread} (default user:{user})")
@@ -157,6 +167,11 @@ func (ic *ImportConfig) check() error {
 		return fmt.Errorf("--import-kind %q is not one of %s", ic.Kind, strings.Join(importKinds, ", "))
 	case ic.Kind == ImportLangChainPostgresHistory && ic.Table == "":
 		return errors.New("--import-kind LangChainPostgresHistory needs --import-table")
+	case ic.Kind == ImportMem0 && ic.Table != "":
+		return errors.New("--import-table is for LangChainPostgresHistory; mem0's memories are in a Chroma collection (--import-collection)")
+	case ic.Kind == ImportMem0:
+		// mem0 names each memory's user, agent or run itself: its scope comes from the
+		// store namespace rules, not from a thread's scope template.
 	case ic.UserMetadataKey == "" && ic.UserPattern == "" && strings.Contains(ic.scopeTemplate(), "{user}") && ic.Kind == ImportLettaAgentFile:
 		return errors.New("a Letta agent file names agents, not users: set --import-scope-template='agent:{thread}' (each agent's memory in its own scope), or --import-user-pattern to read a user from the agent's name")
 	case ic.UserMetadataKey == "" && ic.UserPattern == "" && strings.Contains(ic.scopeTemplate(), "{user}"):

@@ -69,7 +69,7 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 		return nil, fmt.Errorf("import: scratch space: %w", err)
 	}
 	cleanup := func() { _ = os.RemoveAll(work) }
-	filePath := ""
+	filePath, historyPath := "", ""
 	if slices.Contains(fileKinds, ic.Kind) {
 		filePath = filepath.Join(work, "source")
 		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.Object, filePath, minio.GetObjectOptions{}); err != nil {
@@ -77,8 +77,15 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.Object, err)
 		}
 	}
+	if ic.HistoryObject != "" {
+		historyPath = filepath.Join(work, "history")
+		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.HistoryObject, historyPath, minio.GetObjectOptions{}); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.HistoryObject, err)
+		}
+	}
 	var converted *importer.Converted
-	st, err := runImport(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath}, nil, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
+	st, err := runImport(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath, HistoryPath: historyPath}, nil, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
 		st, c, err := importer.Convert(ctx, importer.PackageOptions{Source: src, SpillDir: work}, produce)
 		converted = c
 		return st, err
@@ -101,6 +108,8 @@ type ImportSource struct {
 	// error when it is empty (EnvImportPostgresURI when unset).
 	PostgresURIVar string
 	FilePath       string
+	// HistoryPath is mem0's history.db (Mem0; optional).
+	HistoryPath string
 }
 
 // BuildImportPackage converts the source into a package written with po
@@ -183,6 +192,12 @@ func openImportSource(ctx context.Context, ic *ImportConfig, in ImportSource) (i
 			return nil, "", nil, err
 		}
 		return src, "letta-agent-file", func() {}, nil
+	case ImportMem0:
+		src, err := importer.OpenMem0(ctx, in.FilePath, in.HistoryPath, ic.Collection)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return src, "mem0", func() { _ = src.Close() }, nil
 	}
 	return nil, "", nil, fmt.Errorf("import kind %q is not supported", ic.Kind)
 }

@@ -269,8 +269,9 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.RestoreUID, "restore-uid", "", "UID of the MemoryRestore, recorded by the target with the package")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
 	finishImport := ImportFlags(fs)
-	var importObject string
-	fs.StringVar(&importObject, "import-object", "", "object key of the import's source file in --source-bucket (LangGraphSQLite, LettaAgentFile)")
+	var importObject, historyObject string
+	fs.StringVar(&importObject, "import-object", "", "object key of the import's source file in --source-bucket (LangGraphSQLite, LettaAgentFile, Mem0's chroma.sqlite3)")
+	fs.StringVar(&historyObject, "import-history-object", "", "object key of mem0's history.db in --source-bucket (Mem0)")
 	var roles embed.RolesFlags
 	roles.Register(fs, "")
 	if err := fs.Parse(args); err != nil {
@@ -284,7 +285,7 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 		return c, err
 	}
 	if c.Import != nil {
-		c.Import.Object = importObject
+		c.Import.Object, c.Import.HistoryObject = importObject, historyObject
 		if c.Import.NeedsFile() && importObject == "" {
 			return c, fmt.Errorf("--import-kind %s needs --import-object", c.Import.Kind)
 		}

@@ -87,7 +87,8 @@ func GenerateMem0(t testing.TB, opts Mem0Options) Mem0Expected {
 	v, _ := mem0Cache.LoadOrStore(opts, &mem0Generated{})
 	g := v.(*mem0Generated)
 	g.once.Do(func() {
-		g.dir, g.err = os.MkdirTemp("", fmt.Sprintf("mem0-importers-%d-", os.Getpid()))
+		// Named as Generate's directories are, so that a crashed binary's are swept.
+		g.dir, g.err = os.MkdirTemp("", fmt.Sprintf("lg-importers-%d-mem0-", os.Getpid()))
 		if g.err != nil {
 			return
 		}
@@ -127,8 +128,8 @@ func GenerateMem0(t testing.TB, opts Mem0Options) Mem0Expected {
 	return exp
 }
 
-// CleanupMem0 removes the data this process generated.
-func CleanupMem0() {
+// cleanupMem0 removes the mem0 data this process generated (Cleanup calls it).
+func cleanupMem0() {
 	mem0Cache.Range(func(k, v any) bool {
 		if g := v.(*mem0Generated); g.dir != "" {
 			_ = os.RemoveAll(g.dir)
