@@ -7,8 +7,8 @@ import (
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/importer"
-	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/langgraphns"
+	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/worker"
 )
 

@@ -81,8 +81,8 @@ type WriterOptions struct {
 	ProducerVersion string
 	Source          SourceInfo
 	// Import is recorded in the manifest of a package an import wrote.
-	Import *ImportReport
-	Selection       Selection
+	Import    *ImportReport
+	Selection Selection
 	// Embedding names the model of the items' embeddings. It is required when
 	// Selection.IncludeEmbeddings is set and refused otherwise; every embedding must
 	// have Embedding.Dimension elements.

@@ -168,8 +168,8 @@ type Thread struct {
 	Messages         []Message `json:"messages"`    // get_state().values["messages"], messages_to_dict
 	// Channels are get_state().values beyond messages, as LangGraph's JSON reviver
 	// reads their stored bytes (Options.CustomState).
-	Channels map[string]json.RawMessage `json:"channels"`
-	MessageCount     int       `json:"message_count"`
+	Channels     map[string]json.RawMessage `json:"channels"`
+	MessageCount int                        `json:"message_count"`
 }
 
 // Zombie reports whether the thread is one of the zombie scenarios.
