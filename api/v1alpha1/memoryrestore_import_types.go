@@ -6,7 +6,7 @@ import (
 )
 
 // ImportKind is the framework an import reads.
-// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite;LangChainPostgresHistory;LettaAgentFile;Mem0
+// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite;LangChainPostgresHistory;LettaAgentFile;Mem0;LlamaIndexChatStore
 type ImportKind string
 
 const (
@@ -26,15 +26,19 @@ const (
 	// (file: the chroma.sqlite3 of its PersistentClient directory) and, optionally, its
 	// history database (mem0.historyKey).
 	ImportMem0 ImportKind = "Mem0"
+	// ImportLlamaIndexChatStore reads a LlamaIndex chat store in object storage (file):
+	// a persisted SimpleChatStore (JSON), a SQLiteChatStore's database, or the SQLite
+	// database of a Memory's chat history; each key a thread.
+	ImportLlamaIndexChatStore ImportKind = "LlamaIndexChatStore"
 )
 
 // ImportSource converts memory held by an agent framework into memories, then restores
 // them like a package: mapping, denylist, tombstones, conflictPolicy, embeddings,
 // dryRun and allowRepeat apply unchanged.
 // +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']) || has(self.postgres)",message="importFrom.kind LangGraphPostgres and LangChainPostgresHistory need importFrom.postgres (the Secret with the database's connection URI)"
-// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0']) || has(self.file)",message="importFrom.kind LangGraphSQLite, LettaAgentFile and Mem0 need importFrom.file (the file's object)"
+// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore']) || has(self.file)",message="importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0 and LlamaIndexChatStore need importFrom.file (the file's object)"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgres) || self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']",message="importFrom.postgres is only for kinds LangGraphPostgres and LangChainPostgresHistory"
-// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0']",message="importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile and Mem0"
+// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore']",message="importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile, Mem0 and LlamaIndexChatStore"
 // +kubebuilder:validation:XValidation:rule="!has(self.mem0) || self.kind == 'Mem0'",message="importFrom.mem0 is only for kind Mem0"
 // +kubebuilder:validation:XValidation:rule="self.kind != 'LangChainPostgresHistory' || (has(self.postgres) && has(self.postgres.table))",message="importFrom.kind LangChainPostgresHistory needs importFrom.postgres.table"
 // +kubebuilder:validation:XValidation:rule="(has(self.scopeTemplate) && !self.scopeTemplate.contains('{user}')) || (has(self.user) && ((has(self.user.metadataKey) && self.user.metadataKey.size() > 0) || has(self.user.threadIdPattern)))",message="importFrom.scopeTemplate uses {user}: set importFrom.user.metadataKey or importFrom.user.threadIdPattern"
@@ -186,6 +190,12 @@ type ImportFile struct {
 	// The import also writes its per-scope detail next to the file with them.
 	// +optional
 	CredentialsSecret *ObjectStorageCredentials `json:"credentialsSecret,omitempty"`
+	// Table is the chat store's table in a SQLite file (LlamaIndexChatStore), when it
+	// is neither data_chatstore (a SQLiteChatStore's) nor llama_index_memory (a
+	// Memory's).
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`
+	// +optional
+	Table string `json:"table,omitempty"`
 }
 
 // ImportUser says where a thread's user id comes from: the metadata key when the

@@ -31,12 +31,17 @@ const (
 	// ImportMem0 reads mem0's Chroma database (Object: its chroma.sqlite3) and,
 	// optionally, its history database (HistoryObject).
 	ImportMem0 = "Mem0"
+	// ImportLlamaIndexChatStore reads a LlamaIndex chat store (Object): a persisted
+	// SimpleChatStore (JSON), a SQLiteChatStore or a Memory's SQLite history (Table
+	// names the table when the file has another).
+	ImportLlamaIndexChatStore = "LlamaIndexChatStore"
 )
 
-var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite, ImportLangChainPostgresHistory, ImportLettaAgentFile, ImportMem0}
+var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite, ImportLangChainPostgresHistory, ImportLettaAgentFile, ImportMem0,
+	ImportLlamaIndexChatStore}
 
 // fileKinds are the import kinds whose source is a file in object storage.
-var fileKinds = []string{ImportLangGraphSQLite, ImportLettaAgentFile, ImportMem0}
+var fileKinds = []string{ImportLangGraphSQLite, ImportLettaAgentFile, ImportMem0, ImportLlamaIndexChatStore}
 
 // ImportConfig makes a restore an import: instead of a package under Source.Prefix,
 // the worker converts a framework's data into a package in ImportDir and restores
@@ -127,7 +132,7 @@ func ImportFlags(fs *flag.FlagSet) (finish func() (*ImportConfig, error)) {
 	var namespaces, channels string
 	fs.StringVar(&ic.Kind, "import-kind", "", "import from a framework instead of a package: "+strings.Join(importKinds, ", "))
 	fs.StringVar(&ic.Schema, "import-schema", "", "schema of the LangGraph tables")
-	fs.StringVar(&ic.Table, "import-table", "", "chat history table (LangChainPostgresHistory)")
+	fs.StringVar(&ic.Table, "import-table", "", "chat history table (LangChainPostgresHistory; LlamaIndexChatStore when not data_chatstore or llama_index_memory)")
 	fs.StringVar(&ic.Collection, "import-collection", "", "the Chroma collection of mem0's memories (Mem0; default mem0)")
 	fs.StringVar(&ic.UserMetadataKey, "import-user-metadata-key", "", "checkpoint metadata key holding the user id")
 	fs.StringVar(&ic.UserPattern, "import-user-pattern", "", "regular expression on the thread id; group 'user' (or the first) is the user id")

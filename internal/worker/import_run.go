@@ -192,6 +192,12 @@ func openImportSource(ctx context.Context, ic *ImportConfig, in ImportSource) (i
 			return nil, "", nil, err
 		}
 		return src, "letta-agent-file", func() {}, nil
+	case ImportLlamaIndexChatStore:
+		src, err := importer.OpenLlamaIndexChatStore(ctx, in.FilePath, ic.Table)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return src, src.Source(), func() {}, nil
 	case ImportMem0:
 		src, err := importer.OpenMem0(ctx, in.FilePath, in.HistoryPath, ic.Collection)
 		if err != nil {

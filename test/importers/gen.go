@@ -412,7 +412,7 @@ func (g *generated) generate(dsn, python, script string, opts Options) error {
 // Call it from TestMain after m.Run; anything left behind (a crashed binary) is removed
 // by the next Generate in any process.
 func Cleanup() {
-	cleanupMem0()
+	cleanupFrameworks()
 	adminMu.Lock()
 	dsn := admin
 	adminMu.Unlock()

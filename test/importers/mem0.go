@@ -1,20 +1,10 @@
 package importers
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/amemory/memory-operator/internal/testutil"
 )
 
 // Mem0Options size a mem0 data set (gen_mem0.py).
@@ -56,25 +46,10 @@ type Mem0Memory struct {
 	} `json:"history"`
 }
 
-var mem0Cache sync.Map // Mem0Options -> *mem0Generated
-
-type mem0Generated struct {
-	once sync.Once
-	dir  string
-	exp  Mem0Expected
-	err  error
-}
-
-// GenerateMem0 returns mem0 data written by the real mem0ai (bin/frameworks-venv) for
-// opts, generated once per test binary and copied for this test. Without the venv the
-// test fails under CI and is skipped elsewhere; it is skipped under -short.
+// GenerateMem0 returns mem0 data written by the real mem0ai (bin/frameworks-venv/mem0)
+// for opts, in a directory of this test's own (chroma/, history.db).
 func GenerateMem0(t testing.TB, opts Mem0Options) Mem0Expected {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("generates mem0 data with mem0ai: not a -short test")
-	}
-	python := testutil.HarnessFile(t, filepath.Join(testutil.RepoRoot(t), "bin", "frameworks-venv", "bin", "python"),
-		"run `hack/install-tools.sh frameworks` or `make tools`")
 	if opts.Users == 0 {
 		opts.Users = 12
 	}
@@ -84,57 +59,16 @@ func GenerateMem0(t testing.TB, opts Mem0Options) Mem0Expected {
 	if opts.Seed == 0 {
 		opts.Seed = 1
 	}
-	v, _ := mem0Cache.LoadOrStore(opts, &mem0Generated{})
-	g := v.(*mem0Generated)
-	g.once.Do(func() {
-		// Named as Generate's directories are, so that a crashed binary's are swept.
-		g.dir, g.err = os.MkdirTemp("", fmt.Sprintf("lg-importers-%d-mem0-", os.Getpid()))
-		if g.err != nil {
-			return
-		}
-		out := filepath.Join(g.dir, "expected.json")
-		args := []string{filepath.Join(testutil.RepoRoot(t), "test", "importers", "gen_mem0.py"), "--path", filepath.Join(g.dir, "data"),
-			"--users", strconv.Itoa(opts.Users), "--memories-per-user", strconv.Itoa(opts.MemoriesPerUser),
-			"--seed", strconv.FormatInt(opts.Seed, 10), "--out", out}
-		if opts.NoTruth {
-			args = append(args, "--no-truth")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, python, args...)
-		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "MEM0_TELEMETRY=False", "ANONYMIZED_TELEMETRY=False",
-			"MEM0_DIR="+filepath.Join(g.dir, "home"))
-		var stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-		if err := cmd.Run(); err != nil {
-			g.err = fmt.Errorf("gen_mem0.py: %v\n%s", err, tail(stderr.String(), 4000))
-			return
-		}
-		b, err := os.ReadFile(out)
-		if err != nil {
-			g.err = err
-			return
-		}
-		g.err = json.Unmarshal(b, &g.exp)
-	})
-	if g.err != nil {
-		t.Fatalf("generating mem0 data %+v: %v", opts, g.err)
+	args := []string{"--users", strconv.Itoa(opts.Users), "--memories-per-user", strconv.Itoa(opts.MemoriesPerUser),
+		"--seed", strconv.FormatInt(opts.Seed, 10)}
+	if opts.NoTruth {
+		args = append(args, "--no-truth")
 	}
-	exp := g.exp
-	exp.Dir = filepath.Join(t.TempDir(), "mem0")
-	if err := os.CopyFS(exp.Dir, os.DirFS(filepath.Join(g.dir, "data"))); err != nil {
-		t.Fatal(err)
+	dir, b := frameworkData(t, "mem0", "gen_mem0.py", args...)
+	var exp Mem0Expected
+	if err := json.Unmarshal(b, &exp); err != nil {
+		t.Fatalf("gen_mem0.py's expected.json: %v", err)
 	}
+	exp.Dir = dir
 	return exp
-}
-
-// cleanupMem0 removes the mem0 data this process generated (Cleanup calls it).
-func cleanupMem0() {
-	mem0Cache.Range(func(k, v any) bool {
-		if g := v.(*mem0Generated); g.dir != "" {
-			_ = os.RemoveAll(g.dir)
-		}
-		mem0Cache.Delete(k)
-		return true
-	})
 }

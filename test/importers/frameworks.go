@@ -1,0 +1,118 @@
+package importers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amemory/memory-operator/internal/testutil"
+)
+
+// The agent frameworks beside LangGraph (mem0, LlamaIndex, ...) write the importer
+// tests' data with their own code, each from a venv of its own
+// (bin/frameworks-venv/NAME, hack/install-tools.sh frameworks), once per data set and
+// test binary; every test gets a copy.
+
+var frameworkCache sync.Map // frameworkKey -> *frameworkRun
+
+type frameworkKey struct {
+	script string
+	args   string
+}
+
+type frameworkRun struct {
+	once     sync.Once
+	dir      string // data/ and expected.json
+	expected []byte
+	err      error
+}
+
+// frameworkData runs test/importers/script with bin/frameworks-venv/venv's Python and
+// args (plus --path DATA --out expected.json) once per test binary, and returns a copy
+// of the data directory for this test and the expected.json it wrote. Without the venv
+// the test fails under CI and is skipped elsewhere; it is skipped under -short.
+func frameworkData(t testing.TB, venv, script string, args ...string) (string, []byte) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("generates data with " + venv + ": not a -short test")
+	}
+	python := testutil.HarnessFile(t, filepath.Join(testutil.RepoRoot(t), "bin", "frameworks-venv", venv, "bin", "python"),
+		"run `hack/install-tools.sh frameworks` or `make tools`")
+	v, _ := frameworkCache.LoadOrStore(frameworkKey{script, fmt.Sprint(args)}, &frameworkRun{})
+	r := v.(*frameworkRun)
+	r.once.Do(func() {
+		// Named as Generate's directories are, so that a crashed binary's are swept.
+		if r.dir, r.err = os.MkdirTemp("", fmt.Sprintf("lg-importers-%d-%s-", os.Getpid(), venv)); r.err != nil {
+			return
+		}
+		out := filepath.Join(r.dir, "expected.json")
+		full := append([]string{filepath.Join(testutil.RepoRoot(t), "test", "importers", script),
+			"--path", filepath.Join(r.dir, "data"), "--out", out}, args...)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, python, full...)
+		cmd.Dir = r.dir
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "MEM0_TELEMETRY=False", "ANONYMIZED_TELEMETRY=False",
+			"MEM0_DIR="+filepath.Join(r.dir, "home"), "HOME="+filepath.Join(r.dir, "home"))
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+		if err := cmd.Run(); err != nil {
+			r.err = fmt.Errorf("%s: %v\n%s", script, err, tail(stderr.String(), 4000))
+			return
+		}
+		r.expected, r.err = os.ReadFile(out)
+	})
+	if r.err != nil {
+		t.Fatalf("generating %s data %v: %v", venv, args, r.err)
+	}
+	dir := filepath.Join(t.TempDir(), venv)
+	if err := os.CopyFS(dir, os.DirFS(filepath.Join(r.dir, "data"))); err != nil {
+		t.Fatal(err)
+	}
+	return dir, r.expected
+}
+
+// cleanupFrameworks removes the data this process generated (Cleanup calls it).
+func cleanupFrameworks() {
+	frameworkCache.Range(func(k, v any) bool {
+		if r := v.(*frameworkRun); r.dir != "" {
+			_ = os.RemoveAll(r.dir)
+		}
+		frameworkCache.Delete(k)
+		return true
+	})
+}
+
+// LlamaIndexExpected is what LlamaIndex's own stores return of the data it wrote:
+// per store ("json", "sqlite", "memory"), per key, the messages as
+// ChatMessage.model_dump(mode="json").
+type LlamaIndexExpected struct {
+	// Dir holds chat_store.json, chat_store.db and memory.db; a copy of this test's own.
+	Dir    string                                             `json:"-"`
+	Users  []string                                           `json:"users"`
+	Keys   []string                                           `json:"keys"`
+	Stores map[string]map[string][]map[string]json.RawMessage `json:"stores"`
+}
+
+// GenerateLlamaIndex returns LlamaIndex chat data written by the real llama-index-core
+// (bin/frameworks-venv/llamaindex): users sessions per user of turns user turns each.
+func GenerateLlamaIndex(t testing.TB, users, sessions, turns int) LlamaIndexExpected {
+	t.Helper()
+	dir, b := frameworkData(t, "llamaindex", "gen_llamaindex.py", "--users", strconv.Itoa(users),
+		"--sessions", strconv.Itoa(sessions), "--turns", strconv.Itoa(turns))
+	var exp LlamaIndexExpected
+	if err := json.Unmarshal(b, &exp); err != nil {
+		t.Fatalf("gen_llamaindex.py's expected.json: %v", err)
+	}
+	exp.Dir = dir
+	return exp
+}
