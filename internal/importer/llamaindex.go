@@ -118,7 +118,9 @@ func openLlamaIndexSQLite(ctx context.Context, path, table string) (*LlamaIndexC
 		}
 	}
 	rows.Close()
-	isMemory := func(t string) bool { return cols[t]["key"] && cols[t]["data"] && cols[t]["timestamp"] && cols[t]["status"] }
+	isMemory := func(t string) bool {
+		return cols[t]["key"] && cols[t]["data"] && cols[t]["timestamp"] && cols[t]["status"]
+	}
 	isChatStore := func(t string) bool { return cols[t]["key"] && cols[t]["value"] && cols[t]["id"] }
 	if table == "" {
 		for _, t := range []string{"llama_index_memory", "data_chatstore"} {
