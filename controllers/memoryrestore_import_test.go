@@ -91,12 +91,12 @@ func TestMemoryRestoreImportAdmission(t *testing.T) {
 		{"LangGraphPostgres without postgres", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres = nil }),
 			"importFrom.kind LangGraphPostgres and LangChainPostgresHistory need importFrom.postgres"},
 		{"LangGraphSQLite without file", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.File = nil }),
-			"importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0 and LlamaIndexChatStore need importFrom.file"},
+			"importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState need importFrom.file"},
 		{"LangGraphSQLite with a database", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres = lgPostgres("") }),
 			"importFrom.postgres is only for kinds LangGraphPostgres and LangChainPostgresHistory"},
 		{"LangGraphPostgres with a file", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Source.ImportFrom.File = &memoryv1alpha1.ImportFile{Key: "lg.sqlite"}
-		}), "importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile, Mem0 and LlamaIndexChatStore"},
+		}), "importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState"},
 		{"a kind no importer reads", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Kind = "Mem0Qdrant" }),
 			`spec.source.importFrom.kind: Unsupported value: "Mem0Qdrant"`},
 		{"LettaAgentFile", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) {
@@ -113,7 +113,7 @@ func TestMemoryRestoreImportAdmission(t *testing.T) {
 		}), "importFrom.kind LangChainPostgresHistory needs importFrom.postgres.table"},
 		{"LettaAgentFile with a database", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Source.ImportFrom.Kind = memoryv1alpha1.ImportLettaAgentFile
-		}), "importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0 and LlamaIndexChatStore need importFrom.file"},
+		}), "importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState need importFrom.file"},
 		{"a URI Secret without a name", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres.URISecret.Name = "" }),
 			"importFrom.postgres.uriSecret needs a name"},
 		{"a bad schema", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres.Schema = "lang graph" }),

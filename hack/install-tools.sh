@@ -64,9 +64,12 @@ CLIENTS_PACKAGES=(
 #   llamaindex llama-index-core's chat stores and Memory, and the SQLite chat store;
 #              pydantic 2.11: under 2.14 SimpleChatStore.persist fails in
 #              llama-index-core 0.14.25's serializer
-FRAMEWORKS=(mem0 llamaindex)
+#   autogen    autogen-agentchat's agents and teams (save_state), autogen-core's ListMemory,
+#              autogen-ext's ReplayChatCompletionClient (a scripted model: no LLM)
+FRAMEWORKS=(mem0 llamaindex autogen)
 FRAMEWORK_mem0=(mem0ai==2.2.1 chromadb==1.5.9)
 FRAMEWORK_llamaindex=(llama-index-core==0.14.25 llama-index-storage-chat-store-sqlite==0.4.0 pydantic==2.11.9)
+FRAMEWORK_autogen=(autogen-agentchat==0.7.5 autogen-core==0.7.5 autogen-ext==0.7.5)
 # The engines venv: PostgreSQL 16.2 with pgvector 0.6.2 (pgserver's bundled build:
 # pginstall/bin, the vector extension in its share/ and lib/) and Milvus 2.3 standalone
 # with its embedded etcd (milvus-server), the servers issue 22's engines are tested on.

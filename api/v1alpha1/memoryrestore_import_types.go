@@ -6,7 +6,7 @@ import (
 )
 
 // ImportKind is the framework an import reads.
-// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite;LangChainPostgresHistory;LettaAgentFile;Mem0;LlamaIndexChatStore
+// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite;LangChainPostgresHistory;LettaAgentFile;Mem0;LlamaIndexChatStore;AutoGenState
 type ImportKind string
 
 const (
@@ -30,15 +30,19 @@ const (
 	// a persisted SimpleChatStore (JSON), a SQLiteChatStore's database, or the SQLite
 	// database of a Memory's chat history; each key a thread.
 	ImportLlamaIndexChatStore ImportKind = "LlamaIndexChatStore"
+	// ImportAutoGenState reads a JSON file AutoGen saved, in object storage (file): a
+	// team's or an agent's save_state() (one thread, named by the file), or a
+	// ListMemory's dump_component().
+	ImportAutoGenState ImportKind = "AutoGenState"
 )
 
 // ImportSource converts memory held by an agent framework into memories, then restores
 // them like a package: mapping, denylist, tombstones, conflictPolicy, embeddings,
 // dryRun and allowRepeat apply unchanged.
 // +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']) || has(self.postgres)",message="importFrom.kind LangGraphPostgres and LangChainPostgresHistory need importFrom.postgres (the Secret with the database's connection URI)"
-// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore']) || has(self.file)",message="importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0 and LlamaIndexChatStore need importFrom.file (the file's object)"
+// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore', 'AutoGenState']) || has(self.file)",message="importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState need importFrom.file (the file's object)"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgres) || self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']",message="importFrom.postgres is only for kinds LangGraphPostgres and LangChainPostgresHistory"
-// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore']",message="importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile, Mem0 and LlamaIndexChatStore"
+// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore', 'AutoGenState']",message="importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState"
 // +kubebuilder:validation:XValidation:rule="!has(self.mem0) || self.kind == 'Mem0'",message="importFrom.mem0 is only for kind Mem0"
 // +kubebuilder:validation:XValidation:rule="self.kind != 'LangChainPostgresHistory' || (has(self.postgres) && has(self.postgres.table))",message="importFrom.kind LangChainPostgresHistory needs importFrom.postgres.table"
 // +kubebuilder:validation:XValidation:rule="(has(self.scopeTemplate) && !self.scopeTemplate.contains('{user}')) || (has(self.user) && ((has(self.user.metadataKey) && self.user.metadataKey.size() > 0) || has(self.user.threadIdPattern)))",message="importFrom.scopeTemplate uses {user}: set importFrom.user.metadataKey or importFrom.user.threadIdPattern"

@@ -152,13 +152,15 @@ func runSnippets(t *testing.T, prepare func(dir string, sn snippet), snippets []
 // TestDocumentedCommands runs the documented import, inspect and verify commands in a
 // directory holding what they name: checkpoints.sqlite and a LangGraph database
 // written by the real langgraph, mem0/ (mem0ai's Chroma directory and history.db),
-// llamaindex/ (llama-index-core's JSON, SQLite and Memory stores),
+// llamaindex/ (llama-index-core's JSON, SQLite and Memory stores), autogen/ (team and
+// agent states, a ListMemory),
 // agent.af (a Letta agent file), snapshot.key, and in
 // MinIO the bucket agent-memory with a package at acme/snapshots/nightly-20261201-0200/.
 func TestDocumentedCommands(t *testing.T) {
 	exp := importers.Generate(t, importers.Options{})
 	m0 := importers.GenerateMem0(t, importers.Mem0Options{})
 	li := importers.GenerateLlamaIndex(t, 6, 2, 4)
+	ag := importers.GenerateAutoGen(t, 4)
 	s3 := testutil.S3Config(t)
 	ctx := context.Background()
 	key := []byte(strings.Repeat("5e", 32) + "\n")
@@ -186,6 +188,9 @@ func TestDocumentedCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := os.CopyFS(filepath.Join(dir, "llamaindex"), os.DirFS(li.Dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.CopyFS(filepath.Join(dir, "autogen"), os.DirFS(ag.Dir)); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(sn.script, "memoryctl import") {
@@ -244,7 +249,7 @@ func TestDocumentedCommands(t *testing.T) {
 	// What the documented commands wrote reads back: each import made a package of
 	// memories, and verify read every one.
 	all := strings.Join(outs, "\n")
-	for _, want := range []string{"reviewed/package:", "reviewed-sqlite/package:", "reviewed-letta/package:", "reviewed-mem0/package:", "reviewed-llamaindex/package:", "s3://agent-memory/imports/agent/:", "verified:"} {
+	for _, want := range []string{"reviewed/package:", "reviewed-sqlite/package:", "reviewed-letta/package:", "reviewed-mem0/package:", "reviewed-llamaindex/package:", "reviewed-autogen/package:", "s3://agent-memory/imports/agent/:", "verified:"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no %q in the documented commands' output", want)
 		}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/amemory/memory-operator/internal/langgraphns"
 	"github.com/amemory/memory-operator/internal/memory"
@@ -203,7 +204,7 @@ func ImportLangGraph(ctx context.Context, src LangGraphSource, opts LangGraphOpt
 	}
 	err = src.StoreItems(ctx, func(si StoreItem) error {
 		st.StoreItems++
-		it, err := storeMemory(mapper, si, opts.Rules.Source)
+		it, err := storeMemory(mapper, si, opts.Rules.Source, opts.Rules.Now)
 		if err != nil {
 			st.StoreSkipped++
 			labels := make([]string, len(si.Namespace))
@@ -322,8 +323,15 @@ func convertInOrder(ctx context.Context, each func(context.Context, func(Thread)
 // storeMemory makes a semantic memory of a store item: the namespace gives the scope
 // (by the same rules as the gateway's LangGraph API, so the item is where a
 // LangGraph client of the gateway would find it), the key its key, the value its
-// content.
-func storeMemory(m *langgraphns.Mapper, si StoreItem, source string) (memory.Item, error) {
+// content. An item the source does not date (an AutoGen ListMemory's) is dated now,
+// the import's time.
+func storeMemory(m *langgraphns.Mapper, si StoreItem, source string, now time.Time) (memory.Item, error) {
+	if si.CreatedAt.IsZero() {
+		si.CreatedAt = now
+	}
+	if si.UpdatedAt.IsZero() {
+		si.UpdatedAt = si.CreatedAt
+	}
 	slot, err := m.Slot(si.Namespace, si.Key)
 	if err != nil {
 		return memory.Item{}, err

@@ -35,13 +35,16 @@ const (
 	// SimpleChatStore (JSON), a SQLiteChatStore or a Memory's SQLite history (Table
 	// names the table when the file has another).
 	ImportLlamaIndexChatStore = "LlamaIndexChatStore"
+	// ImportAutoGenState reads a JSON file AutoGen saved (Object): a team's or an
+	// agent's save_state(), or a ListMemory's dump_component().
+	ImportAutoGenState = "AutoGenState"
 )
 
 var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite, ImportLangChainPostgresHistory, ImportLettaAgentFile, ImportMem0,
-	ImportLlamaIndexChatStore}
+	ImportLlamaIndexChatStore, ImportAutoGenState}
 
 // fileKinds are the import kinds whose source is a file in object storage.
-var fileKinds = []string{ImportLangGraphSQLite, ImportLettaAgentFile, ImportMem0, ImportLlamaIndexChatStore}
+var fileKinds = []string{ImportLangGraphSQLite, ImportLettaAgentFile, ImportMem0, ImportLlamaIndexChatStore, ImportAutoGenState}
 
 // ImportConfig makes a restore an import: instead of a package under Source.Prefix,
 // the worker converts a framework's data into a package in ImportDir and restores

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -85,7 +86,8 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 		}
 	}
 	var converted *importer.Converted
-	st, err := runImport(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath, HistoryPath: historyPath}, nil, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
+	name := strings.TrimSuffix(path.Base(ic.Object), ".json")
+	st, err := runImport(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath, HistoryPath: historyPath, Name: name}, nil, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
 		st, c, err := importer.Convert(ctx, importer.PackageOptions{Source: src, SpillDir: work}, produce)
 		converted = c
 		return st, err
@@ -110,6 +112,9 @@ type ImportSource struct {
 	FilePath       string
 	// HistoryPath is mem0's history.db (Mem0; optional).
 	HistoryPath string
+	// Name names the source file's one thread (AutoGenState: the file's name without
+	// its extension, as it was in object storage; "" for FilePath's).
+	Name string
 }
 
 // BuildImportPackage converts the source into a package written with po
@@ -194,6 +199,12 @@ func openImportSource(ctx context.Context, ic *ImportConfig, in ImportSource) (i
 		return src, "letta-agent-file", func() {}, nil
 	case ImportLlamaIndexChatStore:
 		src, err := importer.OpenLlamaIndexChatStore(ctx, in.FilePath, ic.Table)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return src, src.Source(), func() {}, nil
+	case ImportAutoGenState:
+		src, err := importer.OpenAutoGenState(in.FilePath, in.Name)
 		if err != nil {
 			return nil, "", nil, err
 		}

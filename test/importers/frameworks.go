@@ -116,3 +116,28 @@ func GenerateLlamaIndex(t testing.TB, users, sessions, turns int) LlamaIndexExpe
 	exp.Dir = dir
 	return exp
 }
+
+// AutoGenExpected is what autogen-agentchat saved: per conversation n (files team-<n>.json
+// and agent-<n>.json), the team's message thread and the agent's model context, and the
+// ListMemory's contents (memory.json).
+type AutoGenExpected struct {
+	Dir           string `json:"-"`
+	Conversations map[string]struct {
+		Thread  []map[string]json.RawMessage `json:"thread"`
+		Context []map[string]json.RawMessage `json:"context"`
+	} `json:"conversations"`
+	Memory []map[string]json.RawMessage `json:"memory"`
+}
+
+// GenerateAutoGen returns AutoGen state written by the real autogen-agentchat
+// (bin/frameworks-venv/autogen): n conversations of a support team with a ListMemory.
+func GenerateAutoGen(t testing.TB, n int) AutoGenExpected {
+	t.Helper()
+	dir, b := frameworkData(t, "autogen", "gen_autogen.py", "--conversations", strconv.Itoa(n))
+	var exp AutoGenExpected
+	if err := json.Unmarshal(b, &exp); err != nil {
+		t.Fatalf("gen_autogen.py's expected.json: %v", err)
+	}
+	exp.Dir = dir
+	return exp
+}
