@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
 // The HNSW parameters benchmark (make bench-hnsw; the hnsw section): how pgvector's
@@ -164,7 +166,7 @@ func hnswSearch(ctx context.Context, pool *pgxpool.Pool, queries [][]float32, ex
 	times := make([]time.Duration, 0, len(queries))
 	found := 0
 	for i, q := range queries {
-		text := vectorText(q)
+		text := pgvector.TextVector(q)
 		start := time.Now()
 		b := &pgx.Batch{}
 		b.Queue(`SELECT set_config('hnsw.ef_search', $1, true)`, strconv.Itoa(ef))
@@ -216,17 +218,4 @@ func hnswSearch(ctx context.Context, pool *pgxpool.Pool, queries [][]float32, ex
 	}
 	slices.Sort(times)
 	return times[len(times)/2], times[len(times)*99/100], float64(found) / float64(engTopK*len(queries)), nil
-}
-
-// vectorText is a vector in pgvector's text form.
-func vectorText(v []float32) string {
-	b := make([]byte, 0, len(v)*12)
-	b = append(b, '[')
-	for j, x := range v {
-		if j > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendFloat(b, float64(x), 'g', -1, 32)
-	}
-	return string(append(b, ']'))
 }

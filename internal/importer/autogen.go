@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -44,16 +43,9 @@ const maxAutoGenState = 512 << 20
 
 // OpenAutoGenState reads path; name names its thread ("" for the file's base name).
 func OpenAutoGenState(path, name string) (*AutoGenState, error) {
-	st, err := os.Stat(path)
+	b, err := readSourceFile("autogen", path, maxAutoGenState)
 	if err != nil {
-		return nil, fmt.Errorf("autogen: %w", err)
-	}
-	if st.Size() > maxAutoGenState {
-		return nil, fmt.Errorf("autogen: %s is %d bytes, over the %d-byte limit", path, st.Size(), maxAutoGenState)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("autogen: %w", err)
+		return nil, err
 	}
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), ".json")
@@ -123,8 +115,7 @@ func ParseAutoGenState(b []byte, name string) (*AutoGenState, error) {
 					break
 				}
 				for _, m := range msgs {
-					t.Messages = append(t.Messages, m)
-					t.MessageTimes = append(t.MessageTimes, time.Time{})
+					t.add(m, time.Time{})
 				}
 			}
 		}
@@ -200,19 +191,12 @@ func (a *AutoGenState) readThread(t *Thread, thread []json.RawMessage) error {
 		var at time.Time
 		if m.CreatedAt != nil {
 			at = m.CreatedAt.Time
-			if t.FirstActivity.IsZero() || at.Before(t.FirstActivity) {
-				t.FirstActivity = at
-			}
-			if at.After(t.LastActivity) {
-				t.LastActivity = at
-			}
 		}
 		for _, msg := range msgs {
 			if m.ID != "" && len(msgs) == 1 {
 				msg["id"] = m.ID
 			}
-			t.Messages = append(t.Messages, msg)
-			t.MessageTimes = append(t.MessageTimes, at)
+			t.add(msg, at)
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -49,6 +50,38 @@ type Thread struct {
 	pending []encodedMessages
 	// channels are the thread's state channels beyond messages (channels.go).
 	channels []encodedChannel
+}
+
+// add appends a message dated at (zero when the source does not date it), widening the
+// thread's activity to it.
+func (t *Thread) add(m map[string]any, at time.Time) {
+	if !at.IsZero() {
+		if t.FirstActivity.IsZero() || at.Before(t.FirstActivity) {
+			t.FirstActivity = at
+		}
+		if at.After(t.LastActivity) {
+			t.LastActivity = at
+		}
+	}
+	t.Messages = append(t.Messages, m)
+	t.MessageTimes = append(t.MessageTimes, at)
+}
+
+// readSourceFile reads a source file whole, refusing one over limit bytes; what names
+// the source in errors.
+func readSourceFile(what, path string, limit int64) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s: %s is %d bytes, over the %d-byte limit", what, path, st.Size(), limit)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return b, nil
 }
 
 // encodedMessages is a messages channel value as stored: its serializer's type and bytes.

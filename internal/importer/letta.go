@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -104,16 +103,9 @@ const maxAgentFile = 512 << 20
 
 // OpenLettaAgentFile reads and parses path.
 func OpenLettaAgentFile(path string) (*LettaAgentFile, error) {
-	st, err := os.Stat(path)
+	b, err := readSourceFile("letta agent file", path, maxAgentFile)
 	if err != nil {
-		return nil, fmt.Errorf("letta agent file: %w", err)
-	}
-	if st.Size() > maxAgentFile {
-		return nil, fmt.Errorf("letta agent file: %s is %d bytes, over the %d-byte limit", path, st.Size(), maxAgentFile)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("letta agent file: %w", err)
+		return nil, err
 	}
 	return ParseLettaAgentFile(b)
 }
@@ -240,15 +232,8 @@ func (l *LettaAgentFile) Threads(_ context.Context, fn func(Thread) error) error
 			var at time.Time
 			if m.CreatedAt != nil {
 				at = m.CreatedAt.Time
-				if t.FirstActivity.IsZero() || at.Before(t.FirstActivity) {
-					t.FirstActivity = at
-				}
-				if at.After(t.LastActivity) {
-					t.LastActivity = at
-				}
 			}
-			t.Messages = append(t.Messages, msg)
-			t.MessageTimes = append(t.MessageTimes, at)
+			t.add(msg, at)
 		}
 		if err := fn(t); err != nil {
 			return err

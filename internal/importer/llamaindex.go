@@ -44,8 +44,7 @@ const maxChatStoreJSON = 1 << 30
 // OpenLlamaIndexChatStore reads path: a SimpleChatStore JSON file, or a SQLite
 // database with a SQLiteChatStore or Memory table.
 func OpenLlamaIndexChatStore(ctx context.Context, path, table string) (*LlamaIndexChatStore, error) {
-	st, err := os.Stat(path)
-	if err != nil {
+	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("llamaindex: %w", err)
 	}
 	head := make([]byte, 16)
@@ -57,12 +56,9 @@ func OpenLlamaIndexChatStore(ctx context.Context, path, table string) (*LlamaInd
 	if bytes.HasPrefix(head, []byte("SQLite format 3\x00")) {
 		return openLlamaIndexSQLite(ctx, path, table)
 	}
-	if st.Size() > maxChatStoreJSON {
-		return nil, fmt.Errorf("llamaindex: %s is %d bytes, over the %d-byte limit of a SimpleChatStore file", path, st.Size(), int64(maxChatStoreJSON))
-	}
-	b, err := os.ReadFile(path)
+	b, err := readSourceFile("llamaindex", path, maxChatStoreJSON)
 	if err != nil {
-		return nil, fmt.Errorf("llamaindex: %w", err)
+		return nil, err
 	}
 	return parseSimpleChatStore(b)
 }
@@ -172,15 +168,8 @@ func openLlamaIndexSQLite(ctx context.Context, path, table string) (*LlamaIndexC
 		var at time.Time
 		if ts.Valid {
 			at = time.Unix(0, ts.Int64).UTC()
-			if cur.FirstActivity.IsZero() || at.Before(cur.FirstActivity) {
-				cur.FirstActivity = at
-			}
-			if at.After(cur.LastActivity) {
-				cur.LastActivity = at
-			}
 		}
-		cur.Messages = append(cur.Messages, m)
-		cur.MessageTimes = append(cur.MessageTimes, at)
+		cur.add(m, at)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("llamaindex: reading %s: %w", table, err)

@@ -19,8 +19,8 @@ import (
 // it does not know); and results are cast to real[] in SQL, which pgx reads in
 // binary.
 
-// textVector renders v as pgvector's text input.
-func textVector(v []float32) string {
+// TextVector renders v as pgvector's text input.
+func TextVector(v []float32) string {
 	b := make([]byte, 0, 2+len(v)*10)
 	b = append(b, '[')
 	for i, x := range v {

@@ -25,9 +25,6 @@ func SearchSQL(ctx context.Context, ix *Index, types bool) (exact, ann string, e
 	return s.exact[i], s.ann[i], nil
 }
 
-// TextVector is the query parameter of a search.
-var TextVector = textVector
-
 // ForgetSizes empties the cache of scope sizes.
 func ForgetSizes(ix *Index) {
 	ix.sizes.mu.Lock()

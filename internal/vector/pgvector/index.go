@@ -174,7 +174,7 @@ func (ix *Index) upsertInsert(ctx context.Context, tx pgx.Tx, s *statements, ent
 			}
 			n := 4 * i
 			fmt.Fprintf(&sql, "($%d, $%d, $%d, $%d::%s)", n+1, n+2, n+3, n+4, s.vectorType)
-			args = append(args, e.ID, e.Scope, e.Type, textVector(vector.Prepare(ix.spec.Metric, e.Vector)))
+			args = append(args, e.ID, e.Scope, e.Type, TextVector(vector.Prepare(ix.spec.Metric, e.Vector)))
 		}
 		sql.WriteString(s.onConflict)
 		if _, err := tx.Exec(ctx, sql.String(), args...); err != nil {

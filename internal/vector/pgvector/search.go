@@ -41,7 +41,7 @@ func (ix *Index) Search(ctx context.Context, q vector.Query) ([]vector.Hit, erro
 		return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 	}
 	query := vector.Prepare(ix.spec.Metric, q.Vector)
-	qtext := textVector(query)
+	qtext := TextVector(query)
 	useANN := q.K <= maxEfSearch
 	if useANN {
 		n, err := ix.matches(ctx, s, q.Scope, q.Types)

@@ -78,7 +78,7 @@ func TestVersions(t *testing.T) {
 
 func TestCodecs(t *testing.T) {
 	v := []float32{1, -0.5, 1e-30, 3.4028235e38, float32(math.Pi), -0}
-	if got := textVector(v); got != "[1,-0.5,1e-30,3.4028235e+38,3.1415927,0]" {
+	if got := TextVector(v); got != "[1,-0.5,1e-30,3.4028235e+38,3.1415927,0]" {
 		t.Fatalf("text = %s", got)
 	}
 	b := binaryVector(v)
