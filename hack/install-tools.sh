@@ -268,6 +268,7 @@ ensure_packages() {
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql-15)
 	python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 	command -v curl >/dev/null || missing+=(curl)
+	command -v sqlite3 >/dev/null || missing+=(sqlite3) # the import benchmark's reference
 	((${#missing[@]} == 0)) && return
 	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
 		log "installing ${missing[*]} from Debian's packages"

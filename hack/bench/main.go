@@ -91,6 +91,12 @@ func main() {
 	soakDuration := flag.Duration("soak-duration", 4*time.Minute, "soak: how long the clients run on each engine (make soak)")
 	soakEngine := flag.String("soak-engine", "Milvus", "soak: the vector engines to soak, one after the other (Milvus, PGVector, or both comma-separated)")
 	importDims := flag.String("import-dims", "8,256", "import: target vector dimensions to run it at (the hashing embedder's cost and the vectors written grow with it)")
+	importSources := flag.String("import-sources", "LangGraphPostgres,Mem0,LlamaIndexChatStore", "import: the sources to import (LangGraphPostgres, Mem0, LlamaIndexChatStore)")
+	mem0Users := flag.Int("import-mem0-users", 1000, "import: mem0 users to generate")
+	mem0PerUser := flag.Int("import-mem0-memories", 100, "import: mem0 memories per user")
+	liUsers := flag.Int("import-llamaindex-users", 1000, "import: LlamaIndex chat store users")
+	liSessions := flag.Int("import-llamaindex-sessions", 4, "import: LlamaIndex sessions per user")
+	liTurns := flag.Int("import-llamaindex-turns", 7, "import: LlamaIndex user turns per session (about 3.5 messages each)")
 	var rec recallOptions
 	flag.Uint64Var(&rec.seed, "recall-seed", 0, "recall: the corpus's seed")
 	flag.IntVar(&rec.scale, "recall-scale", 1, "recall: multiplies the corpus's sessions per speaker (1: about 100 memories a scope, 300 questions)")
@@ -146,7 +152,12 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	imp := importOptions{dsn: *importDSN, users: *importUsers, threads: *importThreads}
+	imp := importOptions{dsn: *importDSN, users: *importUsers, threads: *importThreads, sources: splitFlag(*importSources)}
+	for _, b := range frameworkBenches(*mem0Users, *mem0PerUser, *liUsers, *liSessions, *liTurns) {
+		if slices.Contains(imp.sources, b.name) {
+			imp.frameworks = append(imp.frameworks, b)
+		}
+	}
 	for _, d := range strings.Split(*importDims, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(d))
 		if err != nil || n < 2 {
@@ -204,6 +215,10 @@ type importOptions struct {
 	dsn            string
 	users, threads int
 	dims           []int
+	// sources are the sources imported; frameworks the data sets of those beside
+	// LangGraph.
+	sources    []string
+	frameworks []frameworkBench
 	// soak is the soak's duration (it rides along with the import options).
 	soak        time.Duration
 	soakEngines []string
@@ -243,7 +258,14 @@ func run(sections map[string]bool, items, rssItems, archiveItems int, gw gateway
 		{"snapshot", true, func() error { return e.benchSnapshot(ctx, items, rssItems) }},
 		{"archive", archiveItems > 0, func() error { return e.benchArchive(ctx, archiveItems) }},
 		{"gateway", gw.items > 0, func() error { return e.benchGateway(ctx, gw) }},
-		{"import", true, func() error { return e.benchImport(ctx, imp.dsn, imp.users, imp.threads, imp.dims) }},
+		{"import", true, func() error {
+			if slices.Contains(imp.sources, "LangGraphPostgres") {
+				if err := e.benchImport(ctx, imp.dsn, imp.users, imp.threads, imp.dims); err != nil {
+					return err
+				}
+			}
+			return e.benchImportFrameworks(ctx, imp.frameworks)
+		}},
 		{"recall", true, func() error { return e.benchRecall(ctx, rec) }},
 		{"soak", true, func() error {
 			for _, eng := range imp.soakEngines {
