@@ -98,8 +98,37 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 	}
 	// The summary must fit in the termination message.
 	st.FirstProblem = truncateUTF8(st.FirstProblem, maxFirstInvalid)
+	st.LeftOut = boundLeftOut(st.LeftOut)
 	return &openedPackage{reader: converted, manifestSHA: converted.Digest(), imported: &st,
 		cleanup: func() { converted.Close(); cleanup() }}, nil
+}
+
+// Bounds of the import's left-out counts in a restore's termination message: a source
+// names what it left out (state channel names are the app's own), so the kinds are
+// cut short and the last ones counted together.
+const (
+	maxLeftOutKinds = 10
+	maxLeftOutWhat  = 120
+)
+
+// boundLeftOut keeps the first maxLeftOutKinds kinds, each named in at most
+// maxLeftOutWhat bytes, and counts the rest together.
+func boundLeftOut(l []importer.LeftOut) []importer.LeftOut {
+	out := make([]importer.LeftOut, 0, min(len(l), maxLeftOutKinds+1))
+	for i, k := range l {
+		if i == maxLeftOutKinds {
+			out = append(out, importer.LeftOut{What: fmt.Sprintf("%d more kinds of source data (see memoryctl import's summary)", len(l)-i)})
+		}
+		if i >= maxLeftOutKinds {
+			out[maxLeftOutKinds].Count += k.Count
+			continue
+		}
+		out = append(out, importer.LeftOut{What: truncateUTF8(k.What, maxLeftOutWhat), Count: k.Count})
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // ImportSource is where an import reads from: a database (LangGraphPostgres,
