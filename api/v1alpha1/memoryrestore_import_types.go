@@ -306,8 +306,9 @@ type ImportStatus struct {
 	// values, encrypted serializers, beta delta channels), never guessed at.
 	// +optional
 	Unsupported int64 `json:"unsupported,omitempty"`
-	// StoreItems read from the LangGraph store, and StoreSkipped of them left out (no
-	// namespace rule matched, or the value is not a JSON object).
+	// StoreItems read from the source's store of facts (LangGraph's store, Letta's
+	// memory blocks, mem0's memories, an AutoGen ListMemory), and StoreSkipped of them
+	// left out (no namespace rule matched, or the value is not a JSON object).
 	// +optional
 	StoreItems int64 `json:"storeItems,omitempty"`
 	// +optional
