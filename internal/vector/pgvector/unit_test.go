@@ -18,8 +18,8 @@ func TestParams(t *testing.T) {
 		t.Fatalf("zero params with defaults = %+v, want %+v", got, d)
 	}
 	// ef_construction follows a large m up to 2*m.
-	if got := (Params{M: 48}).WithDefaults(); got.EfConstruction != 96 || got.Validate() != nil {
-		t.Fatalf("m 48 with defaults = %+v (%v)", got, got.Validate())
+	if got := (Params{M: 80}).WithDefaults(); got.EfConstruction != 160 || got.Validate() != nil {
+		t.Fatalf("m 80 with defaults = %+v (%v)", got, got.Validate())
 	}
 	for _, p := range []Params{
 		{M: 2, EfConstruction: 4, EfSearch: 1, ExactBelow: 1},
