@@ -190,6 +190,9 @@ func importConfig(imp *memoryv1alpha1.ImportSource, object string) *worker.Impor
 	if m := imp.Mem0; m != nil {
 		ic.HistoryObject, ic.Collection = m.HistoryKey, m.Collection
 	}
+	if c := imp.CrewAI; c != nil {
+		ic.ChromaObject = c.ChromaKey
+	}
 	for _, c := range imp.StateChannels {
 		ic.StateChannels = append(ic.StateChannels, importer.StateChannel{Channel: c.Channel, Type: memory.Type(c.Type), Key: c.Key})
 	}

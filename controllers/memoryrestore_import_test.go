@@ -91,12 +91,12 @@ func TestMemoryRestoreImportAdmission(t *testing.T) {
 		{"LangGraphPostgres without postgres", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres = nil }),
 			"importFrom.kind LangGraphPostgres and LangChainPostgresHistory need importFrom.postgres"},
 		{"LangGraphSQLite without file", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.File = nil }),
-			"importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState need importFrom.file"},
+			"importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore, AutoGenState and CrewAI need importFrom.file"},
 		{"LangGraphSQLite with a database", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres = lgPostgres("") }),
 			"importFrom.postgres is only for kinds LangGraphPostgres and LangChainPostgresHistory"},
 		{"LangGraphPostgres with a file", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Source.ImportFrom.File = &memoryv1alpha1.ImportFile{Key: "lg.sqlite"}
-		}), "importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState"},
+		}), "importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore, AutoGenState and CrewAI"},
 		{"a kind no importer reads", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Kind = "Mem0Qdrant" }),
 			`spec.source.importFrom.kind: Unsupported value: "Mem0Qdrant"`},
 		{"LettaAgentFile", then(sqlite, func(r *memoryv1alpha1.MemoryRestore) {
@@ -113,7 +113,7 @@ func TestMemoryRestoreImportAdmission(t *testing.T) {
 		}), "importFrom.kind LangChainPostgresHistory needs importFrom.postgres.table"},
 		{"LettaAgentFile with a database", then(pg, func(r *memoryv1alpha1.MemoryRestore) {
 			r.Spec.Source.ImportFrom.Kind = memoryv1alpha1.ImportLettaAgentFile
-		}), "importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState need importFrom.file"},
+		}), "importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore, AutoGenState and CrewAI need importFrom.file"},
 		{"a URI Secret without a name", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres.URISecret.Name = "" }),
 			"importFrom.postgres.uriSecret needs a name"},
 		{"a bad schema", then(pg, func(r *memoryv1alpha1.MemoryRestore) { r.Spec.Source.ImportFrom.Postgres.Schema = "lang graph" }),
@@ -447,6 +447,36 @@ func TestMemoryRestoreImportEndToEndThroughTheWorker(t *testing.T) {
 	}
 }
 
+// importThroughWorker uploads files (object key -> local path) to the test bucket,
+// creates a MemoryRestore importing imp into target, runs the restore worker in-process
+// with its Job's arguments and completes the Job: what a cluster does with it. It
+// returns the Job's parsed configuration and the restore once Ready.
+func importThroughWorker(t *testing.T, f backendFixture, target *memoryv1alpha1.MemoryStore, name string, imp memoryv1alpha1.ImportSource,
+	files map[string]string) (worker.RestoreConfig, *memoryv1alpha1.MemoryRestore) {
+	t.Helper()
+	ctx := context.Background()
+	for key, path := range files {
+		if _, err := minioClient(t, f).FPutObject(ctx, "memory-test", key, path, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restore := importRestore(target.Namespace, name, target.Name, imp)
+	create(t, restore)
+	job := waitForJob(t, restore)
+	g := NewWithT(t)
+	cfg, err := worker.ParseRestoreArgs(restoreJobArgs(t, job), io.Discard)
+	g.Expect(err).NotTo(HaveOccurred())
+	cfg.Import.Dir = t.TempDir()
+	sum, err := worker.RunRestore(ctx, cfg, worker.RestoreSecretsFrom(jobSecretEnv(t, job, worker.EnvPostgresURI,
+		worker.EnvSourceS3AccessKey, worker.EnvSourceS3SecretKey)), worker.RunOptions{Version: "test", Now: time.Now()})
+	g.Expect(err).NotTo(HaveOccurred())
+	msg, err := sum.TerminationMessage()
+	g.Expect(err).NotTo(HaveOccurred())
+	finishedPod(t, job, 0, string(msg))
+	completeJob(t, job)
+	return cfg, waitRestoreCondition(t, client.ObjectKeyFromObject(restore), memoryv1alpha1.ConditionReady, metav1.ConditionTrue, memoryv1alpha1.ReasonSucceeded)
+}
+
 // A Mem0 import driven end to end on data mem0ai wrote (its Chroma database and history
 // in the store's bucket): the restore worker run in-process with the Job's arguments,
 // every live memory restored with its history, the deleted ones counted, never back.
@@ -457,30 +487,12 @@ func TestMemoryRestoreImportMem0ThroughTheWorker(t *testing.T) {
 	target := readySnapshotStore(t, f, "mem0-target")
 	ns := target.Namespace
 	chromaKey, historyKey := "imports-test/"+ns+"/mem0/chroma.sqlite3", "imports-test/"+ns+"/mem0/history.db"
-	for key, path := range map[string]string{chromaKey: filepath.Join(exp.Dir, "chroma", "chroma.sqlite3"), historyKey: filepath.Join(exp.Dir, "history.db")} {
-		if _, err := minioClient(t, f).FPutObject(ctx, "memory-test", key, path, minio.PutObjectOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	restore := importRestore(ns, "import-mem0", target.Name, memoryv1alpha1.ImportSource{Kind: memoryv1alpha1.ImportMem0,
-		File: &memoryv1alpha1.ImportFile{Key: chromaKey}, Mem0: &memoryv1alpha1.ImportMem0Options{HistoryKey: historyKey}})
-	create(t, restore)
-	job := waitForJob(t, restore)
+	cfg, got := importThroughWorker(t, f, target, "import-mem0", memoryv1alpha1.ImportSource{Kind: memoryv1alpha1.ImportMem0,
+		File: &memoryv1alpha1.ImportFile{Key: chromaKey}, Mem0: &memoryv1alpha1.ImportMem0Options{HistoryKey: historyKey}},
+		map[string]string{chromaKey: filepath.Join(exp.Dir, "chroma", "chroma.sqlite3"), historyKey: filepath.Join(exp.Dir, "history.db")})
 	g := NewWithT(t)
-	cfg, err := worker.ParseRestoreArgs(restoreJobArgs(t, job), io.Discard)
-	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cfg.Import.Object).To(Equal(chromaKey))
 	g.Expect(cfg.Import.HistoryObject).To(Equal(historyKey))
-	cfg.Import.Dir = t.TempDir()
-	sum, err := worker.RunRestore(ctx, cfg, worker.RestoreSecretsFrom(jobSecretEnv(t, job, worker.EnvPostgresURI,
-		worker.EnvSourceS3AccessKey, worker.EnvSourceS3SecretKey)), worker.RunOptions{Version: "test", Now: time.Now()})
-	g.Expect(err).NotTo(HaveOccurred())
-	msg, err := sum.TerminationMessage()
-	g.Expect(err).NotTo(HaveOccurred())
-	finishedPod(t, job, 0, string(msg))
-	completeJob(t, job)
-
-	got := waitRestoreCondition(t, client.ObjectKeyFromObject(restore), memoryv1alpha1.ConditionReady, metav1.ConditionTrue, memoryv1alpha1.ReasonSucceeded)
 	st := got.Status.Import
 	g.Expect(st).NotTo(BeNil())
 	g.Expect(st.StoreItems).To(Equal(int64(len(exp.Memories))))
@@ -496,4 +508,38 @@ func TestMemoryRestoreImportMem0ThroughTheWorker(t *testing.T) {
 		return nil
 	})).To(Succeed())
 	g.Expect(withHistory).To(Equal(len(exp.Updated)), "every updated memory keeps what it replaced")
+}
+
+// A CrewAI import driven end to end on the storage directory crews of crewai 1.9 wrote
+// (its long-term database and chroma.sqlite3 in the store's bucket): every long-term,
+// short-term and entity memory restored in the agents' and crews' scopes, with the
+// types crewai's memories have, the knowledge collection counted as left out.
+func TestMemoryRestoreImportCrewAIThroughTheWorker(t *testing.T) {
+	exp := importers.GenerateCrewAI(t, 4, 2)
+	f := services(t)
+	ctx := context.Background()
+	target := readySnapshotStore(t, f, "crewai-target")
+	ltmKey, chromaKey := "imports-test/"+target.Namespace+"/crewai/long_term_memory_storage.db", "imports-test/"+target.Namespace+"/crewai/chroma.sqlite3"
+	cfg, got := importThroughWorker(t, f, target, "import-crewai", memoryv1alpha1.ImportSource{Kind: memoryv1alpha1.ImportCrewAI,
+		File: &memoryv1alpha1.ImportFile{Key: ltmKey}, CrewAI: &memoryv1alpha1.ImportCrewAIOptions{ChromaKey: chromaKey}},
+		map[string]string{ltmKey: filepath.Join(exp.Dir, "long_term_memory_storage.db"), chromaKey: filepath.Join(exp.Dir, "chroma.sqlite3")})
+	g := NewWithT(t)
+	g.Expect(cfg.Import.ChromaObject).To(Equal(chromaKey))
+	st := got.Status.Import
+	g.Expect(st).NotTo(BeNil())
+	g.Expect(st.LeftOut).To(Equal([]memoryv1alpha1.ImportLeftOut{{What: "crewai Chroma collection knowledge_travel_guide records (not memory: knowledge, or another store)",
+		Count: int64(len(exp.Collections["knowledge_travel_guide"]))}}))
+	types, scopes := map[memory.Type]int64{}, map[string]bool{}
+	g.Expect(storeOf(t, target).Export(ctx, pgstore.ExportFilter{IncludeArchived: true}, func(it memory.Item) error {
+		g.Expect(it.Source).To(Equal("crewai"))
+		types[it.MemoryType]++
+		scopes[it.Scope] = true
+		return nil
+	})).To(Succeed())
+	g.Expect(got.Status.Restored).To(Equal(st.StoreItems))
+	g.Expect(types[memory.Procedural]).To(BeNumerically(">", 0))
+	g.Expect(types[memory.Episodic]).To(BeNumerically(">", 0))
+	g.Expect(types[memory.Semantic]).To(BeNumerically(">", 0))
+	g.Expect(scopes).To(HaveKey("agent:旅行规划师"))
+	g.Expect(scopes).To(HaveKey("agent:Researcher_Writer"))
 }

@@ -66,10 +66,13 @@ CLIENTS_PACKAGES=(
 #              llama-index-core 0.14.25's serializer
 #   autogen    autogen-agentchat's agents and teams (save_state), autogen-core's ListMemory,
 #              autogen-ext's ReplayChatCompletionClient (a scripted model: no LLM)
-FRAMEWORKS=(mem0 llamaindex autogen)
+#   crewai     crewai 1.9, the last release of its long-term (SQLite) and short-term and
+#              entity (Chroma) memory; 1.10+ keep memory in LanceDB, which is not read
+FRAMEWORKS=(mem0 llamaindex autogen crewai)
 FRAMEWORK_mem0=(mem0ai==2.2.1 chromadb==1.5.9)
 FRAMEWORK_llamaindex=(llama-index-core==0.14.25 llama-index-storage-chat-store-sqlite==0.4.0 pydantic==2.11.9)
 FRAMEWORK_autogen=(autogen-agentchat==0.7.5 autogen-core==0.7.5 autogen-ext==0.7.5)
+FRAMEWORK_crewai=(crewai==1.9.3 chromadb==1.1.1)
 # The engines venv: PostgreSQL 16.2 with pgvector 0.6.2 (pgserver's bundled build:
 # pginstall/bin, the vector extension in its share/ and lib/) and Milvus 2.3 standalone
 # with its embedded etcd (milvus-server), the servers issue 22's engines are tested on.

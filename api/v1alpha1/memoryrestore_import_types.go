@@ -6,7 +6,7 @@ import (
 )
 
 // ImportKind is the framework an import reads.
-// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite;LangChainPostgresHistory;LettaAgentFile;Mem0;LlamaIndexChatStore;AutoGenState
+// +kubebuilder:validation:Enum=LangGraphPostgres;LangGraphSQLite;LangChainPostgresHistory;LettaAgentFile;Mem0;LlamaIndexChatStore;AutoGenState;CrewAI
 type ImportKind string
 
 const (
@@ -34,21 +34,27 @@ const (
 	// team's or an agent's save_state() (one thread, named by the file), or a
 	// ListMemory's dump_component().
 	ImportAutoGenState ImportKind = "AutoGenState"
+	// ImportCrewAI reads CrewAI's memory (crewai 0.x to 1.9) in object storage: its
+	// long-term memory database (file: long_term_memory_storage.db) and, optionally, the
+	// Chroma database of its short-term and entity memory (crewAI.chromaKey). crewai
+	// 1.10+ keeps memory in LanceDB, which is not read.
+	ImportCrewAI ImportKind = "CrewAI"
 )
 
 // ImportSource converts memory held by an agent framework into memories, then restores
 // them like a package: mapping, denylist, tombstones, conflictPolicy, embeddings,
 // dryRun and allowRepeat apply unchanged.
 // +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']) || has(self.postgres)",message="importFrom.kind LangGraphPostgres and LangChainPostgresHistory need importFrom.postgres (the Secret with the database's connection URI)"
-// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore', 'AutoGenState']) || has(self.file)",message="importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState need importFrom.file (the file's object)"
+// +kubebuilder:validation:XValidation:rule="!(self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore', 'AutoGenState', 'CrewAI']) || has(self.file)",message="importFrom.kind LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore, AutoGenState and CrewAI need importFrom.file (the file's object)"
 // +kubebuilder:validation:XValidation:rule="!has(self.postgres) || self.kind in ['LangGraphPostgres', 'LangChainPostgresHistory']",message="importFrom.postgres is only for kinds LangGraphPostgres and LangChainPostgresHistory"
-// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore', 'AutoGenState']",message="importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore and AutoGenState"
+// +kubebuilder:validation:XValidation:rule="!has(self.file) || self.kind in ['LangGraphSQLite', 'LettaAgentFile', 'Mem0', 'LlamaIndexChatStore', 'AutoGenState', 'CrewAI']",message="importFrom.file is only for kinds LangGraphSQLite, LettaAgentFile, Mem0, LlamaIndexChatStore, AutoGenState and CrewAI"
 // +kubebuilder:validation:XValidation:rule="!has(self.mem0) || self.kind == 'Mem0'",message="importFrom.mem0 is only for kind Mem0"
+// +kubebuilder:validation:XValidation:rule="!has(self.crewAI) || self.kind == 'CrewAI'",message="importFrom.crewAI is only for kind CrewAI"
 // +kubebuilder:validation:XValidation:rule="self.kind != 'LangChainPostgresHistory' || (has(self.postgres) && has(self.postgres.table))",message="importFrom.kind LangChainPostgresHistory needs importFrom.postgres.table"
 // +kubebuilder:validation:XValidation:rule="(has(self.scopeTemplate) && !self.scopeTemplate.contains('{user}')) || (has(self.user) && ((has(self.user.metadataKey) && self.user.metadataKey.size() > 0) || has(self.user.threadIdPattern)))",message="importFrom.scopeTemplate uses {user}: set importFrom.user.metadataKey or importFrom.user.threadIdPattern"
 type ImportSource struct {
-	// Kind of source: LangGraphPostgres, LangGraphSQLite, LangChainPostgresHistory or
-	// LettaAgentFile.
+	// Kind of source: LangGraphPostgres, LangGraphSQLite, LangChainPostgresHistory,
+	// LettaAgentFile, Mem0, LlamaIndexChatStore, AutoGenState or CrewAI.
 	Kind ImportKind `json:"kind"`
 
 	// Postgres is the database of a LangGraphPostgres import.
@@ -100,6 +106,10 @@ type ImportSource struct {
 	// +optional
 	Mem0 *ImportMem0Options `json:"mem0,omitempty"`
 
+	// CrewAI says where the rest of a CrewAI import is.
+	// +optional
+	CrewAI *ImportCrewAIOptions `json:"crewAI,omitempty"`
+
 	// StateChannels turn state channels beyond messages (a LangGraph app's profile,
 	// preferences, ...) into memories: each imported thread that holds the channel
 	// gives one, keyed in the thread's scope, its value decoded from JsonPlus as
@@ -128,6 +138,18 @@ type ImportMem0Options struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]{1,62}$`
 	// +optional
 	Collection string `json:"collection,omitempty"`
+}
+
+// ImportCrewAIOptions are a CrewAI import's other file.
+type ImportCrewAIOptions struct {
+	// ChromaKey is the chroma.sqlite3 of CrewAI's storage directory, an object in the
+	// bucket of importFrom.file: its short-term memory (episodic memories) and entity
+	// memory (semantic memories keyed by entity), in each crew's scope. Without it, only
+	// the long-term memory is imported.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	ChromaKey string `json:"chromaKey,omitempty"`
 }
 
 // ImportStateChannel maps one state channel to a memory per imported thread.

@@ -73,7 +73,7 @@ func TestErrorsSpeakMemoryctl(t *testing.T) {
 		want string
 	}{
 		{"import without a kind", func() error { return runImport(ctx, []string{"--out", dir, "--unencrypted"}, io.Discard, io.Discard) },
-			"--import-kind is required (LangGraphPostgres, LangGraphSQLite, LangChainPostgresHistory, LettaAgentFile, Mem0, LlamaIndexChatStore, AutoGenState)"},
+			"--import-kind is required (LangGraphPostgres, LangGraphSQLite, LangChainPostgresHistory, LettaAgentFile, Mem0, LlamaIndexChatStore, AutoGenState, CrewAI)"},
 		{"a file kind without --file", func() error {
 			return runImport(ctx, []string{"--import-kind=LangGraphSQLite", "--import-user-pattern=^(.*)$", "--out", dir, "--unencrypted"}, io.Discard, io.Discard)
 		}, "--import-kind LangGraphSQLite reads a file: give --file PATH"},

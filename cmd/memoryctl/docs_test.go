@@ -153,7 +153,7 @@ func runSnippets(t *testing.T, prepare func(dir string, sn snippet), snippets []
 // directory holding what they name: checkpoints.sqlite and a LangGraph database
 // written by the real langgraph, mem0/ (mem0ai's Chroma directory and history.db),
 // llamaindex/ (llama-index-core's JSON, SQLite and Memory stores), autogen/ (team and
-// agent states, a ListMemory),
+// agent states, a ListMemory), crewai/ (the storage directory crews of crewai 1.9 wrote),
 // agent.af (a Letta agent file), snapshot.key, and in
 // MinIO the bucket agent-memory with a package at acme/snapshots/nightly-20261201-0200/.
 func TestDocumentedCommands(t *testing.T) {
@@ -161,6 +161,7 @@ func TestDocumentedCommands(t *testing.T) {
 	m0 := importers.GenerateMem0(t, importers.Mem0Options{})
 	li := importers.GenerateLlamaIndex(t, 6, 2, 4)
 	ag := importers.GenerateAutoGen(t, 4)
+	cw := importers.GenerateCrewAI(t, 4, 2)
 	s3 := testutil.S3Config(t)
 	ctx := context.Background()
 	key := []byte(strings.Repeat("5e", 32) + "\n")
@@ -191,6 +192,9 @@ func TestDocumentedCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := os.CopyFS(filepath.Join(dir, "autogen"), os.DirFS(ag.Dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.CopyFS(filepath.Join(dir, "crewai"), os.DirFS(cw.Dir)); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(sn.script, "memoryctl import") {

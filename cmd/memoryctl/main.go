@@ -229,8 +229,9 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var of objectFlags
 	of.register(fs, true)
 	out := fs.String("out", "", "where the package goes: a directory (the package is written under DIR/package/), or s3://BUCKET/PREFIX/")
-	file := fs.String("file", "", "the source file: LangGraphSQLite's checkpointer database, LettaAgentFile's .af, Mem0's Chroma directory (or its chroma.sqlite3)")
+	file := fs.String("file", "", "the source file: LangGraphSQLite's checkpointer database, LettaAgentFile's .af, Mem0's Chroma directory (or its chroma.sqlite3), CrewAI's storage directory (or its long_term_memory_storage.db)")
 	historyFile := fs.String("history-file", "", "Mem0: mem0's history database (history.db), for the memories' earlier values and deletions")
+	chromaFile := fs.String("chroma-file", "", "CrewAI: the chroma.sqlite3 of its short-term and entity memory, when --file is the long-term database")
 	finish := worker.ImportFlags(fs)
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -254,7 +255,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *file != "":
 		if st, err := os.Stat(*file); err != nil {
 			return fmt.Errorf("--file: %w", err)
-		} else if !st.Mode().IsRegular() && (ic.Kind != worker.ImportMem0 || !st.IsDir()) {
+		} else if !st.Mode().IsRegular() && ((ic.Kind != worker.ImportMem0 && ic.Kind != worker.ImportCrewAI) || !st.IsDir()) {
 			return fmt.Errorf("--file %s: not a file", *file)
 		}
 	}
@@ -264,6 +265,14 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *historyFile != "":
 		if _, err := os.Stat(*historyFile); err != nil {
 			return fmt.Errorf("--history-file: %w", err)
+		}
+	}
+	switch {
+	case *chromaFile != "" && ic.Kind != worker.ImportCrewAI:
+		return fmt.Errorf("--chroma-file is for --import-kind CrewAI")
+	case *chromaFile != "":
+		if _, err := os.Stat(*chromaFile); err != nil {
+			return fmt.Errorf("--chroma-file: %w", err)
 		}
 	}
 	if *out == "" {
@@ -289,7 +298,8 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	start := time.Now()
 	prog := newProgress(stderr, start)
-	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), PostgresURIVar: envSourceURI, FilePath: *file, HistoryPath: *historyFile},
+	st, m, err := worker.BuildImportPackage(ctx, ic, worker.ImportSource{PostgresURI: os.Getenv(envSourceURI), PostgresURIVar: envSourceURI, FilePath: *file, HistoryPath: *historyFile,
+		ChromaPath: *chromaFile},
 		importer.PackageOptions{Objects: loc.objects, Prefix: loc.prefix, Key: key, Unencrypted: key == nil, SpillDir: os.TempDir()}, prog.update)
 	prog.done(st)
 	if err != nil {

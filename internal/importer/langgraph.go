@@ -320,7 +320,7 @@ func convertInOrder(ctx context.Context, each func(context.Context, func(Thread)
 	return <-readErr
 }
 
-// storeMemory makes a semantic memory of a store item: the namespace gives the scope
+// storeMemory makes a memory (semantic unless the item says) of a store item: the namespace gives the scope
 // (by the same rules as the gateway's LangGraph API, so the item is where a
 // LangGraph client of the gateway would find it), the key its key, the value its
 // content. An item the source does not date (an AutoGen ListMemory's) is dated now,
@@ -332,16 +332,23 @@ func storeMemory(m *langgraphns.Mapper, si StoreItem, source string, now time.Ti
 	if si.UpdatedAt.IsZero() {
 		si.UpdatedAt = si.CreatedAt
 	}
-	slot, err := m.Slot(si.Namespace, si.Key)
-	if err != nil {
-		return memory.Item{}, err
+	id := deterministicID("lgs", strings.Join(si.Namespace, "."), si.Key)
+	scope, key := si.Scope, si.Key
+	if scope == "" {
+		slot, err := m.Slot(si.Namespace, si.Key)
+		if err != nil {
+			return memory.Item{}, err
+		}
+		scope, key = slot.Scope, slot.Key
+	} else {
+		id = deterministicID("item", scope, key)
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(si.Value, &obj); err != nil {
 		return memory.Item{}, fmt.Errorf("value is not a JSON object")
 	}
-	it := memory.Item{MemoryID: deterministicID("lgs", strings.Join(si.Namespace, "."), si.Key), MemoryType: memory.Semantic,
-		Scope: slot.Scope, Key: slot.Key, Content: si.Value, Source: source, BaseScore: 0.5,
+	it := memory.Item{MemoryID: id, MemoryType: cmp.Or(si.Type, memory.Semantic),
+		Scope: scope, Key: key, Content: si.Value, Source: source, BaseScore: 0.5,
 		CreatedAt: si.CreatedAt.UTC(), UpdatedAt: si.UpdatedAt.UTC(), ExpiresAt: si.ExpiresAt, History: si.History}
 	return it, it.Validate()
 }

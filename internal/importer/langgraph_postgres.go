@@ -361,6 +361,11 @@ type StoreItem struct {
 	ExpiresAt            *time.Time
 	// History holds the item's earlier values, oldest first (mem0's UPDATE events).
 	History []memory.Revision
+	// Scope, when set, is the item's scope, and Namespace only names the item in
+	// problems: for sources whose items are not LangGraph namespaces (CrewAI's).
+	Scope string
+	// Type of the memory; semantic when empty.
+	Type memory.Type
 }
 
 // StoreItems calls fn for every item of the store table, in (prefix, key) order.

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/url"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/amemory/memory-operator/internal/memory"
@@ -42,11 +40,12 @@ import (
 // SQLite; the importer never unpickles, so such a store is refused naming the way
 // out (Chroma, or mem0's own export).
 type Mem0 struct {
-	chroma, history *sql.DB
-	segment         string // the collection's metadata segment
-	deleted         map[string]bool
-	revisions       map[string][]memory.Revision
-	messages        int64 // rows of history.db's messages table
+	chroma    *chromaDB
+	history   *sql.DB
+	segment   string // the collection's metadata segment
+	deleted   map[string]bool
+	revisions map[string][]memory.Revision
+	messages  int64 // rows of history.db's messages table
 }
 
 // Mem0DefaultCollection is the collection mem0 names when its config names none.
@@ -58,19 +57,21 @@ func OpenMem0(ctx context.Context, chromaPath, historyPath, collection string) (
 	if collection == "" {
 		collection = Mem0DefaultCollection
 	}
-	if st, err := os.Stat(chromaPath); err != nil {
-		return nil, fmt.Errorf("mem0: %w", err)
-	} else if st.IsDir() {
-		chromaPath += "/chroma.sqlite3"
-	}
-	chroma, err := openSQLiteRO(chromaPath)
-	if err != nil {
+	chroma, err := openChroma(ctx, chromaPath)
+	var notChroma errNotChroma
+	switch {
+	case errors.As(err, &notChroma) && notChroma.qdrant:
+		return nil, fmt.Errorf("mem0: %s is a Qdrant local store, which keeps its points pickled: the importer never unpickles; "+
+			"configure mem0's vector store as Chroma (provider chroma) or export its memories with mem0 (get_all)", chromaPath)
+	case errors.As(err, &notChroma):
+		return nil, fmt.Errorf("mem0: %s is not a Chroma database (chroma.sqlite3 of a PersistentClient directory)", chromaPath)
+	case err != nil:
 		return nil, fmt.Errorf("mem0: %w", err)
 	}
 	m := &Mem0{chroma: chroma, deleted: map[string]bool{}, revisions: map[string][]memory.Revision{}}
-	if err := m.findSegment(ctx, chromaPath, collection); err != nil {
+	if m.segment, err = chroma.metadataSegment(ctx, collection); err != nil {
 		_ = chroma.Close()
-		return nil, err
+		return nil, fmt.Errorf("mem0: %w", err)
 	}
 	if historyPath != "" {
 		if _, err := os.Stat(historyPath); err != nil {
@@ -100,55 +101,6 @@ func (m *Mem0) Close() error {
 		err = errors.Join(err, m.history.Close())
 	}
 	return err
-}
-
-// findSegment finds the collection's metadata segment and checks that it has applied
-// every write of Chroma's log (a store closed cleanly has).
-func (m *Mem0) findSegment(ctx context.Context, path, collection string) error {
-	var tables int
-	if err := m.chroma.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table'
-		AND name IN ('collections', 'segments', 'embeddings', 'embedding_metadata', 'max_seq_id', 'embeddings_queue')`).Scan(&tables); err != nil {
-		return fmt.Errorf("mem0: %s is not a readable SQLite database: %w", path, err)
-	}
-	if tables != 6 {
-		var points int
-		_ = m.chroma.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'points'`).Scan(&points)
-		if points == 1 {
-			return fmt.Errorf("mem0: %s is a Qdrant local store, which keeps its points pickled: the importer never unpickles; "+
-				"configure mem0's vector store as Chroma (provider chroma) or export its memories with mem0 (get_all)", path)
-		}
-		return fmt.Errorf("mem0: %s is not a Chroma database (chroma.sqlite3 of a PersistentClient directory)", path)
-	}
-	var collID string
-	err := m.chroma.QueryRowContext(ctx, `SELECT c.id, s.id FROM collections c JOIN segments s ON s.collection = c.id
-		WHERE c.name = ? AND s.scope = 'METADATA'`, collection).Scan(&collID, &m.segment)
-	if errors.Is(err, sql.ErrNoRows) {
-		var names []string
-		rows, qerr := m.chroma.QueryContext(ctx, `SELECT name FROM collections ORDER BY name`)
-		if qerr == nil {
-			for rows.Next() {
-				var n string
-				if rows.Scan(&n) == nil {
-					names = append(names, n)
-				}
-			}
-			rows.Close()
-		}
-		return fmt.Errorf("mem0: %s has no collection %q (it has %s)", path, collection, strings.Join(names, ", "))
-	}
-	if err != nil {
-		return fmt.Errorf("mem0: reading %s: %w", path, err)
-	}
-	var applied, logged sql.NullInt64
-	if err := m.chroma.QueryRowContext(ctx, `SELECT (SELECT seq_id FROM max_seq_id WHERE segment_id = ?),
-		(SELECT max(seq_id) FROM embeddings_queue WHERE topic LIKE '%/' || ?)`, m.segment, collID).Scan(&applied, &logged); err != nil {
-		return fmt.Errorf("mem0: reading %s: %w", path, err)
-	}
-	if logged.Valid && logged.Int64 > applied.Int64 {
-		return fmt.Errorf("mem0: %s: Chroma's metadata segment has applied its log up to write %d of %d; open the store once with chromadb "+
-			"(or mem0) so that it applies the rest, then import", path, applied.Int64, logged.Int64)
-	}
-	return nil
 }
 
 // readHistory reads every memory's events: which were deleted, and the text each
@@ -221,68 +173,16 @@ var mem0Reserved = map[string]bool{"data": true, "hash": true, "created_at": tru
 
 // StoreItems yields every live memory of the collection, in mem0 id order.
 func (m *Mem0) StoreItems(ctx context.Context, fn func(StoreItem) error) error {
-	rows, err := m.chroma.QueryContext(ctx, `SELECT e.embedding_id, md.key, md.string_value, md.int_value, md.float_value, md.bool_value, md.arr
-		FROM embeddings e JOIN (
-			SELECT id, key, string_value, int_value, float_value, bool_value, 0 AS arr FROM embedding_metadata
-			UNION ALL SELECT id, key, string_value, int_value, float_value, bool_value, 1 FROM embedding_metadata_array) md ON md.id = e.id
-		WHERE e.segment_id = ? ORDER BY e.embedding_id, md.key, md.arr`, m.segment)
+	err := m.chroma.records(ctx, m.segment, func(r chromaRecord) error {
+		if m.deleted[r.ID] {
+			return nil // its history ends in DELETE: counted in leftOut
+		}
+		return fn(m.storeItem(r.ID, r.Meta))
+	})
 	if err != nil {
 		return fmt.Errorf("mem0: reading memories: %w", err)
 	}
-	defer rows.Close()
-	var (
-		cur     string
-		payload map[string]any
-	)
-	flush := func() error {
-		if cur == "" {
-			return nil
-		}
-		if m.deleted[cur] {
-			return nil // its history ends in DELETE: counted in leftOut
-		}
-		return fn(m.storeItem(cur, payload))
-	}
-	for rows.Next() {
-		var (
-			id, key string
-			s       sql.NullString
-			i       sql.NullInt64
-			f       sql.NullFloat64
-			b       sql.NullBool
-			arr     bool
-		)
-		if err := rows.Scan(&id, &key, &s, &i, &f, &b, &arr); err != nil {
-			return fmt.Errorf("mem0: reading memories: %w", err)
-		}
-		if id != cur {
-			if err := flush(); err != nil {
-				return err
-			}
-			cur, payload = id, map[string]any{}
-		}
-		var v any
-		switch {
-		case s.Valid:
-			v = s.String
-		case i.Valid:
-			v = i.Int64
-		case f.Valid && !math.IsNaN(f.Float64) && !math.IsInf(f.Float64, 0):
-			v = f.Float64
-		case b.Valid:
-			v = b.Bool
-		}
-		if arr {
-			l, _ := payload[key].([]any)
-			payload[key] = append(l, v)
-		} else {
-			payload[key] = v
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("mem0: reading memories: %w", err)
-	}
-	return flush()
+	return nil
 }
 
 // storeItem is one memory's payload as a store item (see Mem0).

@@ -38,13 +38,17 @@ const (
 	// ImportAutoGenState reads a JSON file AutoGen saved (Object): a team's or an
 	// agent's save_state(), or a ListMemory's dump_component().
 	ImportAutoGenState = "AutoGenState"
+	// ImportCrewAI reads CrewAI's (0.x to 1.9) long-term memory database (Object:
+	// long_term_memory_storage.db, or chroma.sqlite3 alone) and, optionally, the Chroma
+	// database of its short-term and entity memory beside it (ChromaObject).
+	ImportCrewAI = "CrewAI"
 )
 
 var importKinds = []string{ImportLangGraphPostgres, ImportLangGraphSQLite, ImportLangChainPostgresHistory, ImportLettaAgentFile, ImportMem0,
-	ImportLlamaIndexChatStore, ImportAutoGenState}
+	ImportLlamaIndexChatStore, ImportAutoGenState, ImportCrewAI}
 
 // fileKinds are the import kinds whose source is a file in object storage.
-var fileKinds = []string{ImportLangGraphSQLite, ImportLettaAgentFile, ImportMem0, ImportLlamaIndexChatStore, ImportAutoGenState}
+var fileKinds = []string{ImportLangGraphSQLite, ImportLettaAgentFile, ImportMem0, ImportLlamaIndexChatStore, ImportAutoGenState, ImportCrewAI}
 
 // ImportConfig makes a restore an import: instead of a package under Source.Prefix,
 // the worker converts a framework's data into a package in ImportDir and restores
@@ -56,8 +60,9 @@ type ImportConfig struct {
 	// Schema holds the LangGraph tables (LangGraphPostgres; "" for the search_path).
 	Schema string
 	// Object is the source file's key in Source.Bucket (LangGraphSQLite, LettaAgentFile,
-	// Mem0's chroma.sqlite3), and HistoryObject mem0's history.db beside it (optional).
-	Object, HistoryObject string
+	// Mem0's chroma.sqlite3), HistoryObject mem0's history.db beside it (optional), and
+	// ChromaObject CrewAI's chroma.sqlite3 beside its long-term database (optional).
+	Object, HistoryObject, ChromaObject string
 	// Collection is the Chroma collection mem0 keeps its memories in ("" for mem0's
 	// default).
 	Collection string
@@ -95,6 +100,7 @@ func (ic *ImportConfig) args() []string {
 	opt("--import-schema", ic.Schema)
 	opt("--import-object", ic.Object)
 	opt("--import-history-object", ic.HistoryObject)
+	opt("--import-chroma-object", ic.ChromaObject)
 	opt("--import-collection", ic.Collection)
 	opt("--import-table", ic.Table)
 	opt("--import-user-metadata-key", ic.UserMetadataKey)
@@ -177,9 +183,11 @@ func (ic *ImportConfig) check() error {
 		return errors.New("--import-kind LangChainPostgresHistory needs --import-table")
 	case ic.Kind == ImportMem0 && ic.Table != "":
 		return errors.New("--import-table is for LangChainPostgresHistory; mem0's memories are in a Chroma collection (--import-collection)")
-	case ic.Kind == ImportMem0:
-		// mem0 names each memory's user, agent or run itself: its scope comes from the
-		// store namespace rules, not from a thread's scope template.
+	case (ic.Kind == ImportMem0 || ic.Kind == ImportCrewAI) && ic.Table != "":
+		return fmt.Errorf("--import-table is not for %s", ic.Kind)
+	case ic.Kind == ImportMem0, ic.Kind == ImportCrewAI:
+		// mem0 names each memory's user, agent or run itself, CrewAI its agents: the
+		// scopes come from the source, not from a thread's scope template.
 	case ic.UserMetadataKey == "" && ic.UserPattern == "" && strings.Contains(ic.scopeTemplate(), "{user}") && ic.Kind == ImportLettaAgentFile:
 		return errors.New("a Letta agent file names agents, not users: set --import-scope-template='agent:{thread}' (each agent's memory in its own scope), or --import-user-pattern to read a user from the agent's name")
 	case ic.UserMetadataKey == "" && ic.UserPattern == "" && strings.Contains(ic.scopeTemplate(), "{user}"):

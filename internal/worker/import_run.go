@@ -85,9 +85,17 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.HistoryObject, err)
 		}
 	}
+	chromaPath := ""
+	if ic.ChromaObject != "" {
+		chromaPath = filepath.Join(work, "chroma.sqlite3")
+		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.ChromaObject, chromaPath, minio.GetObjectOptions{}); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.ChromaObject, err)
+		}
+	}
 	var converted *importer.Converted
 	name := strings.TrimSuffix(path.Base(ic.Object), ".json")
-	st, err := runImport(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath, HistoryPath: historyPath, Name: name}, nil, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
+	st, err := runImport(ctx, ic, ImportSource{PostgresURI: sec.ImportPostgresURI, FilePath: filePath, HistoryPath: historyPath, ChromaPath: chromaPath, Name: name}, nil, func(src snapshot.SourceInfo, produce importProducer) (importer.Stats, error) {
 		st, c, err := importer.Convert(ctx, importer.PackageOptions{Source: src, SpillDir: work}, produce)
 		converted = c
 		return st, err
@@ -141,6 +149,9 @@ type ImportSource struct {
 	FilePath       string
 	// HistoryPath is mem0's history.db (Mem0; optional).
 	HistoryPath string
+	// ChromaPath is CrewAI's chroma.sqlite3 beside the long-term database in FilePath
+	// (CrewAI; optional).
+	ChromaPath string
 	// Name names the source file's one thread (AutoGenState: the file's name without
 	// its extension, as it was in object storage; "" for FilePath's).
 	Name string
@@ -244,6 +255,12 @@ func openImportSource(ctx context.Context, ic *ImportConfig, in ImportSource) (i
 			return nil, "", nil, err
 		}
 		return src, "mem0", func() { _ = src.Close() }, nil
+	case ImportCrewAI:
+		src, err := importer.OpenCrewAI(ctx, in.FilePath, in.ChromaPath)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return src, "crewai", func() { _ = src.Close() }, nil
 	}
 	return nil, "", nil, fmt.Errorf("import kind %q is not supported", ic.Kind)
 }

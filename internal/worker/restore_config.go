@@ -269,9 +269,10 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&c.RestoreUID, "restore-uid", "", "UID of the MemoryRestore, recorded by the target with the package")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
 	finishImport := ImportFlags(fs)
-	var importObject, historyObject string
-	fs.StringVar(&importObject, "import-object", "", "object key of the import's source file in --source-bucket (LangGraphSQLite, LettaAgentFile, Mem0's chroma.sqlite3)")
+	var importObject, historyObject, chromaObject string
+	fs.StringVar(&importObject, "import-object", "", "object key of the import's source file in --source-bucket (LangGraphSQLite, LettaAgentFile, Mem0's chroma.sqlite3, CrewAI's long_term_memory_storage.db)")
 	fs.StringVar(&historyObject, "import-history-object", "", "object key of mem0's history.db in --source-bucket (Mem0)")
+	fs.StringVar(&chromaObject, "import-chroma-object", "", "object key of CrewAI's chroma.sqlite3 in --source-bucket (CrewAI)")
 	var roles embed.RolesFlags
 	roles.Register(fs, "")
 	if err := fs.Parse(args); err != nil {
@@ -285,7 +286,7 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 		return c, err
 	}
 	if c.Import != nil {
-		c.Import.Object, c.Import.HistoryObject = importObject, historyObject
+		c.Import.Object, c.Import.HistoryObject, c.Import.ChromaObject = importObject, historyObject, chromaObject
 		if c.Import.NeedsFile() && importObject == "" {
 			return c, fmt.Errorf("--import-kind %s needs --import-object", c.Import.Kind)
 		}

@@ -141,3 +141,35 @@ func GenerateAutoGen(t testing.TB, n int) AutoGenExpected {
 	exp.Dir = dir
 	return exp
 }
+
+// CrewAIExpected is what crewai itself holds after its crews ran (gen_crewai.py): the
+// long-term rows per task (LTMSQLiteStorage.load), and each Chroma collection's
+// records as chromadb's get() returns them.
+type CrewAIExpected struct {
+	// Dir is crewai's storage directory (long_term_memory_storage.db, chroma.sqlite3);
+	// a copy of this test's own.
+	Dir      string `json:"-"`
+	LongTerm map[string][]struct {
+		Metadata map[string]any `json:"metadata"`
+		Datetime string         `json:"datetime"`
+		Score    float64        `json:"score"`
+	} `json:"long_term"`
+	Collections map[string][]struct {
+		ID       string         `json:"id"`
+		Document string         `json:"document"`
+		Metadata map[string]any `json:"metadata"`
+	} `json:"collections"`
+}
+
+// GenerateCrewAI returns CrewAI memory written by the real crewai 1.9
+// (bin/frameworks-venv/crewai): crews crews with memory on, each kicked off runs times.
+func GenerateCrewAI(t testing.TB, crews, runs int) CrewAIExpected {
+	t.Helper()
+	dir, b := frameworkData(t, "crewai", "gen_crewai.py", "--crews", strconv.Itoa(crews), "--runs", strconv.Itoa(runs))
+	var exp CrewAIExpected
+	if err := json.Unmarshal(b, &exp); err != nil {
+		t.Fatalf("gen_crewai.py's expected.json: %v", err)
+	}
+	exp.Dir = dir
+	return exp
+}
