@@ -35,7 +35,7 @@ type frameworkBench struct {
 	what      string // what the data set is, for the report
 }
 
-func frameworkBenches(mem0Users, mem0PerUser, liUsers, liSessions, liTurns int) []frameworkBench {
+func frameworkBenches(mem0Users, mem0PerUser, liUsers, liSessions, liTurns, crewAICrews, crewAITasks int) []frameworkBench {
 	return []frameworkBench{
 		{name: "Mem0", venv: "mem0", script: "gen_mem0.py",
 			genArgs: []string{"--users", strconv.Itoa(mem0Users), "--memories-per-user", strconv.Itoa(mem0PerUser), "--no-truth"},
@@ -52,6 +52,14 @@ func frameworkBenches(mem0Users, mem0PerUser, liUsers, liSessions, liTurns int) 
 				return []string{"--import-object=" + o[0], `--import-user-pattern=^u-(?P<user>[^:]+):`}
 			},
 			what: fmt.Sprintf("LlamaIndex SQLiteChatStore, %d users x %d sessions x %d turns", liUsers, liSessions, liTurns)},
+		{name: "CrewAI", venv: "crewai", script: "gen_crewai.py",
+			genArgs: []string{"--bulk-crews", strconv.Itoa(crewAICrews), "--bulk-tasks", strconv.Itoa(crewAITasks)},
+			files:   []string{"long_term_memory_storage.db", "chroma.sqlite3"},
+			importArg: func(o []string) []string {
+				return []string{"--import-object=" + o[0], "--import-chroma-object=" + o[1]}
+			},
+			what: fmt.Sprintf("CrewAI (long-term SQLite + Chroma), %d crews x %d tasks (a long-term row, a short-term record and an entity each)",
+				crewAICrews, crewAITasks)},
 	}
 }
 

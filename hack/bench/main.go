@@ -91,12 +91,14 @@ func main() {
 	soakDuration := flag.Duration("soak-duration", 4*time.Minute, "soak: how long the clients run on each engine (make soak)")
 	soakEngine := flag.String("soak-engine", "Milvus", "soak: the vector engines to soak, one after the other (Milvus, PGVector, or both comma-separated)")
 	importDims := flag.String("import-dims", "8,256", "import: target vector dimensions to run it at (the hashing embedder's cost and the vectors written grow with it)")
-	importSources := flag.String("import-sources", "LangGraphPostgres,Mem0,LlamaIndexChatStore", "import: the sources to import (LangGraphPostgres, Mem0, LlamaIndexChatStore)")
+	importSources := flag.String("import-sources", "LangGraphPostgres,Mem0,LlamaIndexChatStore,CrewAI", "import: the sources to import (LangGraphPostgres, Mem0, LlamaIndexChatStore, CrewAI)")
 	mem0Users := flag.Int("import-mem0-users", 1000, "import: mem0 users to generate")
 	mem0PerUser := flag.Int("import-mem0-memories", 100, "import: mem0 memories per user")
 	liUsers := flag.Int("import-llamaindex-users", 1000, "import: LlamaIndex chat store users")
 	liSessions := flag.Int("import-llamaindex-sessions", 4, "import: LlamaIndex sessions per user")
 	liTurns := flag.Int("import-llamaindex-turns", 7, "import: LlamaIndex user turns per session (about 3.5 messages each)")
+	crewAICrews := flag.Int("import-crewai-crews", 100, "import: CrewAI crews (one agent each) to generate")
+	crewAITasks := flag.Int("import-crewai-tasks", 330, "import: CrewAI tasks per crew (three records each)")
 	var rec recallOptions
 	flag.Uint64Var(&rec.seed, "recall-seed", 0, "recall: the corpus's seed")
 	flag.IntVar(&rec.scale, "recall-scale", 1, "recall: multiplies the corpus's sessions per speaker (1: about 100 memories a scope, 300 questions)")
@@ -153,7 +155,7 @@ func main() {
 		}
 	}
 	imp := importOptions{dsn: *importDSN, users: *importUsers, threads: *importThreads, sources: splitFlag(*importSources)}
-	for _, b := range frameworkBenches(*mem0Users, *mem0PerUser, *liUsers, *liSessions, *liTurns) {
+	for _, b := range frameworkBenches(*mem0Users, *mem0PerUser, *liUsers, *liSessions, *liTurns, *crewAICrews, *crewAITasks) {
 		if slices.Contains(imp.sources, b.name) {
 			imp.frameworks = append(imp.frameworks, b)
 		}

@@ -42,6 +42,11 @@ def main() -> int:
     ap.add_argument("--crews", type=int, default=4)
     ap.add_argument("--runs", type=int, default=2, help="kickoffs per crew")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--bulk-crews", type=int, default=0,
+                    help="benchmark data instead: this many one-agent crews whose memories crewai's own memory classes "
+                         "save directly (no kickoff), --bulk-tasks tasks each: a long-term row, a short-term record and an entity")
+    ap.add_argument("--bulk-tasks", type=int, default=100)
+    ap.add_argument("--no-truth", action="store_true", help="leave the records out of expected.json (large runs)")
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -96,6 +101,31 @@ def main() -> int:
 
     rng = random.Random(args.seed)
     t0 = time.monotonic()
+    if args.bulk_crews:
+        from crewai.memory.entity.entity_memory_item import EntityMemoryItem  # noqa: E402
+        from crewai.memory.long_term.long_term_memory_item import LongTermMemoryItem  # noqa: E402
+
+        for ci in range(args.bulk_crews):
+            a = Agent(role=f"Planner {ci}", goal="plan trips", backstory="a careful planner", llm=ScriptedLLM(model="scripted"), verbose=False)
+            crew = Crew(agents=[a], tasks=[Task(description="plan", expected_output="a plan", agent=a)], memory=True, verbose=False,
+                        embedder={"provider": "custom", "config": {"embedding_callable": HashEmbedding}})
+            for ti in range(args.bulk_tasks):
+                city = rng.choice(["Lisbon", "Porto", "Berlin", "北京", "上海"])
+                desc = f"Plan day {ti} in {city} for customer {ci * args.bulk_tasks + ti}"
+                crew._long_term_memory.save(LongTermMemoryItem(agent=a.role, task=desc, expected_output="an itinerary",
+                                                               datetime=str(time.time()), quality=7.5,
+                                                               metadata={"suggestions": [f"check the weather in {city}"], "quality": 7.5}))
+                crew._short_term_memory.save(value=f"Take the {8 + ti % 4}:00 train to {city}; lunch near the river ({ti}).",
+                                             metadata={"observation": desc})
+                crew._entity_memory.save(EntityMemoryItem(name=f"customer {ci * args.bulk_tasks + ti}", type="person",
+                                                          description=f"travels to {city}", relationships="- books trips"))
+        expected = {"seed": args.seed, "bulk": {"crews": args.bulk_crews, "tasks": args.bulk_tasks},
+                    "timings_s": {"total": round(time.monotonic() - t0, 3)}}
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as f:
+                json.dump(expected, f)
+        print(json.dumps(expected), file=sys.stderr)
+        return 0
     crews = [
         {"roles": ["Travel Planner"], "city": "Lisbon"},
         {"roles": ["旅行规划师"], "city": "上海"},
