@@ -3,6 +3,7 @@ package importers
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -172,4 +173,23 @@ func GenerateCrewAI(t testing.TB, crews, runs int) CrewAIExpected {
 	}
 	exp.Dir = dir
 	return exp
+}
+
+// GenerateSeed000 writes memories (user -> texts, in order) into venv's framework the
+// way its users keep them (gen_seed000.py: mem0, llamaindex, autogen or crewai), and
+// returns the directory of this test's own copy.
+func GenerateSeed000(t testing.TB, venv string, memories map[string][]string) string {
+	t.Helper()
+	b, err := json.Marshal(memories)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Named by its content, so that the data is generated once per binary and set.
+	file := filepath.Join(os.TempDir(), fmt.Sprintf("seed000-%d-%s-%x.json", os.Getpid(), venv, sha256.Sum256(b)))
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(file) })
+	dir, _ := frameworkData(t, venv, "gen_seed000.py", "--framework", venv, "--memories", file)
+	return dir
 }
