@@ -609,9 +609,50 @@ func (e *env) searchEngine(ctx context.Context, o enginesOptions, st *engStore, 
 		fmt.Printf("search, scope of %d: failed: %v\n", o.items, err)
 	} else {
 		fmt.Printf("search, scope of %d: p50 %s p99 %s recall@10 %.3f (%d queries)\n", o.items, res.big.p50, res.big.p99, res.big.recall, res.big.n)
+		// The engine alone, in this process, as the gateway asks it: where a search's
+		// time goes, the engine or the rest of the gateway.
+		if alone, err := e.engineAlone(ctx, st, syn, bigQ); err != nil {
+			fmt.Printf("  the engine alone: %v\n", err)
+		} else {
+			fmt.Printf("  the engine alone (vector.Index.Search, K %d, in process): p50 %s p99 %s\n", engDenseDepth, alone.p50, alone.p99)
+		}
 	}
 	res.gatewayRSSMiB = float64(gw.hwmKB()) / 1024
 	return nil
+}
+
+// engDenseDepth is what the gateway asks the engine for, for top_k 10
+// (service.channelDepth).
+const engDenseDepth = 64
+
+// engineAlone opens st's vector index as the gateway does (the store's own login)
+// and times its searches of qs, one after another, after a warm-up.
+func (e *env) engineAlone(ctx context.Context, st *engStore, syn *engSynthetic, qs []engQuery) (engSearch, error) {
+	pool, err := pgxpool.New(ctx, st.agentURI)
+	if err != nil {
+		return engSearch{}, err
+	}
+	defer pool.Close()
+	ix, closeIx, err := st.vectors.Open(ctx, pool, st.names.Schema, vector.Spec{Dimension: engDim, Metric: vector.Cosine}, st.milvusLogin)
+	if err != nil {
+		return engSearch{}, err
+	}
+	defer closeIx()
+	lat := make([]time.Duration, 0, len(qs))
+	for i, q := range qs {
+		t0 := time.Now()
+		if _, err := ix.Search(ctx, vector.Query{Scope: q.scope, Vector: syn.queryVector(q.qi), K: engDenseDepth}); err != nil {
+			return engSearch{}, err
+		}
+		if i >= 20 { // the first ones warm the connections and statements
+			lat = append(lat, time.Since(t0))
+		}
+	}
+	if len(lat) == 0 {
+		return engSearch{}, fmt.Errorf("too few queries")
+	}
+	slices.Sort(lat)
+	return engSearch{p50: lat[len(lat)/2].Round(10 * time.Microsecond), p99: lat[len(lat)*99/100].Round(10 * time.Microsecond), n: len(lat)}, nil
 }
 
 // memCols are the memories' columns the reference copies (as benchRestore's).

@@ -45,12 +45,12 @@ import (
 // crewai 1.10 and later keep one "unified" memory in LanceDB (memory/memories.lance),
 // which the importer does not read; such a directory is refused naming the version.
 type CrewAI struct {
-	ltm      *sql.DB
-	ltmPath  string
-	chroma   *chromaDB
-	tasks    map[string]string // task description -> the agent role of its latest long-term row
-	left     []LeftOut
-	problems []string
+	ltm     *sql.DB
+	ltmPath string
+	chroma  *chromaDB
+	tasks   map[string]string // task description -> the agent role of its latest long-term row
+	left    []LeftOut
+	problem string // the first row that could not be read
 }
 
 // CrewAI's file names in its storage directory.
@@ -161,7 +161,6 @@ func (c *CrewAI) Threads(context.Context, func(Thread) error) error { return nil
 // crewAILongTerm is one long_term_memories row.
 type crewAILongTerm struct {
 	task    string
-	meta    map[string]any
 	at      time.Time
 	score   sql.NullFloat64
 	agent   string
@@ -213,33 +212,58 @@ func (c *CrewAI) StoreItems(ctx context.Context, fn func(StoreItem) error) error
 }
 
 // longTerm groups the long-term rows by agent and task, the latest row the memory and
-// the earlier ones its history.
+// the earlier ones its history. SQLite sorts the rows by group, so that one group at a
+// time is in memory however many rows the table holds.
 func (c *CrewAI) longTerm(ctx context.Context, fn func(StoreItem) error) error {
-	rows, err := c.ltm.QueryContext(ctx, `SELECT id, coalesce(task_description, ''), coalesce(metadata, ''), coalesce(CAST(datetime AS TEXT), ''), score
-		FROM long_term_memories ORDER BY id`)
+	rows, err := c.ltm.QueryContext(ctx, `SELECT id, coalesce(task_description, ''), coalesce(metadata, ''), coalesce(CAST(datetime AS TEXT), ''), score,
+		CASE WHEN json_valid(metadata) AND json_type(metadata, '$.agent') = 'text' THEN json_extract(metadata, '$.agent') ELSE '' END AS agent
+		FROM long_term_memories ORDER BY agent, coalesce(task_description, ''), id`)
 	if err != nil {
 		return fmt.Errorf("crewai: reading %s: %w", c.ltmPath, err)
 	}
 	defer rows.Close()
-	groups := map[[2]string][]crewAILongTerm{}
+	var group []crewAILongTerm
+	emit := func() error {
+		if len(group) == 0 {
+			return nil
+		}
+		g := group
+		group = group[:0]
+		slices.SortStableFunc(g, func(a, b crewAILongTerm) int { return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.rowID, b.rowID)) })
+		last := g[len(g)-1]
+		si := StoreItem{Scope: "agent:" + crewAIScopeID(crewAISanitizeRole(last.agent)), Type: memory.Procedural, Key: "task:" + shortHash(last.task),
+			Value: last.content, CreatedAt: g[0].at, UpdatedAt: last.at, Namespace: []string{"crewai", "long_term"}}
+		for i, r := range g[:len(g)-1] {
+			si.History = append(si.History, memory.Revision{Content: r.content, Source: "crewai", BaseScore: 0.5,
+				UpdatedAt: r.at, SupersededAt: g[i+1].at})
+		}
+		return fn(si)
+	}
 	for rows.Next() {
 		var (
-			r             crewAILongTerm
-			meta, dateStr string
+			r                    crewAILongTerm
+			metaText, dateString string
+			meta                 map[string]any
 		)
-		if err := rows.Scan(&r.rowID, &r.task, &meta, &dateStr, &r.score); err != nil {
+		if err := rows.Scan(&r.rowID, &r.task, &metaText, &dateString, &r.score, &r.agent); err != nil {
 			return fmt.Errorf("crewai: reading %s: %w", c.ltmPath, err)
 		}
-		if err := json.Unmarshal([]byte(meta), &r.meta); err != nil || r.meta == nil {
-			c.problems = append(c.problems, fmt.Sprintf("long-term row %d: metadata is not a JSON object", r.rowID))
+		if err := json.Unmarshal([]byte(metaText), &meta); err != nil || meta == nil {
+			if c.problem == "" {
+				c.problem = fmt.Sprintf("long-term row %d: metadata is not a JSON object", r.rowID)
+			}
 			c.countLeftOut("crewai long-term rows whose metadata is not a JSON object")
 			continue
 		}
-		r.agent, _ = r.meta["agent"].(string)
-		r.at = crewAITime(dateStr)
+		if len(group) > 0 && (group[0].agent != r.agent || group[0].task != r.task) {
+			if err := emit(); err != nil {
+				return err
+			}
+		}
+		r.at = crewAITime(dateString)
 		content := map[string]any{"task": r.task, "agent": r.agent, "crewai_row": r.rowID}
 		for _, k := range []string{"suggestions", "quality", "expected_output"} {
-			if v, ok := r.meta[k]; ok {
+			if v, ok := meta[k]; ok {
 				content[k] = v
 			}
 		}
@@ -249,34 +273,13 @@ func (c *CrewAI) longTerm(ctx context.Context, fn func(StoreItem) error) error {
 		if r.content, err = json.Marshal(content); err != nil {
 			return fmt.Errorf("crewai: long-term row %d: %w", r.rowID, err)
 		}
-		k := [2]string{r.agent, r.task}
-		groups[k] = append(groups[k], r)
+		group = append(group, r)
 		c.tasks[r.task] = r.agent
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("crewai: reading %s: %w", c.ltmPath, err)
 	}
-	for _, k := range slices.SortedFunc(func(yield func([2]string) bool) {
-		for k := range groups {
-			if !yield(k) {
-				return
-			}
-		}
-	}, func(a, b [2]string) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) }) {
-		g := groups[k]
-		slices.SortStableFunc(g, func(a, b crewAILongTerm) int { return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.rowID, b.rowID)) })
-		last := g[len(g)-1]
-		si := StoreItem{Scope: "agent:" + crewAIScopeID(crewAISanitizeRole(k[0])), Type: memory.Procedural, Key: "task:" + shortHash(k[1]),
-			Value: last.content, CreatedAt: g[0].at, UpdatedAt: last.at, Namespace: []string{"crewai", "long_term"}}
-		for i, r := range g[:len(g)-1] {
-			si.History = append(si.History, memory.Revision{Content: r.content, Source: "crewai", BaseScore: 0.5,
-				UpdatedAt: r.at, SupersededAt: g[i+1].at})
-		}
-		if err := fn(si); err != nil {
-			return err
-		}
-	}
-	return nil
+	return emit()
 }
 
 // crewAITime reads long_term_memories.datetime: str(time.time()), a Unix time.
@@ -509,9 +512,5 @@ func (c *CrewAI) countLeftOut(what string) {
 
 // leftOut counts what the files hold that is not memory (leftOutReporter).
 func (c *CrewAI) leftOut() ([]LeftOut, string) {
-	p := ""
-	if len(c.problems) > 0 {
-		p = c.problems[0]
-	}
-	return c.left, p
+	return c.left, c.problem
 }

