@@ -114,12 +114,14 @@ func main() {
 	flag.IntVar(&eng.clusters, "engines-clusters", 0, "engines: cluster centres of the synthetic vectors (0: items/250, 64 to 4000)")
 	flag.Uint64Var(&eng.seed, "engines-seed", 1, "engines: the data's seed")
 	flag.StringVar(&eng.indexMemory, "engines-index-memory", "2GB", "engines: maintenance_work_mem of the HNSW builds (restore and reference)")
+	engReference := flag.Bool("engines-reference", true, "engines: also load the reference (false: a search-only run, no restore ratio)")
 	engList := flag.String("engines", "Postgres,PGVector,Milvus", "engines: the engines to measure")
 	pgSizes := flag.String("engines-pg-sizes", "1000,10000,100000", "engines: further scope sizes searched on the Postgres engine (below -engines-items)")
 	hnswEfc := flag.String("hnsw-efc", "64,128,200", "hnsw: the ef_construction values to build the index with, on the engines data")
 	hnswEf := flag.String("hnsw-ef", "100,200,400", "hnsw: the ef_search values to search each index at")
 	flag.IntVar(&eng.hnsw.m, "hnsw-m", 16, "hnsw: the index's m")
 	flag.Parse()
+	eng.noReference = !*engReference
 	for _, list := range []struct {
 		flag, value string
 		into        *[]int

@@ -87,6 +87,13 @@ func OpenCrewAI(ctx context.Context, path, chromaPath string) (*CrewAI, error) {
 		ltmPath = path
 	}
 	c := &CrewAI{tasks: map[string]string{}}
+	if st.IsDir() {
+		// A directory crewai 1.10+ also wrote to (an upgrade keeps the old files): what
+		// its LanceDB holds is not read, and says so.
+		if lance := findLance(path); lance != "" {
+			c.left = append(c.left, LeftOut{What: "crewai 1.10+ LanceDB memory tables (" + filepath.Base(lance) + "), not read", Count: 1})
+		}
+	}
 	if ltmPath != "" {
 		if c.ltm, err = openSQLiteRO(ltmPath); err != nil {
 			return nil, fmt.Errorf("crewai: %w", err)

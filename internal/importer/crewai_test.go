@@ -3,6 +3,7 @@ package importer
 import (
 	"context"
 	"database/sql"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,9 +14,14 @@ import (
 // TestCrewAILongTermRows: the rows of one agent and task fold into one procedural
 // memory (the latest its content, the earlier its history, whatever order the ids
 // say), a row whose metadata is not JSON is counted and named, never fatal, and a
-// Unicode role with spaces and '/' makes a valid scope.
+// Unicode role with spaces and '/' makes a valid scope. The directory also holds a
+// LanceDB table of an upgraded crewai: counted as not read.
 func TestCrewAILongTermRows(t *testing.T) {
-	path := filepath.Join(t.TempDir(), CrewAILongTermFile)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "memory", "memories.lance"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, CrewAILongTermFile)
 	db, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +42,7 @@ func TestCrewAILongTermRows(t *testing.T) {
 	}
 	_ = db.Close()
 	ctx := context.Background()
-	src, err := OpenCrewAI(ctx, path, "")
+	src, err := OpenCrewAI(ctx, dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +73,8 @@ func TestCrewAILongTermRows(t *testing.T) {
 	if string(planner.History[0].Content) != `{"agent":"Travel Planner","crewai_row":2,"quality":5,"score":5,"suggestions":["first"],"task":"plan the trip"}` {
 		t.Fatalf("oldest revision %s", planner.History[0].Content)
 	}
-	if len(st.LeftOut) != 1 || st.LeftOut[0].Count != 1 || st.FirstProblem != "long-term row 5: metadata is not a JSON object" {
+	if len(st.LeftOut) != 2 || st.LeftOut[0].What != "crewai 1.10+ LanceDB memory tables (memories.lance), not read" ||
+		st.LeftOut[1].Count != 1 || st.FirstProblem != "long-term row 5: metadata is not a JSON object" {
 		t.Fatalf("left out %+v, problem %q", st.LeftOut, st.FirstProblem)
 	}
 }

@@ -221,3 +221,11 @@ type pathCounts struct {
 	// raised counts the HNSW walks redone with a larger ef_search.
 	raised atomic.Int64
 }
+
+// SearchPaths counts this index's searches by the path that answered them: exact
+// (a scope at or below ExactBelow), ann (one HNSW walk), fallback (the walks found
+// too few and the search ran exactly), and raised, the HNSW walks redone with a
+// larger ef_search.
+func (ix *Index) SearchPaths() (exact, ann, fallback, raised int64) {
+	return ix.paths.exact.Load(), ix.paths.ann.Load(), ix.paths.fallback.Load(), ix.paths.raised.Load()
+}
