@@ -243,3 +243,67 @@ func TestStaleSizesNeverShort(t *testing.T) {
 		t.Fatalf("scope shrunk under a cached size: %d hits, want 5", len(got))
 	}
 }
+
+// TestSearchPlannedPerScope: an HNSW search walks the index even on a connection
+// whose plan cache would run the statement's generic plan, which cannot know that
+// the scope is most of the table (here: one scope of 3000 among 300 of 10, where the
+// generic plan sorts the scope's rows found through the scope index). The connection
+// is made to prefer generic plans (plan_cache_mode), and the index's use is read from
+// PostgreSQL's statistics on the same connection.
+func TestSearchPlannedPerScope(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	spec := vector.Spec{Dimension: 16, Metric: vector.Cosine}
+	p := pgvector.Params{ExactBelow: 100, EfSearch: 40}
+	schema := e.newSchema(t, spec, p)
+	cfg, err := pgxpool.ParseConfig(testutil.PGVectorDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = e.role, e.pw
+	cfg.ConnConfig.RuntimeParams["search_path"] = `"$user"`
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	cfg.MaxConns = 1 // the statistics are read on the connection that searched
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ix := pgvector.New(pool, schema, spec, p)
+	rng := rand.New(rand.NewPCG(3, 4))
+	entries := fill(rng, spec.Dimension, "user:big", 3000, semantic)
+	for i := range 300 {
+		entries = append(entries, fill(rng, spec.Dimension, fmt.Sprintf("user:s%03d", i), 10, semantic)...)
+	}
+	if err := ix.Upsert(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.Exec(ctx, `ANALYZE `+pgx.Identifier{schema, "embeddings"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	indexScans := func() int64 {
+		t.Helper()
+		// Flush this connection's pending statistics with the next statement's end.
+		if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes
+			WHERE schemaname = $1 AND indexrelname = 'embeddings_hnsw_idx'`, schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := indexScans()
+	const searches = 8 // more than the five custom plans a prepared statement starts with
+	for range searches {
+		hits, err := ix.Search(ctx, vector.Query{Scope: "user:big", Vector: randomVector(rng, spec.Dimension), K: 10})
+		if err != nil || len(hits) != 10 {
+			t.Fatalf("%d hits, %v", len(hits), err)
+		}
+	}
+	_, ann, _ := pgvector.Paths(ix)
+	if got := indexScans() - before; ann != searches || got < searches {
+		t.Fatalf("%d searches by the HNSW path, %d scans of the HNSW index; want %d of each (a generic plan sorted the scope instead)", ann, got, searches)
+	}
+}
