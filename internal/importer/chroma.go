@@ -123,70 +123,146 @@ func (r chromaRecord) document() string {
 	return s
 }
 
-// records calls fn for every record of a metadata segment, in id order.
+// records calls fn for every record of a metadata segment, in id order. The rows are
+// read in the order of the embeddings' (segment_id, embedding_id) index, each
+// record's metadata through its (id, key) key: no sort, however many records.
+// List-valued metadata (Chroma 1.5+, rare) is read first, by record.
 func (c *chromaDB) records(ctx context.Context, segment string, fn func(chromaRecord) error) error {
-	arrays := ""
+	arrays := map[int64]map[string][]any{}
 	if c.arrays {
-		arrays = ` UNION ALL SELECT id, key, string_value, int_value, float_value, bool_value, 1 FROM embedding_metadata_array`
+		rows, err := c.db.QueryContext(ctx, `SELECT a.id, a.key, a.string_value, a.int_value, a.float_value, a.bool_value
+			FROM embedding_metadata_array a JOIN embeddings e ON e.id = a.id WHERE e.segment_id = ? ORDER BY a.id, a.key, a.rowid`, segment)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", c.path, err)
+		}
+		for rows.Next() {
+			var (
+				id  int64
+				key string
+				v   chromaValue
+			)
+			if err := rows.Scan(&id, &key, &v.s, &v.i, &v.f, &v.b); err != nil {
+				rows.Close()
+				return fmt.Errorf("reading %s: %w", c.path, err)
+			}
+			if arrays[id] == nil {
+				arrays[id] = map[string][]any{}
+			}
+			arrays[id][key] = append(arrays[id][key], v.value())
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("reading %s: %w", c.path, err)
+		}
 	}
+	// SQLite is read on a goroutine of its own, a batch of records at a time, while
+	// the caller converts the previous ones: reading is most of an import's work.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan []chromaRecord, 4)
+	var readErr error
+	go func() {
+		defer close(batches)
+		readErr = c.scan(ctx, segment, arrays, func(b []chromaRecord) bool {
+			select {
+			case batches <- b:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+	}()
+	for b := range batches {
+		for _, r := range b {
+			if err := fn(r); err != nil {
+				cancel()
+				for range batches { // let the reader see the cancellation and stop
+				}
+				return err
+			}
+		}
+	}
+	return readErr
+}
+
+// chromaBatch is how many records the reader hands over at a time.
+const chromaBatch = 256
+
+// scan reads the segment's records in embedding_id order and hands them to emit in
+// batches, until emit says stop.
+func (c *chromaDB) scan(ctx context.Context, segment string, arrays map[int64]map[string][]any, emit func([]chromaRecord) bool) error {
 	rows, err := c.db.QueryContext(ctx, `SELECT e.embedding_id, e.id, coalesce(CAST(e.created_at AS TEXT), ''), md.key, md.string_value,
-		md.int_value, md.float_value, md.bool_value, md.arr
-		FROM embeddings e JOIN (
-			SELECT id, key, string_value, int_value, float_value, bool_value, 0 AS arr FROM embedding_metadata`+arrays+`) md ON md.id = e.id
-		WHERE e.segment_id = ? ORDER BY e.embedding_id, md.key, md.arr`, segment)
+		md.int_value, md.float_value, md.bool_value
+		FROM embeddings e JOIN embedding_metadata md ON md.id = e.id
+		WHERE e.segment_id = ? ORDER BY e.embedding_id, md.key`, segment)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", c.path, err)
 	}
 	defer rows.Close()
+	batch := make([]chromaRecord, 0, chromaBatch)
 	var cur chromaRecord
-	flush := func() error {
+	flush := func() bool {
 		if cur.ID == "" {
-			return nil
+			return true
 		}
-		return fn(cur)
+		for k, l := range arrays[cur.Row] {
+			cur.Meta[k] = l
+		}
+		batch = append(batch, cur)
+		if len(batch) < chromaBatch {
+			return true
+		}
+		ok := emit(batch)
+		batch = make([]chromaRecord, 0, chromaBatch)
+		return ok
 	}
 	for rows.Next() {
 		var (
 			id, created, key string
 			row              int64
-			s                sql.NullString
-			i                sql.NullInt64
-			f                sql.NullFloat64
-			b                sql.NullBool
-			arr              bool
+			v                chromaValue
 		)
-		if err := rows.Scan(&id, &row, &created, &key, &s, &i, &f, &b, &arr); err != nil {
+		if err := rows.Scan(&id, &row, &created, &key, &v.s, &v.i, &v.f, &v.b); err != nil {
 			return fmt.Errorf("reading %s: %w", c.path, err)
 		}
 		if id != cur.ID {
-			if err := flush(); err != nil {
-				return err
+			if !flush() {
+				return ctx.Err()
 			}
 			cur = chromaRecord{ID: id, Row: row, Meta: map[string]any{}}
 			cur.CreatedAt, _ = time.Parse(time.DateTime, created) // SQLite's CURRENT_TIMESTAMP: UTC
 		}
-		var v any
-		switch {
-		case s.Valid:
-			v = s.String
-		case i.Valid:
-			v = i.Int64
-		case f.Valid && !math.IsNaN(f.Float64) && !math.IsInf(f.Float64, 0):
-			v = f.Float64
-		case b.Valid:
-			v = b.Bool
-		}
-		if arr {
-			l, _ := cur.Meta[key].([]any)
-			cur.Meta[key] = append(l, v)
-		} else {
-			cur.Meta[key] = v
-		}
+		cur.Meta[key] = v.value()
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("reading %s: %w", c.path, err)
 	}
-	return flush()
+	if !flush() || len(batch) > 0 && !emit(batch) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// chromaValue is one metadata value as Chroma stores it: one column set, by type.
+type chromaValue struct {
+	s sql.NullString
+	i sql.NullInt64
+	f sql.NullFloat64
+	b sql.NullBool
+}
+
+func (v chromaValue) value() any {
+	switch {
+	case v.s.Valid:
+		return v.s.String
+	case v.i.Valid:
+		return v.i.Int64
+	case v.f.Valid && !math.IsNaN(v.f.Float64) && !math.IsInf(v.f.Float64, 0):
+		return v.f.Float64
+	case v.b.Valid:
+		return v.b.Bool
+	}
+	return nil
 }
 
 // count is the number of records of a metadata segment.

@@ -34,8 +34,20 @@ import (
 // block is the message's content as a string, otherwise the blocks are kept as a list
 // of content blocks, text as {"type": "text", "text"}).
 type LlamaIndexChatStore struct {
-	threads []Thread
-	kind    string // the store's class, for Source
+	threads []Thread // a SimpleChatStore's, read whole with its file
+	kind    string   // the store's class, for Source
+	// A SQLite store is read as Threads walks it, one key at a time: its size is not
+	// bounded by memory.
+	db           *sql.DB
+	query, table string
+}
+
+// Close closes a SQLite store's database.
+func (l *LlamaIndexChatStore) Close() error {
+	if l.db == nil {
+		return nil
+	}
+	return l.db.Close()
 }
 
 // maxChatStoreJSON bounds a SimpleChatStore file read into memory.
@@ -98,7 +110,12 @@ func openLlamaIndexSQLite(ctx context.Context, path, table string) (*LlamaIndexC
 	if err != nil {
 		return nil, fmt.Errorf("llamaindex: %w", err)
 	}
-	defer func() { _ = db.Close() }()
+	keep := false // the store keeps the database open once it is found readable
+	defer func() {
+		if !keep {
+			_ = db.Close()
+		}
+	}()
 	cols := map[string]map[string]bool{}
 	rows, err := db.QueryContext(ctx, `SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p WHERE m.type = 'table'`)
 	if err != nil {
@@ -139,23 +156,33 @@ func openLlamaIndexSQLite(ctx context.Context, path, table string) (*LlamaIndexC
 	default:
 		return nil, fmt.Errorf("llamaindex: %s: table %q is neither a SQLiteChatStore's (key, value) nor a Memory's (key, timestamp, status, data)", path, table)
 	}
-	rows, err = db.QueryContext(ctx, query)
+	keep = true
+	return &LlamaIndexChatStore{kind: kind, db: db, query: query, table: table}, nil
+}
+
+// sqliteThreads reads the store's rows in (key, id) order and hands each key's
+// conversation to fn as soon as its last row is read.
+func (l *LlamaIndexChatStore) sqliteThreads(ctx context.Context, fn func(Thread) error) error {
+	rows, err := l.db.QueryContext(ctx, l.query)
 	if err != nil {
-		return nil, fmt.Errorf("llamaindex: reading %s: %w", table, err)
+		return fmt.Errorf("llamaindex: reading %s: %w", l.table, err)
 	}
 	defer rows.Close()
-	l := &LlamaIndexChatStore{kind: kind}
 	var cur *Thread
 	for rows.Next() {
 		var key string
 		var raw []byte
 		var ts sql.NullInt64
 		if err := rows.Scan(&key, &raw, &ts); err != nil {
-			return nil, fmt.Errorf("llamaindex: reading %s: %w", table, err)
+			return fmt.Errorf("llamaindex: reading %s: %w", l.table, err)
 		}
 		if cur == nil || cur.ID != key {
-			l.threads = append(l.threads, Thread{ID: key})
-			cur = &l.threads[len(l.threads)-1]
+			if cur != nil {
+				if err := fn(*cur); err != nil {
+					return err
+				}
+			}
+			cur = &Thread{ID: key}
 		}
 		if cur.Unsupported != nil {
 			continue
@@ -172,9 +199,12 @@ func openLlamaIndexSQLite(ctx context.Context, path, table string) (*LlamaIndexC
 		cur.add(m, at)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("llamaindex: reading %s: %w", table, err)
+		return fmt.Errorf("llamaindex: reading %s: %w", l.table, err)
 	}
-	return l, nil
+	if cur != nil {
+		return fn(*cur)
+	}
+	return nil
 }
 
 func quoteSQLite(name string) string {
@@ -239,7 +269,10 @@ func llamaMessage(raw []byte) (map[string]any, error) {
 func (l *LlamaIndexChatStore) Source() string { return l.kind }
 
 // Threads yields every key's conversation, in key order.
-func (l *LlamaIndexChatStore) Threads(_ context.Context, fn func(Thread) error) error {
+func (l *LlamaIndexChatStore) Threads(ctx context.Context, fn func(Thread) error) error {
+	if l.db != nil {
+		return l.sqliteThreads(ctx, fn)
+	}
 	for _, t := range l.threads {
 		if err := fn(t); err != nil {
 			return err

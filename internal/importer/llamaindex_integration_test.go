@@ -25,6 +25,7 @@ func TestLlamaIndexMatchesLlamaIndex(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer src.Close()
 			got := map[string]Thread{}
 			if err := src.Threads(ctx, func(th Thread) error { got[th.ID] = th; return nil }); err != nil {
 				t.Fatal(err)

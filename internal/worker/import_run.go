@@ -242,7 +242,7 @@ func openImportSource(ctx context.Context, ic *ImportConfig, in ImportSource) (i
 		if err != nil {
 			return nil, "", nil, err
 		}
-		return src, src.Source(), func() {}, nil
+		return src, src.Source(), func() { _ = src.Close() }, nil
 	case ImportAutoGenState:
 		src, err := importer.OpenAutoGenState(in.FilePath, in.Name)
 		if err != nil {

@@ -98,6 +98,8 @@ def main() -> int:
             meta = {"category": CATEGORIES[k % 5]}
             if rng.random() < 0.3:
                 meta["confidence"] = round(rng.uniform(0.5, 1.0), 2)
+            if rng.random() < 0.2:
+                meta["tags"] = rng.sample(["vip", "eu", "mobile", "beta"], 2)  # Chroma keeps lists apart
             res = m.add(msgs, metadata=meta, infer=False, **kw)
             added += [x["id"] for x in res["results"]]
     # Memories of an agent alone, and of a run alone.
