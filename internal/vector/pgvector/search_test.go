@@ -154,16 +154,7 @@ func TestEfSearchFollowsK(t *testing.T) {
 	spec := vector.Spec{Dimension: 8, Metric: vector.L2}
 	p := pgvector.Params{ExactBelow: 50, EfSearch: 40}
 	schema := e.newSchema(t, spec, p)
-	cfg, err := pgxpool.ParseConfig(testutil.PGVectorDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User, cfg.ConnConfig.Password, cfg.MaxConns = e.role, e.pw, 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := e.roleConnection(t, nil)
 	ix := pgvector.New(pool, schema, spec, p)
 	rng := rand.New(rand.NewPCG(5, 6))
 	if err := ix.Upsert(ctx, fill(rng, spec.Dimension, "user:one", 3000, semantic)); err != nil {
@@ -256,19 +247,8 @@ func TestSearchPlannedPerScope(t *testing.T) {
 	spec := vector.Spec{Dimension: 16, Metric: vector.Cosine}
 	p := pgvector.Params{ExactBelow: 100, EfSearch: 40}
 	schema := e.newSchema(t, spec, p)
-	cfg, err := pgxpool.ParseConfig(testutil.PGVectorDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = e.role, e.pw
-	cfg.ConnConfig.RuntimeParams["search_path"] = `"$user"`
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	cfg.MaxConns = 1 // the statistics are read on the connection that searched
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	// The statistics are read on the connection that searched.
+	pool := e.roleConnection(t, map[string]string{"search_path": `"$user"`, "plan_cache_mode": "force_generic_plan"})
 	ix := pgvector.New(pool, schema, spec, p)
 	rng := rand.New(rand.NewPCG(3, 4))
 	entries := fill(rng, spec.Dimension, "user:big", 3000, semantic)
@@ -306,4 +286,23 @@ func TestSearchPlannedPerScope(t *testing.T) {
 	if got := indexScans() - before; ann != searches || got < searches {
 		t.Fatalf("%d searches by the HNSW path, %d scans of the HNSW index; want %d of each (a generic plan sorted the scope instead)", ann, got, searches)
 	}
+}
+
+// roleConnection is a pool of one connection as the env's role, with params set on it.
+func (e *env) roleConnection(t *testing.T, params map[string]string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testutil.PGVectorDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password, cfg.MaxConns = e.role, e.pw, 1
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
