@@ -1238,7 +1238,7 @@ func printEngineResults(o enginesOptions, rs []engResult) {
 		} else {
 			fmt.Printf("%-44s %12s %12s\n", r.engine+": restore (with index)", sec(r.restore), "not run")
 		}
-		if r.build > 0 || r.refBuild > 0 {
+		if r.refBuild > 0 {
 			fmt.Printf("%-44s %12s %12s %7.2fx %14s\n", r.engine+":   of which index build", sec(r.build), sec(r.refBuild), r.build.Seconds()/max(1e-9, r.refBuild.Seconds()), "")
 		}
 		fmt.Printf("%-44s %9.0f MiB %12s %8s %14s %s\n", r.engine+": restore worker peak RSS", r.rssMiB, "", "", "<= 256 MiB", verdict(r.rssMiB <= 256))
