@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -314,8 +315,7 @@ func (c *CrewAI) shortTerm(ctx context.Context, name, suffix string, crews map[s
 		return fmt.Errorf("crewai: %w", err)
 	}
 	var items []StoreItem
-	var roles []string // the agents of the tasks observed, in the order stored
-	var firstRow []int64
+	firstRow := map[string]int64{} // the agents of the tasks observed, and when each was first stored
 	err = c.chroma.records(ctx, seg, func(r chromaRecord) error {
 		observation, _ := r.Meta["observation"].(string)
 		content := map[string]any{"text": r.document(), "crewai_id": r.ID}
@@ -324,10 +324,8 @@ func (c *CrewAI) shortTerm(ctx context.Context, name, suffix string, crews map[s
 		}
 		if agent, ok := c.tasks[observation]; ok && observation != "" {
 			content["agent"] = agent
-			if i := slices.Index(roles, agent); i < 0 {
-				roles, firstRow = append(roles, agent), append(firstRow, r.Row)
-			} else if r.Row < firstRow[i] {
-				firstRow[i] = r.Row
+			if first, seen := firstRow[agent]; !seen || r.Row < first {
+				firstRow[agent] = r.Row
 			}
 		}
 		if extra := otherMeta(r.Meta, "observation"); len(extra) > 0 {
@@ -347,14 +345,10 @@ func (c *CrewAI) shortTerm(ctx context.Context, name, suffix string, crews map[s
 	crew := crewAIScopeID(suffix)
 	// Roles in the order their first memory was stored: the crew's agent order, as
 	// crewai named the collection; the name confirms them.
-	byRow := make([]int, len(roles))
-	for i := range byRow {
-		byRow[i] = i
-	}
-	slices.SortFunc(byRow, func(a, b int) int { return cmp.Compare(firstRow[a], firstRow[b]) })
+	roles := slices.SortedFunc(maps.Keys(firstRow), func(a, b string) int { return cmp.Compare(firstRow[a], firstRow[b]) })
 	ordered := make([]string, len(roles))
-	for i, j := range byRow {
-		ordered[i] = crewAISanitizeRole(roles[j])
+	for i, role := range roles {
+		ordered[i] = crewAISanitizeRole(role)
 	}
 	if len(ordered) > 0 && crewAICollectionName("memory_short_term_"+strings.Join(ordered, "_")) == name {
 		crew = crewAIScopeID(strings.Join(ordered, "_"))
@@ -409,13 +403,7 @@ func (c *CrewAI) entities(ctx context.Context, name, crew string, fn func(StoreI
 	if err != nil {
 		return fmt.Errorf("crewai: reading %s: %w", name, err)
 	}
-	for _, key := range slices.Sorted(func(yield func(string) bool) {
-		for k := range byKey {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
 		vs := byKey[key]
 		slices.SortFunc(vs, func(a, b version) int { return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.row, b.row)) })
 		last := vs[len(vs)-1]

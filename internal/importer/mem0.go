@@ -90,9 +90,9 @@ func OpenMem0(ctx context.Context, chromaPath, historyPath, collection string) (
 	return m, nil
 }
 
+// openSQLiteRO opens a source database read-only. (Memory-mapped reads were tried:
+// faster, but the mapped file counts in the worker's RSS, 343 MiB at mem0's 146 MB.)
 func openSQLiteRO(path string) (*sql.DB, error) {
-	// Memory-mapped reads: a source is read once, in large scans, and the page reads
-	// were a fifth of a mem0 import's time.
 	return sql.Open("sqlite", "file:"+url.PathEscape(path)+"?mode=ro&_pragma=query_only(1)")
 }
 

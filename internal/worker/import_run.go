@@ -70,28 +70,31 @@ func importPackage(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, c
 		return nil, fmt.Errorf("import: scratch space: %w", err)
 	}
 	cleanup := func() { _ = os.RemoveAll(work) }
-	filePath, historyPath := "", ""
+	// fetch brings an object of the source bucket into the scratch space as local; an
+	// unset key is no file ("").
+	fetch := func(key, local string) (string, error) {
+		if key == "" {
+			return "", nil
+		}
+		local = filepath.Join(work, local)
+		if err := client.FGetObject(ctx, cfg.Source.Bucket, key, local, minio.GetObjectOptions{}); err != nil {
+			return "", fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, key, err)
+		}
+		return local, nil
+	}
+	var filePath, historyPath, chromaPath string
 	if slices.Contains(fileKinds, ic.Kind) {
-		filePath = filepath.Join(work, "source")
-		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.Object, filePath, minio.GetObjectOptions{}); err != nil {
-			cleanup()
-			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.Object, err)
-		}
+		filePath, err = fetch(ic.Object, "source")
 	}
-	if ic.HistoryObject != "" {
-		historyPath = filepath.Join(work, "history")
-		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.HistoryObject, historyPath, minio.GetObjectOptions{}); err != nil {
-			cleanup()
-			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.HistoryObject, err)
-		}
+	if err == nil {
+		historyPath, err = fetch(ic.HistoryObject, "history")
 	}
-	chromaPath := ""
-	if ic.ChromaObject != "" {
-		chromaPath = filepath.Join(work, "chroma.sqlite3")
-		if err := client.FGetObject(ctx, cfg.Source.Bucket, ic.ChromaObject, chromaPath, minio.GetObjectOptions{}); err != nil {
-			cleanup()
-			return nil, fmt.Errorf("source file s3://%s/%s: %w", cfg.Source.Bucket, ic.ChromaObject, err)
-		}
+	if err == nil {
+		chromaPath, err = fetch(ic.ChromaObject, "chroma.sqlite3")
+	}
+	if err != nil {
+		cleanup()
+		return nil, err
 	}
 	var converted *importer.Converted
 	name := strings.TrimSuffix(path.Base(ic.Object), ".json")
