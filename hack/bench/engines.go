@@ -884,9 +884,11 @@ func (e *env) milvusAdmin(ctx context.Context) (client.Client, error) {
 }
 
 // How long the segments must stay unchanged, and at most how long to wait for that.
+// Milvus looks for segments to compact once a minute (datacoord's global compaction
+// interval, 60 s), two at a time: a quiet spell shorter than that says nothing.
 const (
-	milvusQuietFor = 20 * time.Second
-	milvusQuietMax = 15 * time.Minute
+	milvusQuietFor = 150 * time.Second
+	milvusQuietMax = 45 * time.Minute
 )
 
 // milvusWaitIndexed waits until the collection's vector index covers rows rows and

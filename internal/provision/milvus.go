@@ -23,19 +23,21 @@ import (
 // running each against Milvus 2.3.5 with authentication on.
 //
 //   - Upsert: every write (Index.Upsert; the gateway, restores, re-indexing).
+//   - Insert: the new entries of a restore into an empty collection (a fresh load,
+//     milvus/fresh.go), which Milvus need not compact afterwards.
 //   - Delete: forgetting, purges, archival and scope deletion (Index.Delete, DeleteScope).
 //   - Search: recall (Index.Search).
 //   - Query: reading vectors back for snapshots and archival (Index.Fetch).
 //   - Load: loading a collection a restarted server came back with released, which
 //     Search does on "not loaded"; GetLoadState is checked against it too.
 //
-// Nothing else: no Insert (Upsert is its own privilege), Flush, Release, index or
+// Nothing else: no Flush, Release, index or
 // partition changes, no Global privilege (creating or dropping collections, users,
 // roles), nothing on another collection. What the SDK also calls (HasCollection,
 // DescribeCollection, DescribeIndex) every user may do through Milvus's built-in
 // role public (Global DescribeCollection and ShowCollections, IndexDetail on every
 // collection): metadata, not data.
-var MilvusPrivileges = []string{"Delete", "Load", "Query", "Search", "Upsert"}
+var MilvusPrivileges = []string{"Delete", "Insert", "Load", "Query", "Search", "Upsert"}
 
 // Milvus limits on passwords: 6 to 256 characters, and bcrypt, which stores them,
 // takes at most 72 bytes.
@@ -146,15 +148,24 @@ var milvusProbes = map[string]func(ctx context.Context, c client.Client, coll st
 		return c.Delete(ctx, coll, "", milvus.FieldID+` in [`)
 	},
 	"Upsert": func(ctx context.Context, c client.Client, coll string, dim int) error {
-		// An ID longer than the field's max_length, which the server (not the SDK)
-		// refuses.
-		_, err := c.Upsert(ctx, coll, "",
-			entity.NewColumnVarChar(milvus.FieldID, []string{strings.Repeat("x", vector.MaxIDLen+1)}),
-			entity.NewColumnVarChar(milvus.FieldScope, []string{"probe"}),
-			entity.NewColumnVarChar(milvus.FieldType, []string{"probe"}),
-			entity.NewColumnFloatVector(milvus.FieldEmbedding, dim, [][]float32{make([]float32, dim)}))
+		_, err := c.Upsert(ctx, coll, "", refusedRow(dim)...)
 		return err
 	},
+	"Insert": func(ctx context.Context, c client.Client, coll string, dim int) error {
+		_, err := c.Insert(ctx, coll, "", refusedRow(dim)...)
+		return err
+	},
+}
+
+// refusedRow is a row whose ID is longer than the field's max_length, which the
+// server (not the SDK) refuses after checking the privilege to write it.
+func refusedRow(dim int) []entity.Column {
+	return []entity.Column{
+		entity.NewColumnVarChar(milvus.FieldID, []string{strings.Repeat("x", vector.MaxIDLen+1)}),
+		entity.NewColumnVarChar(milvus.FieldScope, []string{"probe"}),
+		entity.NewColumnVarChar(milvus.FieldType, []string{"probe"}),
+		entity.NewColumnFloatVector(milvus.FieldEmbedding, dim, [][]float32{make([]float32, dim)}),
+	}
 }
 
 // DeleteMilvusTenant removes the store's Milvus user and role. Missing ones are fine

@@ -144,7 +144,7 @@ func TestGuaranteeMilvusTenantLeastPrivilege(t *testing.T) {
 	a := connectMilvusAs(t, loginA)
 
 	want := []string{}
-	for _, p := range []string{"Delete", "Load", "Query", "Search", "Upsert"} {
+	for _, p := range []string{"Delete", "Insert", "Load", "Query", "Search", "Upsert"} {
 		want = append(want, "Collection:"+namesA.Collection+":"+p)
 	}
 	if got := grantsOf(t, root, namesA.MilvusRole); !slices.Equal(got, want) {

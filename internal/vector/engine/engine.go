@@ -151,6 +151,16 @@ type Fetcher interface {
 	Fetch(ctx context.Context, ids []string) (map[string][]float32, error)
 }
 
+// FreshLoader is an index that writes a load into an empty index more cheaply when
+// told so: Milvus inserts instead of upserting, which spares it rewriting and
+// indexing again every segment of the load afterwards (milvus/fresh.go).
+type FreshLoader interface {
+	// BeginFreshLoad starts a fresh load of about expected entries if the index
+	// holds none, and reports whether it did.
+	BeginFreshLoad(ctx context.Context, expected int64) (bool, error)
+	EndFreshLoad()
+}
+
 // BulkLoader is an index that loads many vectors faster without its search index and
 // builds that afterwards (PGVector's HNSW graph). Searches stay correct meanwhile,
 // only slower.

@@ -26,7 +26,8 @@
 // a tick late can hide a memory for that long but never surface a forgotten one.
 //
 // Writes use the SDK's Upsert (Milvus Lite 3.x supports it; plain Insert would keep
-// duplicate primary keys on a real Milvus). Search scores follow vector.Hit: Milvus
+// duplicate primary keys on a real Milvus), except the new entries of a load into an
+// empty collection (fresh.go). Search scores follow vector.Hit: Milvus
 // reports squared Euclidean distance for L2, which this package turns into the negated
 // Euclidean distance; COSINE and IP scores are passed through.
 package milvus
@@ -79,6 +80,8 @@ type Index struct {
 	// strong makes the next search ask for Strong consistency: set until a search
 	// succeeded and after every delete (see the package documentation).
 	strong atomic.Bool
+	// fresh is set during a fresh load (fresh.go).
+	fresh atomic.Pointer[freshLoad]
 }
 
 var _ vector.Index = (*Index)(nil)
@@ -125,10 +128,31 @@ func (ix *Index) Collection() string { return ix.collection }
 // Upsert writes entries by primary key. Entries are validated first (so a bad entry
 // writes nothing), then sent in requests of at most ~8 MiB of vectors; a failure in a
 // later request leaves the earlier ones written (the write is idempotent, retry it).
+// During a fresh load (fresh.go) the entries new to the load are inserted, first.
 func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
 	if err := vector.ValidateEntries(ix.spec, entries); err != nil {
 		return fmt.Errorf("milvus upsert into %s: %w", ix.collection, err)
 	}
+	f := ix.fresh.Load()
+	if f == nil {
+		return ix.write(ctx, entries, false)
+	}
+	insert, upsert := f.split(entries)
+	if err := ix.write(ctx, insert, true); err != nil {
+		if status.Code(err) != codes.PermissionDenied {
+			return err
+		}
+		// A store provisioned before its role could insert, and not reconciled
+		// since: upserts do the same, only with the compaction afterwards.
+		ix.fresh.Store(nil)
+		return ix.write(ctx, entries, false)
+	}
+	return ix.write(ctx, upsert, false)
+}
+
+// write sends entries in requests of at most maxRequestBytes of vectors, as inserts
+// or upserts.
+func (ix *Index) write(ctx context.Context, entries []vector.Entry, insert bool) error {
 	per := max(1, maxRequestBytes/(4*ix.spec.Dimension))
 	for start := 0; start < len(entries); start += per {
 		chunk := entries[start:min(start+per, len(entries))]
@@ -140,12 +164,18 @@ func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
 			ids[i], scopes[i], types[i] = e.ID, scopeValue(e.Scope), e.Type
 			vecs[i] = vector.Prepare(ix.spec.Metric, e.Vector)
 		}
-		_, err := ix.c.Upsert(ctx, ix.collection, "",
+		cols := []entity.Column{
 			entity.NewColumnVarChar(FieldID, ids),
 			entity.NewColumnVarChar(FieldScope, scopes),
 			entity.NewColumnVarChar(FieldType, types),
 			entity.NewColumnFloatVector(FieldEmbedding, ix.spec.Dimension, vecs),
-		)
+		}
+		var err error
+		if insert {
+			_, err = ix.c.Insert(ctx, ix.collection, "", cols...)
+		} else {
+			_, err = ix.c.Upsert(ctx, ix.collection, "", cols...)
+		}
 		if err != nil {
 			return fmt.Errorf("milvus upsert into %s: %w", ix.collection, err)
 		}
