@@ -89,8 +89,8 @@ func TestFreshLoadNeverDuplicates(t *testing.T) {
 			}
 		}
 		write(first)
-		write(batch(0, 300))   // the same batch again, as a retried write
-		write(batch(250, 600)) // half earlier IDs, half new
+		write(batch(0, 300))                           // the same batch again, as a retried write
+		write(batch(250, 600))                         // half earlier IDs, half new
 		write(append(batch(600, 610), entry("m0005"))) // new IDs and one of the first batch
 		ix.EndFreshLoad()
 		write(batch(590, 620)) // after the load: upserts as always
