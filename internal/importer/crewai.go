@@ -163,7 +163,7 @@ func (c *CrewAI) Close() error {
 	return err
 }
 
-// Threads: CrewAI's legacy memory holds no conversations.
+// Threads yields nothing: CrewAI's legacy memory holds no conversations.
 func (c *CrewAI) Threads(context.Context, func(Thread) error) error { return nil }
 
 // crewAILongTerm is one long_term_memories row.

@@ -138,7 +138,7 @@ func checkCustomState(t *testing.T, th Thread, want importers.Thread, source str
 	if res.Outcome != Imported || len(res.Keyed) != 1 || res.Keyed[0].Key != "profile" || res.Keyed[0].MemoryType != memory.Semantic {
 		t.Fatalf("thread %s: %s (%s), keyed %+v", want.ThreadID, res.Outcome, res.Problem, res.Keyed)
 	}
-	if !sameJSON(t, json.RawMessage(res.Keyed[0].Content), want.Channels["profile"]) {
+	if !sameJSON(t, res.Keyed[0].Content, want.Channels["profile"]) {
 		t.Fatalf("thread %s: profile memory %s, LangGraph's %s", want.ThreadID, res.Keyed[0].Content, want.Channels["profile"])
 	}
 	if got := strings.Join(res.LeftOutChannels, ","); got != "last_seen,notes,prefs,tags" {

@@ -281,5 +281,5 @@ func (l *LlamaIndexChatStore) Threads(ctx context.Context, fn func(Thread) error
 	return nil
 }
 
-// StoreItems: a chat store holds conversations only.
+// StoreItems yields nothing: a chat store holds conversations only.
 func (l *LlamaIndexChatStore) StoreItems(context.Context, func(StoreItem) error) error { return nil }

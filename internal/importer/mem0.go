@@ -164,7 +164,7 @@ func mem0Time(s string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("time %q", s)
 }
 
-// Threads: mem0 holds memories, not conversations.
+// Threads yields nothing: mem0 holds memories, not conversations.
 func (m *Mem0) Threads(context.Context, func(Thread) error) error { return nil }
 
 // mem0Reserved are the payload keys mem0 itself writes; every other key is the

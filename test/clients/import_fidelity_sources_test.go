@@ -53,9 +53,9 @@ func TestImportFidelitySeed000EachSource(t *testing.T) {
 	sources := []struct {
 		venv string
 		// files are the objects to upload, by the data directory's relative path.
-		files   []string
-		import_ func(objects []string) *worker.ImportConfig
-		rules   []worker.ScopeRule
+		files        []string
+		importConfig func(objects []string) *worker.ImportConfig
+		rules        []worker.ScopeRule
 	}{
 		{"mem0", []string{"chroma/chroma.sqlite3", "history.db"}, func(o []string) *worker.ImportConfig {
 			return &worker.ImportConfig{Kind: worker.ImportMem0, Object: o[0], HistoryObject: o[1]}
@@ -90,7 +90,7 @@ func TestImportFidelitySeed000EachSource(t *testing.T) {
 				objects = append(objects, key)
 			}
 			st := newStore(t, e5Dimension)
-			imp := src.import_(objects)
+			imp := src.importConfig(objects)
 			imp.Dir = t.TempDir()
 			cfg := worker.RestoreConfig{
 				RestoreNamespace: "clients-test", RestoreName: "seed000-" + src.venv,
