@@ -418,7 +418,15 @@ func TestRestoreConflictPolicies(t *testing.T) {
 			}
 			emb := hashing(embed.NewHashing(dim))
 			// user:new1 is live in the target: restoring user:1 into it is asked for.
-			res := run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: dst.index, Embedder: emb, Mapping: m, Conflict: tc.policy, IntoExisting: true})
+			rec := &newRecordingIndex{Index: dst.index, isNew: map[string]bool{}}
+			res := run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: rec, Embedder: emb, Mapping: m, Conflict: tc.policy, IntoExisting: true})
+			// Only the inserted memory's vector is New (Milvus may insert it during a
+			// fresh load); a replaced one may have a vector another writer wrote.
+			for id, isNew := range rec.isNew {
+				if isNew != (id == "p-new") {
+					t.Errorf("vector of %s written with New=%v", id, isNew)
+				}
+			}
 
 			want := tc.want
 			want.PackageID, want.FormatVersion, want.Shards, want.Embeddings = pkg.Manifest().PackageID, snapshot.FormatVersion, 1, restore.Reembed
@@ -799,6 +807,19 @@ func (c *cancelAfter) hit() {
 	if c.n--; c.n == 0 {
 		c.cancel()
 	}
+}
+
+// newRecordingIndex records, by ID, the New mark of every vector written.
+type newRecordingIndex struct {
+	vector.Index
+	isNew map[string]bool
+}
+
+func (r *newRecordingIndex) Upsert(ctx context.Context, entries []vector.Entry) error {
+	for _, e := range entries {
+		r.isNew[e.ID] = e.New
+	}
+	return r.Index.Upsert(ctx, entries)
 }
 
 // cancelingIndex cancels the restore right after writing the n-th batch of vectors,

@@ -500,11 +500,11 @@ func (r *runner) vectorWork(b *mergeBatch, res *pgstore.MergeResult) vectorWork 
 				w.deletes = append(w.deletes, id)
 			}
 		case method == Reuse:
-			w.entries = append(w.entries, vector.Entry{ID: id, Scope: it.Scope, Type: string(it.MemoryType), Vector: it.Embedding})
+			w.entries = append(w.entries, vector.Entry{ID: id, Scope: it.Scope, Type: string(it.MemoryType), Vector: it.Embedding, New: o == pgstore.MergeInserted})
 		default:
 			w.embedAt = append(w.embedAt, len(w.entries))
 			w.texts = append(w.texts, it.EmbeddingText())
-			w.entries = append(w.entries, vector.Entry{ID: id, Scope: it.Scope, Type: string(it.MemoryType)})
+			w.entries = append(w.entries, vector.Entry{ID: id, Scope: it.Scope, Type: string(it.MemoryType), New: o == pgstore.MergeInserted})
 		}
 	}
 	return w

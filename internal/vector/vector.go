@@ -75,6 +75,12 @@ type Entry struct {
 	Scope  string
 	Type   string
 	Vector []float32
+	// New marks the vector of a memory created by the write it belongs to and not yet
+	// visible to any other writer (a restore's inserted row, before its transaction
+	// commits): nobody else can have written a vector under its ID meanwhile. An
+	// engine may then insert it without looking for an older one (Milvus during a
+	// fresh load); the others ignore it.
+	New bool
 }
 
 // Query is a k-nearest-neighbour search restricted to one scope and, when Types is not

@@ -22,10 +22,13 @@ import (
 //
 // A load into an empty collection inserts instead. BeginFreshLoad checks that the
 // collection holds no entry; from then on, until EndFreshLoad, Upsert inserts the
-// entries whose ID it was not given before in this load and upserts the others. A
-// Bloom filter remembers the IDs: a false positive only makes an entry an upsert,
-// never a duplicate. An ID is recorded before its insert is sent, so a write that is
-// retried (after an error, when the first attempt may have landed) upserts it.
+// entries marked New (no other writer can have written their ID: vector.Entry) whose
+// ID it was not given before in this load, and upserts the others: a memory that
+// existed before the load (archived, or without a vector) may have been written by
+// the gateway since it began. A Bloom filter remembers the IDs: a false positive only
+// makes an entry an upsert, never a duplicate. An ID is recorded before its insert is
+// sent, so a write that is retried (after an error, when the first attempt may have
+// landed) upserts it.
 
 // freshLoad is the state of a fresh load: the IDs given to Upsert so far.
 type freshLoad struct {
@@ -67,13 +70,13 @@ func (ix *Index) empty(ctx context.Context) (bool, error) {
 	return col == nil || col.Len() == 0, nil
 }
 
-// split returns the entries to insert (IDs not given before in this load) and those
-// to upsert, and records every ID.
+// split returns the entries to insert (New, with IDs not given before in this load)
+// and those to upsert, and records every ID.
 func (f *freshLoad) split(entries []vector.Entry) (insert, upsert []vector.Entry) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, e := range entries {
-		if f.seen.TestOrAddString(e.ID) {
+		if f.seen.TestOrAddString(e.ID) || !e.New {
 			upsert = append(upsert, e)
 		} else {
 			insert = append(insert, e)

@@ -37,7 +37,7 @@ func rows(t *testing.T, c client.Client, name string) int64 {
 // TestFreshLoadNeverDuplicates: during a fresh load, entries new to the load are
 // inserted and every other one upserted, so no ID is ever stored twice, whatever the
 // order: a batch written again (a retried write), a batch mixing new IDs and IDs of
-// earlier batches. (One batch never holds an ID twice: ValidateEntries refuses it.) On the Milvus server, where an insert of a stored key
+// earlier batches, an entry not New that another writer stored during the load. (One batch never holds an ID twice: ValidateEntries refuses it.) On the Milvus server, where an insert of a stored key
 // keeps both rows, the test first shows that count(*) sees such a duplicate.
 func TestFreshLoadNeverDuplicates(t *testing.T) {
 	bothServers(t, func(t *testing.T, c client.Client) {
@@ -45,7 +45,7 @@ func TestFreshLoadNeverDuplicates(t *testing.T) {
 		spec := vector.Spec{Dimension: 8, Metric: vector.Cosine}
 		rng := rand.New(rand.NewPCG(7, 7))
 		entry := func(id string) vector.Entry {
-			return vector.Entry{ID: id, Scope: "user:1", Type: "semantic", Vector: vectortest.RandomVector(rng, spec.Dimension)}
+			return vector.Entry{ID: id, Scope: "user:1", Type: "semantic", Vector: vectortest.RandomVector(rng, spec.Dimension), New: true}
 		}
 		if strings.HasSuffix(t.Name(), "/MilvusServer") {
 			// The check can see what it looks for.
@@ -92,6 +92,15 @@ func TestFreshLoadNeverDuplicates(t *testing.T) {
 		write(batch(0, 300))                           // the same batch again, as a retried write
 		write(batch(250, 600))                         // half earlier IDs, half new
 		write(append(batch(600, 610), entry("m0005"))) // new IDs and one of the first batch
+		// A memory that existed before the load, written meanwhile by another writer
+		// (the gateway) and then by the load, not New: upserted, not stored twice.
+		other := entry("older")
+		if err := milvus.New(c, name, spec).Upsert(ctx, []vector.Entry{other}); err != nil {
+			t.Fatal(err)
+		}
+		older := entry("older")
+		older.New = false
+		write([]vector.Entry{older})
 		ix.EndFreshLoad()
 		write(batch(590, 620)) // after the load: upserts as always
 
@@ -158,7 +167,7 @@ func TestFreshLoadWithoutInsertPrivilege(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	var es []vector.Entry
 	for i := range 50 {
-		es = append(es, vector.Entry{ID: fmt.Sprintf("m%d", i), Scope: "user:1", Type: "semantic", Vector: vectortest.RandomVector(rng, spec.Dimension)})
+		es = append(es, vector.Entry{ID: fmt.Sprintf("m%d", i), Scope: "user:1", Type: "semantic", Vector: vectortest.RandomVector(rng, spec.Dimension), New: true})
 	}
 	// Milvus applies a new grant a few seconds late: wait until an upsert the server
 	// refuses for its ID alone (longer than the field allows) is refused for that.
