@@ -422,6 +422,9 @@ func TestRestoreConflictPolicies(t *testing.T) {
 			res := run(t, restore.Options{Reader: pkg, Target: dst.Store, Index: rec, Embedder: emb, Mapping: m, Conflict: tc.policy, IntoExisting: true})
 			// Only the inserted memory's vector is New (Milvus may insert it during a
 			// fresh load); a replaced one may have a vector another writer wrote.
+			if !rec.isNew["p-new"] {
+				t.Errorf("the inserted memory's vector was not written as New: %v", rec.isNew)
+			}
 			for id, isNew := range rec.isNew {
 				if isNew != (id == "p-new") {
 					t.Errorf("vector of %s written with New=%v", id, isNew)

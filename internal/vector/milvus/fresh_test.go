@@ -37,8 +37,10 @@ func rows(t *testing.T, c client.Client, name string) int64 {
 // TestFreshLoadNeverDuplicates: during a fresh load, entries new to the load are
 // inserted and every other one upserted, so no ID is ever stored twice, whatever the
 // order: a batch written again (a retried write), a batch mixing new IDs and IDs of
-// earlier batches, an entry not New that another writer stored during the load. (One batch never holds an ID twice: ValidateEntries refuses it.) On the Milvus server, where an insert of a stored key
-// keeps both rows, the test first shows that count(*) sees such a duplicate.
+// earlier batches, an entry not New that another writer stored during the load. (One
+// batch never holds an ID twice: ValidateEntries refuses it.) On the Milvus server,
+// where an insert of a stored key keeps both rows, the test first shows that count(*)
+// sees such a duplicate.
 func TestFreshLoadNeverDuplicates(t *testing.T) {
 	bothServers(t, func(t *testing.T, c client.Client) {
 		ctx := context.Background()
