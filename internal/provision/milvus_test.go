@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 	"github.com/milvus-io/milvus-sdk-go/v2/entity"
@@ -66,7 +65,7 @@ func milvusTenant(t *testing.T, admin MilvusConn, tenant, owner, password string
 // as the controller's requeues do (ErrMilvusTenantPending).
 func ensureTenant(t *testing.T, admin MilvusConn, names Names, owner, password, previous string) {
 	t.Helper()
-	eventually(t, "EnsureMilvusTenant", func() (bool, error) {
+	testutil.Eventually(t, "EnsureMilvusTenant", func() (bool, error) {
 		err := EnsureMilvusTenant(context.Background(), admin, names, owner, password, previous)
 		if errors.Is(err, ErrMilvusTenantPending) {
 			return false, err
@@ -75,31 +74,11 @@ func ensureTenant(t *testing.T, admin MilvusConn, names Names, owner, password, 
 	})
 }
 
-// eventually polls f until it reports done, failing the test on an error that is not
-// a wait (done with an error) or after two minutes.
-func eventually(t *testing.T, what string, f func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		done, err := f()
-		if done {
-			if err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still waiting after two minutes: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // loginRefused waits until the server refuses m's login (it forgets old logins in the
 // background), failing on any other outcome than a refusal or a success.
 func loginRefused(t *testing.T, m MilvusConn) {
 	t.Helper()
-	eventually(t, "login of "+m.Username+" refused", func() (bool, error) {
+	testutil.Eventually(t, "login of "+m.Username+" refused", func() (bool, error) {
 		c, err := ConnectMilvus(context.Background(), m)
 		if err == nil {
 			_ = c.Close()
@@ -255,11 +234,11 @@ func TestGuaranteeMilvusTenantLeastPrivilege(t *testing.T) {
 		t.Fatalf("after re-provisioning, user %s has roles %v (%v)", namesA.MilvusUser, u.Roles, err)
 	}
 	// The server applies revocations in the background too.
-	eventually(t, "search in another store's collection denied again", func() (bool, error) {
+	testutil.Eventually(t, "search in another store's collection denied again", func() (bool, error) {
 		_, err := other.Search(ctx, vector.Query{Scope: "user:1", Vector: []float32{1, 0, 0, 0}, K: 5})
 		return denied(err), nil
 	})
-	eventually(t, "creating a collection denied again", func() (bool, error) {
+	testutil.Eventually(t, "creating a collection denied again", func() (bool, error) {
 		// A name the server refuses after the privilege check: nothing is made either way.
 		bad := entity.NewSchema().WithName("1" + sch.CollectionName).WithField(sch.Fields[0]).WithField(sch.Fields[1])
 		err := a.CreateCollection(ctx, bad, 1)
