@@ -238,8 +238,9 @@ var Privileges = map[string]map[string][]string{
 		"audit_log":     {"INSERT"},
 		"index_pending": {"SELECT", "INSERT", "UPDATE", "DELETE"},
 		// The lexical index (pgstore's lexical.go): Put rewrites a memory's
-		// postings, a search makes those a bulk write left owed, and a delete of
-		// memories removes theirs (a trigger running as the deleting role).
+		// postings, a batch writes its own just after it commits, a search makes
+		// those a bulk write left owed, and a delete of memories removes theirs (a
+		// trigger running as the deleting role).
 		"memory_terms":      {"SELECT", "INSERT", "DELETE"},
 		"term_docs":         {"SELECT", "INSERT", "DELETE"},
 		"term_pending":      {"SELECT", "INSERT", "DELETE"},

@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,12 +19,23 @@ import (
 // whatever its size, instead of a transaction of its own per item:
 //
 //	BeginBatch: BEGIN; then one pipeline: the forget lock shared, the tombstones of
-//	  every scope of the batch, the terms locks of every scope (shared, in key order),
-//	  and the stored memories the items could meet (by memory_id, by (scope, key),
-//	  and key-less by (scope, content hash)).
+//	  every scope of the batch, and the stored memories the items could meet (by
+//	  memory_id, by (scope, key), and key-less by (scope, content hash)).
 //	Live: which near-duplicates the caller found are still live memories.
-//	Commit: one pipeline: a multi-row INSERT of the new memories, their postings,
-//	  their index work, and one UPDATE per reinforcement in item order; then COMMIT.
+//	Commit: one pipeline: a multi-row INSERT of the new memories, a mark per scope
+//	  that its postings are owed, their index work, and one UPDATE per reinforcement
+//	  in item order; then COMMIT.
+//	WriteTerms: the postings, in a transaction of their own, which also clears the
+//	  batch's marks.
+//
+// The postings are most of a batch's writing (some fifteen rows a memory, each in
+// two indexes), and nothing the batch's caller holds its near-duplicate locks for
+// depends on them: the next writer's check reads the memories and the vector index.
+// So Commit leaves them owed, as a restore does (lexical.go: a search of a marked
+// scope makes them first), and the caller writes them after letting go of its locks.
+// When WriteTerms fails, or the process dies before it, the marks stay and the next
+// search of each scope catches it up: a memory is never without postings once a
+// search can see it.
 //
 // The caller decides each item's outcome (Insert, Unchanged, Reinforce) from what
 // BeginBatch found, as Put would decide it item by item in order. Only items that
@@ -75,6 +88,11 @@ type BatchTx struct {
 	byHash map[scopeHash]string // stored key-less memories by (scope, content hash)
 	ids    map[string]bool      // stored memory_ids among the items'
 	slots  map[scopeHash]bool   // stored (scope, key) slots among the items'
+
+	// After Commit: the postings owed for the inserted memories, and the token of
+	// the marks that say so.
+	docs  []termDoc
+	token int64
 }
 
 // scopeHash is a (scope, content hash) or (scope, key) pair.
@@ -122,13 +140,6 @@ func (s *Store) BeginBatch(ctx context.Context, lock *ScopeLock, items []memory.
 			scopes = append(scopes, it.Scope)
 		}
 	}
-	termKeys := make([]int64, len(scopes))
-	for i, sc := range scopes {
-		termKeys[i] = s.termsLock(sc)
-	}
-	slices.Sort(termKeys)
-	termKeys = slices.Compact(termKeys)
-
 	var db beginner = s.pool
 	if lock != nil {
 		db = lock.conn
@@ -138,7 +149,7 @@ func (s *Store) BeginBatch(ctx context.Context, lock *ScopeLock, items []memory.
 		return nil, fmt.Errorf("pgstore: batch: %w", err)
 	}
 	b.tx = tx
-	if err := b.begin(ctx, scopes, termKeys, ids, hashScopes, hashes, keyScopes, keys); err != nil {
+	if err := b.begin(ctx, scopes, ids, hashScopes, hashes, keyScopes, keys); err != nil {
 		b.Rollback()
 		if errors.Is(err, ErrForgotten) {
 			return nil, err
@@ -148,7 +159,7 @@ func (s *Store) BeginBatch(ctx context.Context, lock *ScopeLock, items []memory.
 	return b, nil
 }
 
-func (b *BatchTx) begin(ctx context.Context, scopes []string, termKeys []int64, ids, hashScopes []string, hashes [][]byte, keyScopes, keys []string) error {
+func (b *BatchTx) begin(ctx context.Context, scopes, ids, hashScopes []string, hashes [][]byte, keyScopes, keys []string) error {
 	s := b.s
 	pl := &pgx.Batch{}
 	// Each statement of a pipeline takes its snapshot when it starts, so the reads
@@ -162,7 +173,6 @@ func (b *BatchTx) begin(ctx context.Context, scopes []string, termKeys []int64, 
 	pl.Queue(`SELECT pg_advisory_xact_lock_shared($1)`, s.forgetLock())
 	pl.Queue(`SELECT clock_timestamp(), u.scope, (SELECT max(forgotten_at) FROM `+s.t.tombstones+` t WHERE t.scope = u.scope)
 		FROM unnest($1::text[]) AS u(scope)`, scopes)
-	pl.Queue(`SELECT count(pg_advisory_xact_lock_shared(k)) FROM unnest($1::bigint[]) AS k`, termKeys)
 	pl.Queue(`SELECT m.memory_id, m.scope, m.key, m.content_hash FROM `+s.t.memories+` m WHERE m.memory_id = ANY($1::text[])
 		UNION ALL
 		SELECT m.* FROM unnest($2::text[], $3::bytea[]) AS u(scope, hash) CROSS JOIN LATERAL (
@@ -203,9 +213,6 @@ func (b *BatchTx) begin(ctx context.Context, scopes []string, termKeys []int64, 
 	}
 	if forgotten != nil {
 		return forgotten
-	}
-	if _, err := res.Exec(); err != nil {
-		return err
 	}
 	if rows, err = res.Query(); err != nil {
 		return err
@@ -347,7 +354,6 @@ func (b *BatchTx) commit(ctx context.Context, ops []BatchOp) ([]PutResult, error
 		}
 	}
 	pl := &pgx.Batch{}
-	postings := 0
 	if len(ids) > 0 {
 		pl.Queue(`INSERT INTO `+s.t.memories+` (`+writeCols+`, content_hash)
 			SELECT u.memory_id, u.memory_type, u.scope, u.key, u.content::jsonb, u.source, u.base_score,
@@ -358,7 +364,12 @@ func (b *BatchTx) commit(ctx context.Context, ops []BatchOp) ([]PutResult, error
 				AS u(memory_id, memory_type, scope, key, content, source, base_score, created_at, updated_at, expires_at, archived_at, history, content_hash)
 			ON CONFLICT DO NOTHING`,
 			ids, types, scopes, keys, contents, sources, scores, created, updated, expires, archived, histories, hashes)
-		postings = s.queueTermDocs(pl, docs)
+		// The postings are owed (term_pending, under this batch's token) rather than
+		// written here: WriteTerms writes them after the caller has let go of its
+		// near-duplicate locks (see the top of the file).
+		b.token = batchToken()
+		b.docs = docs
+		pl.Queue(`INSERT INTO `+s.t.termPending+` (scope, batch) SELECT DISTINCT unnest($1::text[]), $2::bigint`, scopes, b.token)
 		pl.Queue(`INSERT INTO `+s.t.indexPending+` (memory_id) SELECT unnest($1::text[])
 			ON CONFLICT (memory_id) DO UPDATE SET seq = DEFAULT, enqueued_at = now(), attempts = 0,
 				next_attempt_at = now(), last_error = ''
@@ -369,7 +380,7 @@ func (b *BatchTx) commit(ctx context.Context, ops []BatchOp) ([]PutResult, error
 	}
 	if pl.Len() > 0 {
 		res := b.tx.SendBatch(ctx, pl)
-		err := readCommit(res, len(ids), postings, len(reinforce), results)
+		err := readCommit(res, len(ids), len(reinforce), results)
 		if cerr := res.Close(); err == nil {
 			err = cerr
 		}
@@ -384,9 +395,9 @@ func (b *BatchTx) commit(ctx context.Context, ops []BatchOp) ([]PutResult, error
 }
 
 // readCommit reads Commit's pipeline: the insert of inserts memories (fewer is a
-// race), postings statements, the index work's sequence numbers (into results), and
+// race), the postings owed, the index work's sequence numbers (into results), and
 // reinforcements updates of one row each (none is a race).
-func readCommit(res pgx.BatchResults, inserts, postings, reinforcements int, results []PutResult) error {
+func readCommit(res pgx.BatchResults, inserts, reinforcements int, results []PutResult) error {
 	if inserts > 0 {
 		tag, err := res.Exec()
 		if err != nil {
@@ -395,10 +406,8 @@ func readCommit(res pgx.BatchResults, inserts, postings, reinforcements int, res
 		if int(tag.RowsAffected()) != inserts {
 			return ErrBatchRaced
 		}
-		for range postings {
-			if _, err := res.Exec(); err != nil {
-				return fmt.Errorf("writing postings: %w", err)
-			}
+		if _, err := res.Exec(); err != nil {
+			return fmt.Errorf("marking postings owed: %w", err)
 		}
 		rows, err := res.Query()
 		if err != nil {
@@ -442,4 +451,73 @@ func (b *BatchTx) Rollback() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = b.tx.Rollback(ctx)
+}
+
+// WriteTerms writes the postings a committed batch owes (see the top of the file),
+// in a transaction of its own on one of the pool's connections, and clears the
+// batch's marks with them. Call it after Commit, once the near-duplicate locks are
+// let go. On error the marks stay, and each scope's next search makes what is
+// owed; the batch itself is stored either way.
+//
+// Only memories that still hold the content the batch stored get postings: the
+// rows are read FOR KEY SHARE, so a delete (whose trigger drops postings) or a
+// supersede (Put reads the row FOR UPDATE, then writes its own postings) waits for
+// this transaction or has happened before it. A restore's overwrite, which takes
+// neither lock, leaves a mark of its own, and the catch-up compares content
+// hashes. The terms locks, shared, keep a catch-up of the same scopes out meanwhile.
+func (b *BatchTx) WriteTerms(ctx context.Context) error {
+	if len(b.docs) == 0 {
+		return nil
+	}
+	s := b.s
+	ids := make([]string, len(b.docs))
+	var keys []int64
+	for i, d := range b.docs {
+		ids[i] = d.id
+		keys = append(keys, s.termsLock(d.scope))
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock_shared(k)) FROM unnest($1::bigint[]) AS k`, keys); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT memory_id, content_hash FROM `+s.t.memories+` WHERE memory_id = ANY($1::text[]) FOR KEY SHARE`, ids)
+		if err != nil {
+			return err
+		}
+		current := make(map[string][]byte, len(ids))
+		var (
+			id   string
+			hash []byte
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &hash}, func() error {
+			current[id] = slices.Clone(hash)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		docs := slices.DeleteFunc(slices.Clone(b.docs), func(d termDoc) bool {
+			h, ok := current[d.id]
+			return !ok || string(h) != string(d.hash)
+		})
+		if err := s.writeTermDocs(ctx, tx, docs); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM `+s.t.termPending+` WHERE batch = $1`, b.token)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: batch: writing postings: %w", err)
+	}
+	b.docs = nil
+	return nil
+}
+
+// batchToken is a random token naming one batch's marks in term_pending.
+func batchToken() int64 {
+	var buf [8]byte
+	_, _ = rand.Read(buf[:]) // crypto/rand.Read never fails
+	return int64(binary.BigEndian.Uint64(buf[:]) >> 1)
 }

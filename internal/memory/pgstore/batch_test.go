@@ -3,7 +3,10 @@ package pgstore
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,5 +129,156 @@ func TestBatchLookupsAgainstAStoreTakenForEmpty(t *testing.T) {
 	// By memory_id, by (scope, content hash), by (scope, key): each an index probe.
 	if n := strings.Count(plan, `"Index Cond"`); n != 3 {
 		t.Errorf("the generic plan of BeginBatch's lookups has %d index conditions, want 3:\n%s", n, plan)
+	}
+}
+
+// allInserts is a Commit's operations for a batch of n fresh memories.
+func allInserts(n int) []BatchOp {
+	ops := make([]BatchOp, n)
+	for i := range ops {
+		ops[i] = BatchOp{Kind: BatchInsert}
+	}
+	return ops
+}
+
+// TestBatchWriteTerms: Commit leaves a batch's postings owed, under marks of its
+// own; WriteTerms writes them and clears exactly those marks. A memory deleted or
+// superseded between the two gets no postings from the batch (the supersede wrote
+// its own, which stay), and a bulk write's mark is left for the catch-up.
+func TestBatchWriteTerms(t *testing.T) {
+	s, pool := newStore(t)
+	ctx := t.Context()
+	// A restore's mark on another scope, which is not the batch's to clear.
+	if _, err := s.Merge(ctx, []memory.Item{textItem("restored", "user:other", "", "restored quince")}, MergeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	batch := []memory.Item{
+		textItem("a", "user:bt", "", "alpha apricot apricot"),
+		textItem("b", "user:bt", "", "bravo banana"),
+		textItem("k", "user:bt", "fav", "kiwi lime"),
+		textItem("c", "user:bt2", "", "charlie cherry"),
+	}
+	tx, err := s.BeginBatch(ctx, nil, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx, allInserts(len(batch))); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, pool, s.t.termPending, "batch IS NOT NULL"); n != 2 {
+		t.Fatalf("the committed batch left %d marks, want one per scope (2)", n)
+	}
+	if n := countRows(t, pool, s.t.memoryTerms, "memory_id = ANY($1)", []string{"a", "b", "k", "c"}); n != 0 {
+		t.Fatalf("Commit wrote %d postings; they are WriteTerms's", n)
+	}
+	// Between Commit and WriteTerms: b is deleted, k's slot superseded.
+	if _, _, err := s.DeleteQueued(ctx, "b", "test"); err != nil {
+		t.Fatal(err)
+	}
+	newer := textItem("k2", "user:bt", "fav", "mango papaya")
+	newer.UpdatedAt = now
+	mustPut(t, s, newer, Superseded)
+	if err := tx.WriteTerms(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range []memory.Item{batch[0], batch[3]} {
+		if got, want := postings(t, s, it.MemoryID), wantPostings(it); !maps.Equal(got, want) {
+			t.Errorf("%s's postings = %v, want %v", it.MemoryID, got, want)
+		}
+	}
+	if len(postings(t, s, "b")) != 0 || countRows(t, pool, s.t.termDocs, "memory_id = 'b'") != 0 {
+		t.Error("the batch wrote postings for a memory deleted before WriteTerms")
+	}
+	final, err := s.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := postings(t, s, "k"), wantPostings(final); !maps.Equal(got, want) {
+		t.Errorf("the superseded slot's postings = %v, want those of its new value %v", got, want)
+	}
+	if n := countRows(t, pool, s.t.termPending, "batch IS NOT NULL"); n != 0 {
+		t.Errorf("%d of the batch's marks left after WriteTerms", n)
+	}
+	if n := countRows(t, pool, s.t.termPending, "scope = 'user:other'"); n != 1 {
+		t.Errorf("the restore's mark: %d rows, want 1 (WriteTerms clears only its own)", n)
+	}
+	if got := hitIDs(search(t, s, LexicalQuery{Scope: "user:bt", Text: "kiwi"})); len(got) != 0 {
+		t.Errorf("the superseded words still find %v", got)
+	}
+	if got := hitIDs(search(t, s, LexicalQuery{Scope: "user:bt", Text: "mango"})); !slices.Equal(got, []string{"k"}) {
+		t.Errorf("the slot's new words find %v", got)
+	}
+}
+
+// TestBatchWriteTermsRacingWriters: WriteTerms runs while other writers supersede,
+// delete and catch up the batch's memories; afterwards every memory's postings are
+// those of its stored value, and a deleted one has none (a catch-up that read a
+// memory before its delete used to leave its postings behind: IndexTerms now reads
+// FOR KEY SHARE).
+func TestBatchWriteTermsRacingWriters(t *testing.T) {
+	s, pool := newStore(t)
+	ctx := t.Context()
+	const n = 300
+	sc := "user:race"
+	var batch []memory.Item
+	for i := range n {
+		batch = append(batch, textItem(fmt.Sprintf("m%03d", i), sc, fmt.Sprintf("slot%03d", i), fmt.Sprintf("first value %d alpha", i)))
+	}
+	tx, err := s.BeginBatch(ctx, nil, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx, allInserts(n)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	wg.Go(func() {
+		if err := tx.WriteTerms(ctx); err != nil {
+			errs <- err
+		}
+	})
+	wg.Go(func() { // supersedes, from the last memory down (against WriteTerms's order)
+		for i := n - 1; i >= 0; i -= 3 {
+			it := textItem(fmt.Sprintf("new%03d", i), sc, fmt.Sprintf("slot%03d", i), fmt.Sprintf("second value %d bravo", i))
+			it.UpdatedAt = now
+			if _, err := s.Put(ctx, it); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Go(func() { // deletes
+		for i := 1; i < n; i += 3 {
+			if _, _, err := s.DeleteQueued(ctx, fmt.Sprintf("m%03d", i), "test"); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Go(func() { // a search's catch-up
+		for range 5 {
+			if err := s.IndexTerms(ctx, sc); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	stored := exportAll(t, s, ExportFilter{})
+	if len(stored) != n-n/3 {
+		t.Fatalf("%d memories stored, want %d", len(stored), n-n/3)
+	}
+	for _, it := range stored {
+		if got, want := postings(t, s, it.MemoryID), wantPostings(it); !maps.Equal(got, want) {
+			t.Errorf("%s (%s): postings %v, want %v", it.MemoryID, it.Content, got, want)
+		}
+	}
+	if n := countRows(t, pool, s.t.memoryTerms, "NOT EXISTS (SELECT 1 FROM "+s.t.memories+" m WHERE m.memory_id = "+s.t.memoryTerms+".memory_id)"); n != 0 {
+		t.Errorf("%d postings of deleted memories", n)
 	}
 }

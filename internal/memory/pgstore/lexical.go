@@ -293,10 +293,14 @@ func (s *Store) IndexTerms(ctx context.Context, scope string) error {
 		}
 		after := ""
 		for {
+			// FOR KEY SHARE: a memory deleted after this read waits for this
+			// transaction, and its trigger then drops the postings written here;
+			// without the lock they would outlive it (orphans, which skew the
+			// scope's statistics and would clash with a later memory of that ID).
 			rows, err := tx.Query(ctx, `SELECT m.memory_id, m.key, m.content, m.content_hash
 				FROM `+s.t.memories+` m LEFT JOIN `+s.t.termDocs+` d ON d.memory_id = m.memory_id
 				WHERE m.scope = $1 AND m.memory_id > $2 AND (d.memory_id IS NULL OR d.content_hash <> m.content_hash)
-				ORDER BY m.memory_id LIMIT $3`, scope, after, termsPage)
+				ORDER BY m.memory_id LIMIT $3 FOR KEY SHARE OF m`, scope, after, termsPage)
 			if err != nil {
 				return err
 			}

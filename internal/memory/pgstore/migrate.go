@@ -250,11 +250,18 @@ $$;
 ALTER TABLE {{t "vectors"}} ALTER COLUMN embedding TYPE bytea USING {{t "vector_bytes"}}(embedding);
 DROP FUNCTION {{t "vector_bytes"}}(real[]);
 `,
+	// 10: a batch write marks its scopes owed postings under a token of its own and
+	// clears exactly those marks once it has written them (batch.go, WriteTerms);
+	// marks of bulk writes have none.
+	`
+ALTER TABLE {{t "term_pending"}} ADD COLUMN batch bigint;
+CREATE INDEX {{i "term_pending_batch_idx"}} ON {{t "term_pending"}} (batch) WHERE batch IS NOT NULL;
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 9
+const LatestVersion = 10
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.

@@ -149,6 +149,7 @@ func TestMigrate(t *testing.T) {
 		"term_docs | length | integer | NO | ",
 		"term_pending | scope | text | NO | ",
 		"term_pending | marked_at | timestamp with time zone | NO | now()",
+		"term_pending | batch | bigint | YES | ",
 		"tombstones | scope | text | NO | ",
 		"tombstones | forgotten_at | timestamp with time zone | NO | ",
 		"tombstones | reason | text | NO | ''::text",
@@ -185,6 +186,7 @@ func TestMigrate(t *testing.T) {
 		"restores_completed_idx: CREATE INDEX restores_completed_idx ON S.restores USING btree (completed_at)",
 		"restores_manifest_idx: CREATE INDEX restores_manifest_idx ON S.restores USING btree (manifest_sha256, completed_at)",
 		"term_docs_scope_idx: CREATE INDEX term_docs_scope_idx ON S.term_docs USING btree (scope) INCLUDE (length)",
+		"term_pending_batch_idx: CREATE INDEX term_pending_batch_idx ON S.term_pending USING btree (batch) WHERE (batch IS NOT NULL)",
 		"term_pending_scope_idx: CREATE INDEX term_pending_scope_idx ON S.term_pending USING btree (scope)",
 		"vectors_scope_type_idx: CREATE INDEX vectors_scope_type_idx ON S.vectors USING btree (scope, memory_type)",
 	}

@@ -21,9 +21,11 @@ import (
 //     item;
 //   - the groups' pending index work, in one query and one embedding call;
 //   - one transaction (pgstore.BeginBatch, Commit): the stored memories the items
-//     could meet in one pipeline, the rows, postings and index work in another;
+//     could meet in one pipeline, the rows and index work in another;
 //   - one index search per foldable item, a few at a time;
-//   - one Upsert and one read-back for the index.
+//   - one Upsert and one read-back for the index;
+//   - once the locks are let go, one transaction for the postings (WriteTerms),
+//     which no later writer's check waits for.
 //
 // The decisions are those of writing the items one by one in order: the plan walks
 // the items in order, and an item sees what the items before it stored (an exact
@@ -54,6 +56,18 @@ func (w *writer) foldable(i int) bool {
 // writeBatch writes the items as one batch (see the top of this file). It reports
 // false, having stored nothing, when the batch must be written item by item.
 func (w *writer) writeBatch(ctx context.Context) (bool, error) {
+	b, done, err := w.writeBatchLocked(ctx)
+	if b != nil {
+		// After the locks: a failure leaves the postings owed, which the scope's
+		// next search makes (pgstore.BatchTx.WriteTerms); the batch is stored.
+		_ = b.WriteTerms(ctx)
+	}
+	return done, err
+}
+
+// writeBatchLocked is writeBatch up to the commit and the index write, under the
+// near-duplicate locks; it returns the committed batch.
+func (w *writer) writeBatchLocked(ctx context.Context) (*pgstore.BatchTx, bool, error) {
 	var groups []pgstore.ScopeType
 	seen := map[groupKey]bool{}
 	for i, it := range w.items {
@@ -69,11 +83,11 @@ func (w *writer) writeBatch(ctx context.Context) (bool, error) {
 	if len(groups) > 0 {
 		var err error
 		if lock, err = w.lockGroups(ctx, groups); err != nil {
-			return true, err
+			return nil, true, err
 		}
 		defer func() { lock.Unlock(); <-w.m.dedupSlots }()
 		if pending, err = w.m.unindexedGroups(ctx, lock, groups); err != nil {
-			return true, err
+			return nil, true, err
 		}
 	}
 	hits := make([]vector.Hit, len(w.items))
@@ -81,7 +95,7 @@ func (w *writer) writeBatch(ctx context.Context) (bool, error) {
 	for range batchAttempts {
 		b, err := w.m.store.BeginBatch(ctx, lock, w.items)
 		if err != nil {
-			return true, fmt.Errorf("memory service: write: %w", err)
+			return nil, true, fmt.Errorf("memory service: write: %w", err)
 		}
 		// The index is searched for the foldable items that are not exact duplicates
 		// (those are Unchanged whatever it holds; a retried batch is all of them).
@@ -96,20 +110,20 @@ func (w *writer) writeBatch(ctx context.Context) (bool, error) {
 		ops, sims, ok, err := w.plan(ctx, b, hits, pending)
 		if err != nil || !ok {
 			b.Rollback()
-			return err != nil, err
+			return nil, err != nil, err
 		}
 		res, err := b.Commit(ctx, ops)
 		if errors.Is(err, pgstore.ErrBatchRaced) {
 			continue
 		}
 		if err != nil {
-			return true, fmt.Errorf("memory service: write: %w", err)
+			return nil, true, fmt.Errorf("memory service: write: %w", err)
 		}
 		// Indexed before the locks go, so the next writer's check finds them.
 		w.finish(ctx, ops, sims, res)
-		return true, nil
+		return b, true, nil
 	}
-	return false, nil
+	return nil, false, nil
 }
 
 // lockGroups takes a near-duplicate slot and the locks of groups; the caller
