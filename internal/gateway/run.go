@@ -137,7 +137,11 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		}
 	}
 	store := pgstore.New(pool, cfg.Schema)
-	mem, err := service.NewWith(store, li, emb, service.Options{InputLimit: cfg.InputLimit()})
+	opts := service.Options{InputLimit: cfg.InputLimit()}
+	if t, ok := li.ix.(service.TxIndex); ok {
+		opts.TxIndex = t // in the store's schema, on the same pool: batches index in their transaction
+	}
+	mem, err := service.NewWith(store, li, emb, opts)
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -24,7 +24,8 @@ import (
 //	Live: which near-duplicates the caller found are still live memories.
 //	Commit: one pipeline: a multi-row INSERT of the new memories, a mark per scope
 //	  that its postings are owed, their index work, and one UPDATE per reinforcement
-//	  in item order; then COMMIT.
+//	  in item order; then COMMIT. CommitIndexed writes the vectors of an index kept
+//	  in the store's own database in the transaction instead of recording index work.
 //	WriteTerms: the postings, in a transaction of their own, which also clears the
 //	  batch's marks.
 //
@@ -291,8 +292,20 @@ func (b *BatchTx) Live(ctx context.Context, ids []string) (map[string]bool, erro
 // items name their Target, with Outcome Unchanged, the caller's to restate). On
 // ErrBatchRaced, or any error, the transaction is rolled back and nothing is stored.
 func (b *BatchTx) Commit(ctx context.Context, ops []BatchOp) ([]PutResult, error) {
+	return b.CommitIndexed(ctx, ops, nil)
+}
+
+// IndexInTx writes the vectors of a batch's inserted items (their indices in the
+// batch) inside the batch's transaction: an index kept in the store's own database.
+type IndexInTx func(ctx context.Context, tx pgx.Tx, inserted []int) error
+
+// CommitIndexed is Commit with the inserted memories' vectors written by index in the
+// same transaction, before it commits: a memory and its vector are stored together
+// or not at all, so no index work is recorded for them (their Pending is 0). With a
+// nil index it is Commit.
+func (b *BatchTx) CommitIndexed(ctx context.Context, ops []BatchOp, index IndexInTx) ([]PutResult, error) {
 	defer b.Rollback() // a no-op once committed
-	results, err := b.commit(ctx, ops)
+	results, err := b.commit(ctx, ops, index)
 	if err != nil {
 		if errors.Is(err, ErrBatchRaced) {
 			return nil, err
@@ -302,7 +315,7 @@ func (b *BatchTx) Commit(ctx context.Context, ops []BatchOp) ([]PutResult, error
 	return results, nil
 }
 
-func (b *BatchTx) commit(ctx context.Context, ops []BatchOp) ([]PutResult, error) {
+func (b *BatchTx) commit(ctx context.Context, ops []BatchOp, index IndexInTx) ([]PutResult, error) {
 	if len(ops) != len(b.items) {
 		return nil, fmt.Errorf("%d operations for %d items", len(ops), len(b.items))
 	}
@@ -370,21 +383,34 @@ func (b *BatchTx) commit(ctx context.Context, ops []BatchOp) ([]PutResult, error
 		b.token = batchToken()
 		b.docs = docs
 		pl.Queue(`INSERT INTO `+s.t.termPending+` (scope, batch) SELECT DISTINCT unnest($1::text[]), $2::bigint`, scopes, b.token)
-		pl.Queue(`INSERT INTO `+s.t.indexPending+` (memory_id) SELECT unnest($1::text[])
-			ON CONFLICT (memory_id) DO UPDATE SET seq = DEFAULT, enqueued_at = now(), attempts = 0,
-				next_attempt_at = now(), last_error = ''
-			RETURNING memory_id, seq`, ids)
+		if index == nil {
+			pl.Queue(`INSERT INTO `+s.t.indexPending+` (memory_id) SELECT unnest($1::text[])
+				ON CONFLICT (memory_id) DO UPDATE SET seq = DEFAULT, enqueued_at = now(), attempts = 0,
+					next_attempt_at = now(), last_error = ''
+				RETURNING memory_id, seq`, ids)
+		}
 	}
 	for _, args := range reinforce {
 		pl.Queue(s.reinforceSQL(), args...)
 	}
 	if pl.Len() > 0 {
 		res := b.tx.SendBatch(ctx, pl)
-		err := readCommit(res, len(ids), len(reinforce), results)
+		err := readCommit(res, len(ids), index == nil, len(reinforce), results)
 		if cerr := res.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
+			return nil, err
+		}
+	}
+	if index != nil && len(ids) > 0 {
+		var inserted []int
+		for i, op := range ops {
+			if op.Kind == BatchInsert {
+				inserted = append(inserted, i)
+			}
+		}
+		if err := index(ctx, b.tx, inserted); err != nil {
 			return nil, err
 		}
 	}
@@ -395,9 +421,9 @@ func (b *BatchTx) commit(ctx context.Context, ops []BatchOp) ([]PutResult, error
 }
 
 // readCommit reads Commit's pipeline: the insert of inserts memories (fewer is a
-// race), the postings owed, the index work's sequence numbers (into results), and
-// reinforcements updates of one row each (none is a race).
-func readCommit(res pgx.BatchResults, inserts, reinforcements int, results []PutResult) error {
+// race), the postings owed, the index work's sequence numbers (into results) when
+// queued, and reinforcements updates of one row each (none is a race).
+func readCommit(res pgx.BatchResults, inserts int, queued bool, reinforcements int, results []PutResult) error {
 	if inserts > 0 {
 		tag, err := res.Exec()
 		if err != nil {
@@ -409,27 +435,9 @@ func readCommit(res pgx.BatchResults, inserts, reinforcements int, results []Put
 		if _, err := res.Exec(); err != nil {
 			return fmt.Errorf("marking postings owed: %w", err)
 		}
-		rows, err := res.Query()
-		if err != nil {
-			return err
-		}
-		seqs := make(map[string]int64, inserts)
-		for rows.Next() {
-			var id string
-			var seq int64
-			if err := rows.Scan(&id, &seq); err != nil {
-				rows.Close()
+		if queued {
+			if err := readSeqs(res, inserts, results); err != nil {
 				return err
-			}
-			seqs[id] = seq
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for i := range results {
-			if results[i].Outcome == Inserted {
-				results[i].Pending = seqs[results[i].MemoryID]
 			}
 		}
 	}
@@ -440,6 +448,31 @@ func readCommit(res pgx.BatchResults, inserts, reinforcements int, results []Put
 		}
 		if tag.RowsAffected() != 1 {
 			return ErrBatchRaced // deleted or archived since Live said otherwise
+		}
+	}
+	return nil
+}
+
+// readSeqs reads the index work's sequence numbers into the inserted results.
+func readSeqs(res pgx.BatchResults, inserts int, results []PutResult) error {
+	rows, err := res.Query()
+	if err != nil {
+		return err
+	}
+	seqs := make(map[string]int64, inserts)
+	var (
+		id  string
+		seq int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &seq}, func() error {
+		seqs[id] = seq
+		return nil
+	}); err != nil {
+		return err
+	}
+	for i := range results {
+		if results[i].Outcome == Inserted {
+			results[i].Pending = seqs[results[i].MemoryID]
 		}
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/vector"
@@ -23,7 +25,8 @@ import (
 //   - one transaction (pgstore.BeginBatch, Commit): the stored memories the items
 //     could meet in one pipeline, the rows and index work in another;
 //   - one index search per foldable item, a few at a time;
-//   - one Upsert and one read-back for the index;
+//   - for an index in the store's own database (TxIndex), the vectors written in
+//     that transaction; for another, one Upsert and one read-back after it;
 //   - once the locks are let go, one transaction for the postings (WriteTerms),
 //     which no later writer's check waits for.
 //
@@ -112,7 +115,11 @@ func (w *writer) writeBatchLocked(ctx context.Context) (*pgstore.BatchTx, bool, 
 			b.Rollback()
 			return nil, err != nil, err
 		}
-		res, err := b.Commit(ctx, ops)
+		var inTx pgstore.IndexInTx
+		if w.m.txIndex != nil && !w.embedFailed {
+			inTx = w.vectorsInTx
+		}
+		res, err := b.CommitIndexed(ctx, ops, inTx)
 		if errors.Is(err, pgstore.ErrBatchRaced) {
 			continue
 		}
@@ -120,7 +127,7 @@ func (w *writer) writeBatchLocked(ctx context.Context) (*pgstore.BatchTx, bool, 
 			return nil, true, fmt.Errorf("memory service: write: %w", err)
 		}
 		// Indexed before the locks go, so the next writer's check finds them.
-		w.finish(ctx, ops, sims, res)
+		w.finish(ctx, ops, sims, res, inTx != nil)
 		return b, true, nil
 	}
 	return nil, false, nil
@@ -142,8 +149,22 @@ func (w *writer) lockGroups(ctx context.Context, groups []pgstore.ScopeType) (*p
 	return lock, nil
 }
 
-// finish records a committed batch's results and indexes what it inserted.
-func (w *writer) finish(ctx context.Context, ops []pgstore.BatchOp, sims []float32, res []pgstore.PutResult) {
+// vectorsInTx writes the vectors of the inserted items in the batch's transaction
+// (pgstore.BatchTx.CommitIndexed), as index would after it: an archived memory has
+// none.
+func (w *writer) vectorsInTx(ctx context.Context, tx pgx.Tx, inserted []int) error {
+	entries := make([]vector.Entry, 0, len(inserted))
+	for _, i := range inserted {
+		if it := w.items[i]; it.ArchivedAt == nil {
+			entries = append(entries, vector.Entry{ID: it.MemoryID, Scope: it.Scope, Type: string(it.MemoryType), Vector: w.vecs[i]})
+		}
+	}
+	return w.m.txIndex.UpsertTx(ctx, tx, entries)
+}
+
+// finish records a committed batch's results and indexes what it inserted, unless
+// its transaction did (indexed).
+func (w *writer) finish(ctx context.Context, ops []pgstore.BatchOp, sims []float32, res []pgstore.PutResult, indexed bool) {
 	var written []int
 	var refs []pgstore.PendingRef
 	for i, r := range res {
@@ -153,7 +174,7 @@ func (w *writer) finish(ctx context.Context, ops []pgstore.BatchOp, sims []float
 			continue
 		}
 		w.record(i, r)
-		if r.Outcome == pgstore.Inserted {
+		if r.Outcome == pgstore.Inserted && !indexed {
 			written = append(written, i)
 			refs = append(refs, pgstore.PendingRef{MemoryID: r.MemoryID, Seq: r.Pending})
 		}

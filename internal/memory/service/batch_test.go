@@ -15,6 +15,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/memory/service"
+	"github.com/amemory/memory-operator/internal/vector"
 )
 
 // batchWords are few, so random texts share words and many are near-duplicates (the
@@ -216,5 +217,60 @@ func TestGuaranteeFailedBatchStoresNothing(t *testing.T) {
 	}
 	if n, err := e.store.Count(ctx); err != nil || n != int64(len(items)) {
 		t.Fatalf("memories = %d, %v; want %d", n, err, len(items))
+	}
+}
+
+// failingTxIndex is an index in the store's database whose in-transaction writes fail.
+type failingTxIndex struct{ vector.Index }
+
+func (failingTxIndex) UpsertTx(context.Context, pgx.Tx, []vector.Entry) error { return errInjected }
+
+// TestBatchIndexesInItsTransaction: with an index in the store's own database, a
+// batch's vectors are written in the transaction that stores its memories: nothing is
+// left as index work, every inserted memory but an archived one has its vector, and a
+// failed vector write stores nothing at all.
+func TestBatchIndexesInItsTransaction(t *testing.T) {
+	e := newEnv(t, backends[0], nil)
+	ctx := t.Context()
+	var items []memory.Item
+	for i := range 40 {
+		typ := []memory.Type{memory.Episodic, memory.Semantic}[i%2]
+		items = append(items, memory.Item{Scope: fmt.Sprintf("user:%d", i%3), MemoryType: typ, BaseScore: 0.5,
+			Content: json.RawMessage(fmt.Sprintf(`{"text":"distinct item %d about topic %d"}`, i, i*13))})
+	}
+	archivedAt := now
+	items[5].ArchivedAt = &archivedAt
+	res, err := e.mem.Write(ctx, clone(items), service.WriteOptions{DedupThreshold: 0.99})
+	if err != nil || len(res) != len(items) {
+		t.Fatalf("write: %d results, %v", len(res), err)
+	}
+	for i, r := range res {
+		if r.Outcome != pgstore.Inserted || !r.Indexed {
+			t.Fatalf("item %d: %+v, want inserted and indexed", i, r)
+		}
+	}
+	if p, err := e.store.Pending(ctx); err != nil || p.Count != 0 {
+		t.Fatalf("index work after an in-transaction batch = %+v, %v; want none", p, err)
+	}
+	var vectors int
+	for sc := range 3 {
+		ids := vectorsOf(t, e.index, fmt.Sprintf("user:%d", sc))
+		vectors += len(ids)
+		for _, id := range ids {
+			if id == res[5].MemoryID {
+				t.Fatal("the archived memory got a vector")
+			}
+		}
+	}
+	if vectors != len(items)-1 {
+		t.Fatalf("%d vectors for %d memories (one archived)", vectors, len(items))
+	}
+
+	f := newEnv(t, backends[0], func(ix vector.Index) vector.Index { return failingTxIndex{ix} })
+	if res, err := f.mem.Write(ctx, clone(items), service.WriteOptions{DedupThreshold: 0.99}); !errors.Is(err, errInjected) || len(res) != 0 {
+		t.Fatalf("a batch whose vectors fail to write: %d results, %v; want none and the failure", len(res), err)
+	}
+	if n, err := f.store.Count(ctx); err != nil || n != 0 {
+		t.Fatalf("memories stored by the batch whose vectors failed = %d, %v; want 0", n, err)
 	}
 }

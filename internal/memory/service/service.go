@@ -45,6 +45,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
@@ -91,6 +93,17 @@ type Memory struct {
 	// each holds a pool connection for it and needs another for its queries, so
 	// unbounded they could take every connection and wait on each other forever.
 	dedupSlots chan struct{}
+	// txIndex, when set, is index itself, kept in the store's database: batches
+	// write their vectors in the transaction that stores their memories.
+	txIndex TxIndex
+}
+
+// TxIndex is an index kept in the store's own PostgreSQL database (the Postgres and
+// PGVector engines, whose tables live in the store's schema): it can write vectors
+// inside a transaction of the store, so a batch's memories and their vectors commit
+// together, with no index work to record, read back and clear.
+type TxIndex interface {
+	UpsertTx(ctx context.Context, tx pgx.Tx, entries []vector.Entry) error
 }
 
 // Options adjust the memory layer.
@@ -101,6 +114,10 @@ type Options struct {
 	// embed.ErrTextTooLong, or embed a truncation, as the limit's Overflow says. The
 	// zero Limit is no limit.
 	InputLimit embed.Limit
+	// TxIndex is the index given to NewWith, when that is a wrapper around an index
+	// kept in the store's own database (see TxIndex). An index given to NewWith that
+	// implements TxIndex itself is used so without it.
+	TxIndex TxIndex
 }
 
 // New returns the memory layer over a migrated store, its vector index and the
@@ -127,7 +144,11 @@ func NewWith(store *pgstore.Store, index vector.Index, embedder embed.Embedder, 
 	if want, got := index.Spec().Dimension, embedder.Dimension(); want != got {
 		return nil, fmt.Errorf("memory service: %w", vector.DimensionError("embedder "+embedder.Model(), want, got))
 	}
-	return &Memory{store: store, index: index, embedder: embedder, limit: o.InputLimit,
+	txIndex := o.TxIndex
+	if t, ok := index.(TxIndex); ok && txIndex == nil {
+		txIndex = t
+	}
+	return &Memory{store: store, index: index, embedder: embedder, limit: o.InputLimit, txIndex: txIndex,
 		dedupSlots: make(chan struct{}, max(1, store.PoolSize()/2))}, nil
 }
 

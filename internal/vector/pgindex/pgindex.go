@@ -146,26 +146,44 @@ func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	// Rows are locked in memory_id order, so writers of overlapping batches wait for
-	// each other instead of deadlocking.
-	entries = slices.SortedFunc(slices.Values(entries), func(a, b vector.Entry) int { return strings.Compare(a.ID, b.ID) })
-	err := pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error {
-		if len(entries) >= copyThreshold {
-			done, err := ix.insertNew(ctx, tx, entries)
-			if done || err != nil {
-				return err
-			}
-			done, err = ix.upsertCopy(ctx, tx, entries)
-			if done || err != nil {
-				return err
-			}
-		}
-		return ix.upsertInsert(ctx, tx, entries)
-	})
+	err := pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error { return ix.upsert(ctx, tx, entries) })
 	if err != nil {
 		return fmt.Errorf("upsert vectors into %s: %w", ix.table, err)
 	}
 	return nil
+}
+
+// UpsertTx is Upsert inside tx, a transaction of the store's own database (the
+// vectors table is in its schema): a writer commits memories and their vectors
+// together.
+func (ix *Index) UpsertTx(ctx context.Context, tx pgx.Tx, entries []vector.Entry) error {
+	if err := vector.ValidateEntries(ix.spec, entries); err != nil {
+		return fmt.Errorf("upsert vectors into %s: %w", ix.table, err)
+	}
+	if err := ix.upsert(ctx, tx, entries); err != nil {
+		return fmt.Errorf("upsert vectors into %s: %w", ix.table, err)
+	}
+	return nil
+}
+
+func (ix *Index) upsert(ctx context.Context, tx pgx.Tx, entries []vector.Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	// Rows are locked in memory_id order, so writers of overlapping batches wait for
+	// each other instead of deadlocking.
+	entries = slices.SortedFunc(slices.Values(entries), func(a, b vector.Entry) int { return strings.Compare(a.ID, b.ID) })
+	if len(entries) >= copyThreshold {
+		done, err := ix.insertNew(ctx, tx, entries)
+		if done || err != nil {
+			return err
+		}
+		done, err = ix.upsertCopy(ctx, tx, entries)
+		if done || err != nil {
+			return err
+		}
+	}
+	return ix.upsertInsert(ctx, tx, entries)
 }
 
 const onConflict = ` ON CONFLICT (memory_id) DO UPDATE
