@@ -459,7 +459,7 @@ func (e *env) benchEngine(ctx context.Context, o enginesOptions, en, pkg string,
 	emb *engEmbedder, bigQ, smallQ []engQuery, memCopy *string) (engResult, error) {
 	res := engResult{engine: en}
 	fmt.Printf("\n--- %s ---\n", en)
-	st, err := e.engineStore(ctx, en)
+	st, err := e.engineStore(ctx, en, engDim)
 	if err != nil {
 		return res, err
 	}
@@ -777,8 +777,9 @@ func engRun(ctx context.Context, c *gwCaller, qs []engQuery) (engSearch, error) 
 		recall: float64(found) / float64(engTopK*len(qs)), n: len(qs)}, nil
 }
 
-// engineStore provisions a fresh store of en as the operator does.
-func (e *env) engineStore(ctx context.Context, en string) (*engStore, error) {
+// engineStore provisions a fresh store of en, with vectors of dim dimensions, as the
+// operator does.
+func (e *env) engineStore(ctx context.Context, en string, dim int) (*engStore, error) {
 	dsn := e.dsn
 	if en == engine.PGVector {
 		dsn = os.Getenv("MEMORY_TEST_PGVECTOR_DSN")
@@ -796,7 +797,7 @@ func (e *env) engineStore(ctx context.Context, en string) (*engStore, error) {
 	}
 	owner := "bench/" + tenant
 	pw := provision.Passwords{Agent: "bench-agent-pw", Worker: "bench-worker-pw"}
-	spec := vector.Spec{Dimension: engDim, Metric: vector.Cosine}
+	spec := vector.Spec{Dimension: dim, Metric: vector.Cosine}
 	st := &engStore{engine: en, names: names, admin: admin, adminDSN: dsn, vectors: engine.Vectors{VectorEngine: en}}
 	var mc *provision.MilvusConn
 	if en == engine.Milvus {

@@ -31,7 +31,6 @@ import (
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
-	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 // The gateway benchmark: the same calls through `memory-operator gateway` (a real
@@ -145,15 +144,19 @@ func runLoad(ctx context.Context, clients, calls, perCall int, f func(ctx contex
 
 // gatewayOptions configure the gateway section.
 type gatewayOptions struct {
-	items int      // memories in the store
-	rows  []string // workloads to run (all when empty)
+	items  int      // memories in the store
+	rows   []string // workloads to run (all when empty)
+	engine string   // the store's vector engine: Postgres (the default) or PGVector
 }
 
 func (e *env) benchGateway(ctx context.Context, opt gatewayOptions) error {
 	items := opt.items
-	fmt.Printf("\nGateway benchmark: %d memories over %d scopes, hashing embedder (dim %d), embedded PostgreSQL index;\n", items, gwScopes, gwDim)
+	if opt.engine == "" {
+		opt.engine = engine.Postgres
+	}
+	fmt.Printf("\nGateway benchmark: %d memories over %d scopes, hashing embedder (dim %d), %s engine;\n", items, gwScopes, gwDim, opt.engine)
 	fmt.Printf("the same calls through `memory-operator gateway` over HTTP and in-process on service.Memory\n\n")
-	mem, names, agentURI, cleanup, err := e.gwStore(ctx)
+	st, mem, cleanup, err := e.gwStore(ctx, opt.engine)
 	if err != nil {
 		return err
 	}
@@ -163,11 +166,11 @@ func (e *env) benchGateway(ctx context.Context, opt gatewayOptions) error {
 	}
 	// As autovacuum would within a minute of the seeding: without statistics the
 	// planner takes the 100k-row tables for small ones.
-	if err := e.analyzeSchema(ctx, names.Schema); err != nil {
+	if err := analyzeSchema(ctx, st.adminDSN, st.names.Schema); err != nil {
 		return err
 	}
 
-	gw, err := e.startGateway(ctx, names, agentURI)
+	gw, err := e.startGateway(ctx, st)
 	if err != nil {
 		return err
 	}
@@ -315,32 +318,44 @@ func bothWays(ctx context.Context, via map[string]gwClient, clients, calls, perC
 	return res, nil
 }
 
-// gwStore provisions the benchmark's store as the operator does and opens the memory
-// layer over it as the store's agent role.
-func (e *env) gwStore(ctx context.Context) (*service.Memory, provision.Names, string, func(), error) {
-	spec := vector.Spec{Dimension: gwDim, Metric: vector.Cosine}
-	names, agentURI, drop, err := e.provisionStore(ctx, "bench-gateway", spec)
-	if err != nil {
-		return nil, provision.Names{}, "", nil, err
+// gwStore provisions the benchmark's store on engine en (Postgres or PGVector) as the
+// operator does and opens the memory layer over it as the store's agent role.
+func (e *env) gwStore(ctx context.Context, en string) (*engStore, *service.Memory, func(), error) {
+	if en != engine.Postgres && en != engine.PGVector {
+		return nil, nil, nil, fmt.Errorf("-gateway-engine %q: want %s or %s", en, engine.Postgres, engine.PGVector)
 	}
-	acfg, err := pgxpool.ParseConfig(agentURI)
+	if en == engine.PGVector && os.Getenv("MEMORY_TEST_PGVECTOR_DSN") == "" {
+		return nil, nil, nil, errors.New("-gateway-engine PGVector: MEMORY_TEST_PGVECTOR_DSN unset: run through `make bench` (SERVICES with pgvector)")
+	}
+	st, err := e.engineStore(ctx, en, gwDim)
 	if err != nil {
-		drop()
-		return nil, provision.Names{}, "", nil, err
+		return nil, nil, nil, err
+	}
+	acfg, err := pgxpool.ParseConfig(st.agentURI)
+	if err != nil {
+		st.drop()
+		return nil, nil, nil, err
 	}
 	acfg.MaxConns = 32 // as the gateway's pool
 	pool, err := pgxpool.NewWithConfig(ctx, acfg)
 	if err != nil {
-		drop()
-		return nil, provision.Names{}, "", nil, err
+		st.drop()
+		return nil, nil, nil, err
 	}
-	mem, err := service.New(pgstore.New(pool, names.Schema), pgindex.New(pool, names.Schema, spec), embed.NewHashing(gwDim))
+	cleanup := func() { pool.Close(); st.drop() }
+	spec := vector.Spec{Dimension: gwDim, Metric: vector.Cosine}
+	ix, closeIx, err := st.vectors.Open(ctx, pool, st.names.Schema, spec, engine.Login{})
 	if err != nil {
-		pool.Close()
-		drop()
-		return nil, provision.Names{}, "", nil, err
+		cleanup()
+		return nil, nil, nil, err
 	}
-	return mem, names, agentURI, func() { pool.Close(); drop() }, nil
+	mem, err := service.New(pgstore.New(pool, st.names.Schema), ix, embed.NewHashing(gwDim))
+	if err != nil {
+		closeIx()
+		cleanup()
+		return nil, nil, nil, err
+	}
+	return st, mem, func() { closeIx(); cleanup() }, nil
 }
 
 // provisionStore creates a fresh store for tenant (dropping one left from an earlier
@@ -405,9 +420,9 @@ type gwProcess struct {
 }
 
 // startGateway runs `memory-operator gateway` over the store, as its Deployment does.
-func (e *env) startGateway(ctx context.Context, names provision.Names, uri string) (*gwProcess, error) {
-	return e.startGatewayProcess(ctx, uri, gateway.Config{StoreNamespace: "bench", StoreName: names.Tenant, Schema: names.Schema,
-		Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: gwDim, Metric: "COSINE", Embedder: "Hashing",
+func (e *env) startGateway(ctx context.Context, st *engStore) (*gwProcess, error) {
+	return e.startGatewayProcess(ctx, st.agentURI, gateway.Config{StoreNamespace: "bench", StoreName: st.names.Tenant, Schema: st.names.Schema,
+		Vectors: st.vectors, Dimension: gwDim, Metric: "COSINE", Embedder: "Hashing",
 		DedupThreshold: seedDedup, RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second})
 }
 
@@ -496,8 +511,8 @@ func (g *gwProcess) hwmKB() int64 { return g.status("VmHWM") }
 const seedDedup = 0.9
 
 // analyzeSchema runs ANALYZE on every table of schema, as the admin.
-func (e *env) analyzeSchema(ctx context.Context, schema string) error {
-	conn, err := pgx.Connect(ctx, e.dsn)
+func analyzeSchema(ctx context.Context, dsn, schema string) error {
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}

@@ -83,6 +83,7 @@ func main() {
 	sections := flag.String("sections", "snapshot,archive,gateway,import,recall", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, soak, engines and hnsw (not by default)")
 	var gw gatewayOptions
 	flag.IntVar(&gw.items, "gateway-items", 100_000, "memories in the store the gateway benchmark searches")
+	flag.StringVar(&gw.engine, "gateway-engine", "Postgres", "gateway: the store's vector engine (Postgres, or PGVector on the pgvector server)")
 	gwRows := flag.String("gateway-rows", "", "gateway: only the workloads named, comma-separated (search, write, batch 1000, batch facts, facts 10 sc); empty runs them all")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (the in-process calls) to this file; the gateway processes it starts write theirs where MEMORY_OPERATOR_CPU_PROFILE says")
 	importDSN := flag.String("import-dsn", "", "import: an existing LangGraph database to import (default: generate one at the seed's size)")

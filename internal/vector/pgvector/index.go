@@ -136,7 +136,13 @@ func (ix *Index) Upsert(ctx context.Context, entries []vector.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	err := pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error { return ix.upsert(ctx, tx, entries) })
+	// The statements first: the first call reads the extension's schema on a
+	// connection of its own, which must not wait behind the transaction's.
+	s, err := ix.statements(ctx)
+	if err != nil {
+		return fmt.Errorf("upsert vectors into %s: %w", ix.table, err)
+	}
+	err = pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error { return ix.upsert(ctx, tx, s, entries) })
 	if err != nil {
 		return fmt.Errorf("upsert vectors into %s: %w", ix.table, err)
 	}
@@ -150,20 +156,20 @@ func (ix *Index) UpsertTx(ctx context.Context, tx pgx.Tx, entries []vector.Entry
 	if err := vector.ValidateEntries(ix.spec, entries); err != nil {
 		return fmt.Errorf("upsert vectors into %s: %w", ix.table, err)
 	}
-	if err := ix.upsert(ctx, tx, entries); err != nil {
+	if len(entries) == 0 {
+		return nil
+	}
+	s, err := ix.statements(ctx)
+	if err == nil {
+		err = ix.upsert(ctx, tx, s, entries)
+	}
+	if err != nil {
 		return fmt.Errorf("upsert vectors into %s: %w", ix.table, err)
 	}
 	return nil
 }
 
-func (ix *Index) upsert(ctx context.Context, tx pgx.Tx, entries []vector.Entry) error {
-	if len(entries) == 0 {
-		return nil
-	}
-	s, err := ix.statements(ctx)
-	if err != nil {
-		return err
-	}
+func (ix *Index) upsert(ctx context.Context, tx pgx.Tx, s *statements, entries []vector.Entry) error {
 	// Rows are locked in memory_id order, so writers of overlapping batches wait for
 	// each other instead of deadlocking.
 	entries = slices.SortedFunc(slices.Values(entries), func(a, b vector.Entry) int { return strings.Compare(a.ID, b.ID) })
