@@ -117,6 +117,8 @@ func classify(err error) *apiError {
 		return unavailable(CodeIndexDown, 5, "search is unavailable: the vector index is not answering (writes are still stored and indexed once it is back)")
 	case errors.Is(err, context.Canceled):
 		return errf(499, "canceled", "request canceled")
+	case errors.Is(err, errRequestTime):
+		return unavailable(CodeTimeout, 1, "the request did not finish in time (the store's database was still at work on it); nothing was written that was not acknowledged")
 	case errors.As(err, &pe):
 		return classifyPg(pe)
 	case fromDatabase(err):
@@ -189,6 +191,21 @@ func walkErrors(err error, f func(error)) {
 			walkErrors(e, f)
 		}
 	}
+}
+
+// errRequestTime is the cause of a request's context when its own time
+// (--request-timeout) ran out.
+var errRequestTime = errors.New("the request's time ran out")
+
+// inTime marks the error of a request whose own time ran out, so that classify
+// calls what followed from it a timeout: a statement cancelled mid-way (often one
+// waiting for other writers of the same scopes) is not a database that stopped
+// answering.
+func inTime(ctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), errRequestTime) && !errors.Is(err, errRequestTime) {
+		return fmt.Errorf("%w (%w)", err, errRequestTime)
+	}
+	return err
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {

@@ -149,6 +149,41 @@ func TestPostgresDown(t *testing.T) {
 	e.wantError(503, CodeDatabaseDown, k.plain, "GET", "/v1/scopes/user:1/memories", nil)
 }
 
+// TestRequestTimeWhileTheDatabaseWorks: a write that waits past the request's time
+// for a lock another session holds is a timeout that says so, not a database "not
+// answering": the database answered everything, the request ran out of time.
+func TestRequestTimeWhileTheDatabaseWorks(t *testing.T) {
+	k := newTestKey(t, "k", false, "*")
+	e := newEnv(t, envOptions{keys: []testKey{k}, config: func(c *Config) { c.RequestTimeout = time.Second }})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.admin.URL(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+pgx.Identifier{e.names.Schema, "memories"}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	one := NewMemory{Scope: "user:1", MemoryType: memory.Semantic, Content: json.RawMessage(`{"a":1}`)}
+	eb := e.wantError(503, CodeTimeout, k.plain, "POST", "/v1/memories", one)
+	if !strings.Contains(eb.Error.Message, "did not finish in time") {
+		t.Errorf("message: %q", eb.Error.Message)
+	}
+	eb = e.wantError(503, CodeTimeout, k.plain, "POST", "/v1/memories/batch", BatchRequest{Memories: []NewMemory{one}})
+	if !strings.Contains(eb.Error.Message, "stored 0 of 1") {
+		t.Errorf("batch message: %q", eb.Error.Message)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.must(201, k.plain, "POST", "/v1/memories", one, nil)
+}
+
 // vectorQuery embeds text as the gateway does and asks for everything of scope.
 func vectorQuery(t *testing.T, scope, text string) vector.Query {
 	t.Helper()

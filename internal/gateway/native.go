@@ -345,7 +345,7 @@ func (s *Server) rememberBatch(w http.ResponseWriter, r *http.Request, k *Key) e
 	res, err := s.write(r.Context(), items)
 	if err != nil {
 		// Part of the batch may be stored: say which, with the error.
-		e := classify(err)
+		e := classify(inTime(r.Context(), err))
 		e.msg += " (stored " + strconv.Itoa(len(res)) + " of " + strconv.Itoa(len(items)) + "; a retry of the whole batch is safe: stored memories come back unchanged)"
 		return e
 	}

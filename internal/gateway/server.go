@@ -100,11 +100,11 @@ func (s *Server) route(pattern string, write bool, h func(w http.ResponseWriter,
 		}
 		// Every door gets the same deadline; the key's name picks its share of the
 		// embedder (embed.Bounded).
-		ctx, cancel := context.WithTimeout(embed.WithCaller(r.Context(), k.Name), s.cfg.RequestTimeout)
+		ctx, cancel := context.WithTimeoutCause(embed.WithCaller(r.Context(), k.Name), s.cfg.RequestTimeout, errRequestTime)
 		defer cancel()
 		r = r.WithContext(ctx)
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-		return h(w, r, k)
+		return inTime(ctx, h(w, r, k))
 	}))
 }
 
