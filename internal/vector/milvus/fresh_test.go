@@ -177,10 +177,14 @@ func TestFreshLoadWithoutInsertPrivilege(t *testing.T) {
 		_, err := c.Upsert(ctx, name, "", entity.NewColumnVarChar(milvus.FieldID, []string{long}),
 			entity.NewColumnVarChar(milvus.FieldScope, []string{"p"}), entity.NewColumnVarChar(milvus.FieldType, []string{"p"}),
 			entity.NewColumnFloatVector(milvus.FieldEmbedding, spec.Dimension, [][]float32{make([]float32, spec.Dimension)}))
-		if err != nil && status.Code(err) != codes.PermissionDenied {
-			return true, nil // refused for the ID: the grants apply
+		if err == nil || status.Code(err) == codes.PermissionDenied {
+			return false, err
 		}
-		return false, err
+		// Refused for the ID: Upsert applies. Each grant applies on its own, so wait
+		// for Query (the emptiness check) too.
+		_, err = ix.BeginFreshLoad(ctx, 50)
+		ix.EndFreshLoad()
+		return err == nil, err
 	})
 	if fresh, err := ix.BeginFreshLoad(ctx, 50); err != nil || !fresh {
 		t.Fatalf("BeginFreshLoad as the user = %v, %v", fresh, err)
