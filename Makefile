@@ -58,7 +58,7 @@ tools: ## Build the test harness: kube-apiserver, etcd, kubectl, MinIO, Toxiprox
 	hack/install-tools.sh all
 
 .PHONY: test
-test: tools vet ## Start PostgreSQL 15 and 16 (pgvector), MinIO, Milvus Lite, a Milvus server with authentication and Toxiproxy on loopback and run every test (unit, integration, envtest, fault tables), then each fuzz target briefly.
+test: tools vet ## Start PostgreSQL 15 and 16 (pgvector), MinIO, Milvus Lite, a Milvus server with authentication, Redis and Toxiproxy on loopback and run every test (unit, integration, envtest, fault tables), then each fuzz target briefly.
 	hack/services.sh run go test ./... -count=1 -timeout 30m $(GOTEST_ARGS)
 	FUZZTIME=5000x hack/fuzz.sh
 

@@ -264,7 +264,7 @@ install_engines_venv() {
 }
 
 # What the harness needs from the machine besides Go and Python comes from Debian's
-# packages: PostgreSQL 15's server (with psql), Python's venv module and curl. Machines
+# packages: PostgreSQL 15's server (with psql), Redis, Python's venv module and curl. Machines
 # of this kind have them installed; a bare one gets them here (as root).
 ensure_packages() {
 	local missing=()
@@ -272,6 +272,7 @@ ensure_packages() {
 	python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 	command -v curl >/dev/null || missing+=(curl)
 	command -v sqlite3 >/dev/null || missing+=(sqlite3) # the import benchmark's reference
+	command -v redis-server >/dev/null || missing+=(redis-server) # the short-term tier
 	((${#missing[@]} == 0)) && return
 	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
 		log "installing ${missing[*]} from Debian's packages"

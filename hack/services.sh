@@ -2,7 +2,7 @@
 # Starts and stops the real backing services on loopback for tests and the demo:
 # PostgreSQL 15 (a throwaway cluster, the system of record), PostgreSQL 16 with pgvector
 # (pgserver's build, the PGVector engine), MinIO, Milvus Lite, a Milvus server with
-# authentication on, and Toxiproxy. State lives in a run
+# authentication on, Redis with ACLs on, and Toxiproxy. State lives in a run
 # directory (default bin/run); `start` writes $RUN_DIR/env.sh with the connection
 # settings the tests read (MEMORY_TEST_*), `stop` ends the processes and removes the state.
 #
@@ -12,7 +12,7 @@
 #
 # SERVICES_HOST (default 127.0.0.1) is the address they listen on: the end-to-end
 # tests use the local cluster's bridge address, which its Pods reach. SERVICES, a
-# comma-separated subset of postgres,pgvector,minio,milvus,milvus-server,toxiproxy,
+# comma-separated subset of postgres,pgvector,minio,milvus,milvus-server,redis,toxiproxy,
 # starts only those (default: all), for a quick run of one package's tests.
 set -euo pipefail
 
@@ -134,6 +134,31 @@ ENV
 	log "Milvus server (authentication on) on $HOST:$port"
 }
 
+# Redis with ACLs on (Debian's redis-server 7.0), the short-term tier: its default
+# user is off, and its admin login (MEMORY_TEST_REDIS_USER, _PASSWORD) is the platform
+# team's, which provisioning uses to create each store's own user. Nothing persists:
+# a restart of this one loses every session (a store's Redis says its own policy).
+start_redis() {
+	command -v redis-server >/dev/null || die "redis-server missing; run hack/install-tools.sh (Debian's redis-server)"
+	local port pw; port=$(free_port); pw=$(secret)
+	mkdir -p "$RUN_DIR/redis-data"
+	cat >"$RUN_DIR/redis.conf" <<CONF
+bind $HOST
+port $port
+dir $RUN_DIR/redis-data
+save ""
+appendonly no
+daemonize no
+user default off
+user admin on >$pw ~* &* +@all
+CONF
+	nohup redis-server "$RUN_DIR/redis.conf" >"$RUN_DIR/redis.log" 2>&1 &
+	echo $! >"$RUN_DIR/redis.pid"
+	wait_for redis 30 port_open "$port"
+	echo "export MEMORY_TEST_REDIS_ADDR=$HOST:$port MEMORY_TEST_REDIS_USER=admin MEMORY_TEST_REDIS_PASSWORD='$pw'" >>"$RUN_DIR/env.sh"
+	log "Redis (ACLs on) on $HOST:$port"
+}
+
 # Toxiproxy's API server: the fault-injection tests put proxies between the workers or
 # the gateway and each backend through it (MEMORY_TEST_TOXIPROXY_ADDR).
 start_toxiproxy() {
@@ -160,7 +185,7 @@ wanted() { [[ -z ${SERVICES:-} || ,$SERVICES, == *,$1,* ]]; }
 
 stop() {
 	local f
-	for f in "$RUN_DIR"/minio.pid "$RUN_DIR"/milvus.pid "$RUN_DIR"/milvus-server.pid "$RUN_DIR"/toxiproxy.pid; do
+	for f in "$RUN_DIR"/minio.pid "$RUN_DIR"/milvus.pid "$RUN_DIR"/milvus-server.pid "$RUN_DIR"/redis.pid "$RUN_DIR"/toxiproxy.pid; do
 		[[ -f $f ]] && { stop_tree "$(cat "$f")"; rm -f "$f"; }
 	done
 	for f in "$RUN_DIR"/postgres.dir "$RUN_DIR"/pgvector.dir; do
@@ -169,7 +194,7 @@ stop() {
 		as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
 		rm -rf "$dir" "$f"
 	done
-	rm -rf "$RUN_DIR/minio-data" "$RUN_DIR/milvus-data" "$RUN_DIR/milvus-server-data" "$RUN_DIR/env.sh"
+	rm -rf "$RUN_DIR/minio-data" "$RUN_DIR/milvus-data" "$RUN_DIR/milvus-server-data" "$RUN_DIR/redis-data" "$RUN_DIR/redis.conf" "$RUN_DIR/env.sh"
 }
 
 start() {
@@ -184,6 +209,7 @@ start() {
 	wanted minio && start_minio
 	wanted milvus && start_milvus
 	wanted milvus-server && start_milvus_server
+	wanted redis && start_redis
 	wanted toxiproxy && start_toxiproxy
 	log "environment in $RUN_DIR/env.sh"
 }

@@ -241,9 +241,12 @@ var Privileges = map[string]map[string][]string{
 		// postings, a batch writes its own just after it commits, a search makes
 		// those a bulk write left owed, and a delete of memories removes theirs (a
 		// trigger running as the deleting role).
-		"memory_terms":      {"SELECT", "INSERT", "DELETE"},
-		"term_docs":         {"SELECT", "INSERT", "DELETE"},
-		"term_pending":      {"SELECT", "INSERT", "DELETE"},
+		"memory_terms": {"SELECT", "INSERT", "DELETE"},
+		"term_docs":    {"SELECT", "INSERT", "DELETE"},
+		"term_pending": {"SELECT", "INSERT", "DELETE"},
+		// The short-term tier when the store has no Redis (pgstore's sessions.go).
+		"sessions":          {"SELECT", "INSERT", "UPDATE", "DELETE"},
+		"session_turns":     {"SELECT", "INSERT", "DELETE"},
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
 	},

@@ -69,12 +69,14 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 			"memories": "SELECT,DELETE", "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "INSERT",
 			"index_deletions": "", "archive_runs": "", "restores": "", "index_pending": crud, "scope_renames": "", "store_meta": "SELECT", "schema_migrations": "SELECT",
 			"memory_terms": "SELECT,INSERT,DELETE", "term_docs": "SELECT,INSERT,DELETE", "term_pending": "SELECT,INSERT,DELETE",
+			"sessions": crud, "session_turns": "SELECT,INSERT,DELETE",
 		},
 		names.WorkerRole: {
 			"memories": crud, "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "SELECT,INSERT",
 			"index_deletions": "SELECT,INSERT,DELETE", "archive_runs": "SELECT,INSERT,UPDATE", "restores": "SELECT,INSERT,UPDATE",
 			"index_pending": "", "scope_renames": "SELECT,INSERT", "store_meta": "SELECT", "schema_migrations": "SELECT",
 			"memory_terms": "SELECT,INSERT,DELETE", "term_docs": "SELECT,INSERT,DELETE", "term_pending": "SELECT,INSERT,DELETE",
+			"sessions": "", "session_turns": "",
 		},
 	}
 	check := func(t *testing.T) {
@@ -88,8 +90,8 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(tables) != 14 {
-			t.Fatalf("schema %s has tables %v; this test knows 14", names.Schema, tables)
+		if len(tables) != 16 {
+			t.Fatalf("schema %s has tables %v; this test knows 16", names.Schema, tables)
 		}
 		for role, perTable := range want {
 			for _, table := range tables {

@@ -1,6 +1,6 @@
 // Package testutil finds the real services that integration tests run against.
 // hack/services.sh starts them (PostgreSQL 15, PostgreSQL 16 with pgvector, MinIO,
-// Milvus Lite, a Milvus server with authentication, Toxiproxy) and exports their
+// Milvus Lite, a Milvus server with authentication, Redis, Toxiproxy) and exports their
 // addresses as MEMORY_TEST_* variables; `make test` does this for you. A test whose
 // service is missing is skipped, and the skip announced even without -v.
 package testutil
@@ -104,6 +104,22 @@ func S3Config(t testing.TB) S3 {
 		Endpoint:  requireEnv(t, "MEMORY_TEST_S3_ENDPOINT", "MinIO"),
 		AccessKey: os.Getenv("MEMORY_TEST_S3_ACCESS_KEY"),
 		SecretKey: os.Getenv("MEMORY_TEST_S3_SECRET_KEY"),
+	}
+}
+
+// Redis is a Redis server with ACLs on: its default user is off, and its admin
+// login (the platform team's, which provisioning uses to create each store's user).
+type Redis struct {
+	Addr, User, Password string
+}
+
+// RedisServer returns the Redis server's address and admin login.
+func RedisServer(t testing.TB) Redis {
+	t.Helper()
+	return Redis{
+		Addr:     requireEnv(t, "MEMORY_TEST_REDIS_ADDR", "Redis"),
+		User:     os.Getenv("MEMORY_TEST_REDIS_USER"),
+		Password: os.Getenv("MEMORY_TEST_REDIS_PASSWORD"),
 	}
 }
 

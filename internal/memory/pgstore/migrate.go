@@ -257,11 +257,36 @@ DROP FUNCTION {{t "vector_bytes"}}(real[]);
 ALTER TABLE {{t "term_pending"}} ADD COLUMN batch bigint;
 CREATE INDEX {{i "term_pending_batch_idx"}} ON {{t "term_pending"}} (batch) WHERE batch IS NOT NULL;
 `,
+	// 11: the short-term tier on PostgreSQL, for stores without Redis (sessions.go):
+	// a session's state, and its turns as the JSON text they were given. A session
+	// is gone once expires_at passed; Purge deletes what is left of it.
+	`
+CREATE TABLE {{t "sessions"}} (
+	session    text COLLATE "C" PRIMARY KEY,
+	owner      text COLLATE "C" NOT NULL,
+	seq        bigint NOT NULL DEFAULT 0,
+	promoted   bigint NOT NULL DEFAULT 0,
+	active_at  timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL
+);
+CREATE INDEX {{i "sessions_owner_idx"}} ON {{t "sessions"}} (owner);
+CREATE INDEX {{i "sessions_expires_idx"}} ON {{t "sessions"}} (expires_at);
+CREATE INDEX {{i "sessions_idle_idx"}} ON {{t "sessions"}} (active_at) WHERE promoted < seq;
+
+CREATE TABLE {{t "session_turns"}} (
+	session text COLLATE "C" NOT NULL REFERENCES {{t "sessions"}} (session) ON DELETE CASCADE,
+	seq     bigint NOT NULL,
+	role    text NOT NULL,
+	content text NOT NULL,
+	at      timestamptz NOT NULL,
+	PRIMARY KEY (session, seq)
+);
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 10
+const LatestVersion = 11
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.

@@ -1,0 +1,279 @@
+// Package shortterm is a store's short-term tier: sessions, each an ordered list of
+// turns (a message and who said it) that lives while the session is active and
+// expires a set time after its last activity (seed 003, section 4: a Redis list per
+// session, JSON messages, 30 minutes without activity and it is gone).
+//
+// One behaviour, two backends: Redis when the store declares it (package redisstore)
+// and PostgreSQL otherwise (pgstore's sessions.go). The conformance suite in
+// shorttermtest holds both to the same rules:
+//
+//   - a turn is numbered (Seq) in its session from 1 on, in the order appended, and
+//     keeps its number for as long as it lives;
+//   - appending or reading (with Touch) is activity: the session expires TTL after
+//     the last of them, and once expired no call sees it again;
+//   - a session belongs to one owner (a user scope, or the session itself): a forget
+//     of the owner removes all of its sessions;
+//   - a summary turn may replace the turns up to a number; what it replaced is
+//     returned to the caller, which may keep it as episodic memory;
+//   - the turns of a session idle for long enough are offered for promotion before
+//     they expire (Idle, then MarkPromoted), so that what is worth keeping is kept.
+//
+// Turns are JSON, never a language's serialisation (seed 003, section 8, pit 2).
+package shortterm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// Defaults of a store's short-term tier.
+const (
+	// DefaultTTL: a session expires 30 minutes after its last activity (seed 003).
+	DefaultTTL = 30 * time.Minute
+	// DefaultMaxTurns is how many turns a session may hold. An append past it is
+	// refused (ErrSessionFull), never trimmed: a summary makes room.
+	DefaultMaxTurns = 2000
+	// MaxTurnBytes bounds one turn's content (its JSON).
+	MaxTurnBytes = 64 << 10
+	// MaxRoleBytes bounds a turn's role.
+	MaxRoleBytes = 64
+	// MaxAppend is the most turns one append may add.
+	MaxAppend = 100
+)
+
+// RoleSummary is the role of a turn that replaced earlier ones (Summarize).
+const RoleSummary = "summary"
+
+// Errors every backend returns, wrapped with what it knows.
+var (
+	// ErrNotFound: no such session, or it expired.
+	ErrNotFound = errors.New("no such session (it may have expired)")
+	// ErrSessionFull: the append would take the session past its MaxTurns.
+	ErrSessionFull = errors.New("the session holds as many turns as it may (summarize or end it)")
+	// ErrOwner: the session exists with another owner.
+	ErrOwner = errors.New("the session belongs to another owner")
+	// ErrNothing: a summary would replace no turn (through is before the first).
+	ErrNothing = errors.New("no turns to summarize")
+	// ErrUnavailable: the backend did not answer (Redis down or too slow).
+	ErrUnavailable = errors.New("the short-term store is not answering")
+)
+
+// NewTurn is a turn to append.
+type NewTurn struct {
+	Role string `json:"role"`
+	// Content is the message: any JSON value (a string, or an object such as
+	// {"text": ..., "tool_calls": [...]}).
+	Content json.RawMessage `json:"content"`
+}
+
+// Turn is a stored turn.
+type Turn struct {
+	Seq     int64           `json:"seq"`
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	At      time.Time       `json:"ts"`
+}
+
+// Session is a session's state and (for reads) its turns.
+type Session struct {
+	ID    string
+	Owner string
+	// LastSeq is the number of the last turn appended (0: none yet).
+	LastSeq int64
+	// Promoted is the number through which turns were offered for promotion.
+	Promoted   int64
+	LastActive time.Time
+	Turns      []Turn
+}
+
+// ExpiresAt is when s expires without further activity.
+func (s Session) ExpiresAt(ttl time.Duration) time.Time { return s.LastActive.Add(ttl) }
+
+// Append adds turns to a session.
+type Append struct {
+	Session string
+	// Owner is who the session belongs to: a scope (user:<id>), or empty for the
+	// session itself. A session keeps the owner of its first append.
+	Owner string
+	Turns []NewTurn
+	Now   time.Time
+}
+
+// WindowQuery reads a session's latest turns.
+type WindowQuery struct {
+	Session string
+	// Last is how many turns at most (the latest ones); 0: all.
+	Last int
+	// AsOf, when set, reads the window as it was then: only turns appended at or
+	// before it.
+	AsOf time.Time
+	// Touch counts the read as activity (an agent reading its context); the
+	// promotion sweep reads without it.
+	Touch bool
+	Now   time.Time
+}
+
+// Summary replaces a session's turns numbered through Through with one turn of role
+// RoleSummary before the turns that follow. The summary takes the number and time
+// of the last turn it replaced, so turns stay in order of both, and a window as of a
+// time sees the summary where its turns were.
+type Summary struct {
+	Session string
+	Through int64
+	Content json.RawMessage
+	Now     time.Time
+}
+
+// Store is a short-term backend. Every call is atomic: a concurrent call sees a
+// session before or after it, never between.
+type Store interface {
+	// Append appends turns and returns them numbered.
+	Append(ctx context.Context, a Append) ([]Turn, error)
+	// Window returns the session with its latest turns (oldest first).
+	Window(ctx context.Context, q WindowQuery) (Session, error)
+	// Summarize replaces turns with a summary and returns the turns it replaced.
+	Summarize(ctx context.Context, s Summary) ([]Turn, error)
+	// End removes a session and returns it with all its turns.
+	End(ctx context.Context, session string) (Session, error)
+	// ForgetOwner removes every session of owner and says how many there were.
+	ForgetOwner(ctx context.Context, owner string) (int, error)
+	// Idle lists sessions, without their turns, whose last activity is before
+	// before and whose turns were not all offered for promotion, oldest first.
+	Idle(ctx context.Context, before time.Time, limit int) ([]Session, error)
+	// MarkPromoted records that a session's turns through seq were offered for
+	// promotion; a session that ended or expired meanwhile is no error.
+	MarkPromoted(ctx context.Context, session string, through int64) error
+	// Purge removes the sessions that expired by now, where the backend does not
+	// expire them itself, and says how many.
+	Purge(ctx context.Context, now time.Time) (int, error)
+	// TTL is how long a session lives without activity.
+	TTL() time.Duration
+}
+
+// Options configure a backend.
+type Options struct {
+	TTL      time.Duration
+	MaxTurns int
+}
+
+// WithDefaults fills unset options.
+func (o Options) WithDefaults() Options {
+	if o.TTL <= 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.MaxTurns <= 0 {
+		o.MaxTurns = DefaultMaxTurns
+	}
+	return o
+}
+
+// ValidateSession checks a session identifier: a scope (session:<id> usually).
+func ValidateSession(id string) error {
+	if err := memory.ValidateScope(id); err != nil {
+		return fmt.Errorf("session: %w", err)
+	}
+	return nil
+}
+
+// Validate checks an append before any backend sees it.
+func (a Append) Validate() error {
+	if err := ValidateSession(a.Session); err != nil {
+		return err
+	}
+	if a.Owner != "" {
+		if err := memory.ValidateScope(a.Owner); err != nil {
+			return fmt.Errorf("owner: %w", err)
+		}
+	}
+	switch {
+	case len(a.Turns) == 0:
+		return errors.New("turns is empty")
+	case len(a.Turns) > MaxAppend:
+		return fmt.Errorf("an append holds at most %d turns, got %d", MaxAppend, len(a.Turns))
+	}
+	for i, t := range a.Turns {
+		if err := checkTurn(t.Role, t.Content); err != nil {
+			return fmt.Errorf("turns[%d]: %w", i, err)
+		}
+		if t.Role == RoleSummary {
+			return fmt.Errorf("turns[%d]: role %q is the summary's (summarize instead)", i, RoleSummary)
+		}
+	}
+	return nil
+}
+
+// Validate checks a summary.
+func (s Summary) Validate() error {
+	if err := ValidateSession(s.Session); err != nil {
+		return err
+	}
+	if s.Through < 1 {
+		return fmt.Errorf("through is %d (the number of a turn, from 1)", s.Through)
+	}
+	return checkTurn(RoleSummary, s.Content)
+}
+
+func checkTurn(role string, content json.RawMessage) error {
+	switch {
+	case role == "":
+		return errors.New("role is empty")
+	case len(role) > MaxRoleBytes:
+		return fmt.Errorf("role is %d bytes (at most %d)", len(role), MaxRoleBytes)
+	case !utf8.ValidString(role):
+		return errors.New("role is not valid UTF-8")
+	case len(content) == 0:
+		return errors.New("content is empty")
+	case len(content) > MaxTurnBytes:
+		return fmt.Errorf("content is %d bytes (at most %d)", len(content), MaxTurnBytes)
+	case !json.Valid(content):
+		return errors.New("content is not valid JSON")
+	}
+	for _, r := range role {
+		if r < 0x20 {
+			return errors.New("role holds a control character")
+		}
+	}
+	// Stored as JSON text in both backends, byte for byte: any valid UTF-8 JSON.
+	if err := memory.CheckText(string(content)); err != nil {
+		return fmt.Errorf("content %w", err)
+	}
+	return nil
+}
+
+// Compact returns content as compact JSON, the form every backend stores.
+func Compact(content json.RawMessage) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, content); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Cut keeps the turns of a window: those appended at or before asOf (when set), then
+// the last of them (0: all). turns are in order.
+func Cut(turns []Turn, last int, asOf time.Time) []Turn {
+	if !asOf.IsZero() {
+		kept := turns[:0:0]
+		for _, t := range turns {
+			if !t.At.After(asOf) {
+				kept = append(kept, t)
+			}
+		}
+		turns = kept
+	}
+	if last > 0 && len(turns) > last {
+		turns = turns[len(turns)-last:]
+	}
+	return turns
+}
+
+// Instant is a time as the backends keep it: UTC, to the millisecond (Redis keeps
+// milliseconds), so that both return the same times.
+func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
