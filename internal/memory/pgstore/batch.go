@@ -89,6 +89,8 @@ type BatchTx struct {
 	byHash map[scopeHash]string // stored key-less memories by (scope, content hash)
 	ids    map[string]bool      // stored memory_ids among the items'
 	slots  map[scopeHash]bool   // stored (scope, key) slots among the items'
+	// readAt is, per scope, the earliest RecordedAt its items came with (see Put).
+	readAt map[string]time.Time
 
 	// After Commit: the postings owed for the inserted memories, and the token of
 	// the marks that say so.
@@ -108,7 +110,7 @@ type scopeHash struct{ scope, value string }
 func (s *Store) BeginBatch(ctx context.Context, lock *ScopeLock, items []memory.Item) (*BatchTx, error) {
 	now := time.Now()
 	b := &BatchTx{s: s, items: make([]memory.Item, len(items)), hashes: make([][]byte, len(items)), serverDated: make([]bool, len(items)),
-		byHash: map[scopeHash]string{}, ids: map[string]bool{}, slots: map[scopeHash]bool{}}
+		byHash: map[scopeHash]string{}, ids: map[string]bool{}, slots: map[scopeHash]bool{}, readAt: map[string]time.Time{}}
 	var (
 		ids, hashScopes, keyScopes, keys, scopes []string
 		hashes                                   [][]byte
@@ -118,6 +120,9 @@ func (s *Store) BeginBatch(ctx context.Context, lock *ScopeLock, items []memory.
 		b.serverDated[i] = it.CreatedAt.IsZero() && it.UpdatedAt.IsZero()
 		it.SetDefaults(now)
 		normalizeTimes(&it)
+		if r := it.RecordedAt; !r.IsZero() && (b.readAt[it.Scope].IsZero() || r.Before(b.readAt[it.Scope])) {
+			b.readAt[it.Scope] = r // as Put: a copy of content read then
+		}
 		it.RecordedAt = time.Time{} // the server's to set
 		if err := it.Validate(); err != nil {
 			return nil, fmt.Errorf("pgstore: batch item %d (%q): %w", i, it.MemoryID, err)
@@ -203,9 +208,8 @@ func (b *BatchTx) begin(ctx context.Context, scopes, ids, hashScopes []string, h
 			rows.Close()
 			return err
 		}
-		if at != nil && !now.After(*at) && forgotten == nil {
-			forgotten = fmt.Errorf("%w: %s was forgotten at %s, which is after the server's clock (%s): a restore brought a tombstone from a server whose clock is ahead; retry later",
-				ErrForgotten, scope, at.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+		if forgotten == nil {
+			forgotten = refusedByTombstone(scope, now, at, b.readAt[scope])
 		}
 	}
 	rows.Close()

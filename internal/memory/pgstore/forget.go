@@ -13,7 +13,10 @@ package pgstore
 //     it deleted, so what it deleted is covered;
 //   - Put (the write path, and so the gateway) records its memory by the server's
 //     clock under the lock, so a write after a forget is always later than its
-//     tombstone: it is stored;
+//     tombstone: it is stored. A write that copies content read earlier (an item
+//     with RecordedAt set: an update of a memory read before, a session's turns
+//     promoted) is refused when a tombstone at or after that read exists, so a copy
+//     of what a forget removed never comes back as new consent;
 //   - Merge (restores) and Import never write a covered memory (outcome
 //     MergeTombstoned); a restored memory keeps the recorded_at its source gave it;
 //   - ApplyTombstones (a restore bringing a package's tombstones) forgets, as Forget

@@ -476,3 +476,46 @@ func TestGuaranteeConcurrentWritesNeverOutliveAForget(t *testing.T) {
 	}
 	t.Logf("%d writes succeeded, %d refused as forgotten, %d kept after %d forgets", len(ok), refused, kept, forgets)
 }
+
+// TestGuaranteeACopyReadBeforeAForgetIsRefused: a write that copies content read at
+// some time (its RecordedAt: the promotion of a session's turns, an update of a
+// memory read before) is refused when its scope was forgotten at or after that time,
+// by Put and by a batch alike, and stored when the forget came before the read. A
+// plain write after the forget is still new consent.
+func TestGuaranteeACopyReadBeforeAForgetIsRefused(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	readAt, err := s.ServerTime(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Forget(ctx, "user:c", "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	stale := item("stale", "user:c", memory.Episodic, "", `{"turn":"read before the forget"}`, 1, 0)
+	stale.RecordedAt = readAt
+	if _, err := s.Put(ctx, stale); !errors.Is(err, ErrForgotten) || !strings.Contains(err.Error(), "after what this write copies was read") {
+		t.Fatalf("Put of a copy read before the forget = %v, want ErrForgotten", err)
+	}
+	other := item("other", "user:c", memory.Episodic, "", `{"turn":"another"}`, 1, 0)
+	other.RecordedAt = readAt
+	b, err := s.BeginBatch(ctx, nil, []memory.Item{item("plain", "user:c", memory.Episodic, "", `{"turn":"plain"}`, 1, 0), other})
+	if !errors.Is(err, ErrForgotten) {
+		if b != nil {
+			b.Rollback()
+		}
+		t.Fatalf("BeginBatch with a copy read before the forget = %v, want ErrForgotten", err)
+	}
+	if n, _ := s.Count(ctx); n != 0 {
+		t.Fatalf("%d memories stored, want none", n)
+	}
+	// Read after the forget: stored.
+	if stale.RecordedAt, err = s.ServerTime(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, stale, Inserted)
+	mustPut(t, s, item("back", "user:c", memory.Episodic, "", `{"turn":"plain write"}`, 1, 0), Inserted)
+	if got := exportAll(t, s, ExportFilter{}); len(got) != 2 {
+		t.Fatalf("stored %d memories, want 2", len(got))
+	}
+}

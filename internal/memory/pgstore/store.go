@@ -142,7 +142,10 @@ const writeCols = `memory_id, memory_type, scope, key, content, source, base_sco
 // updated_at may not lie more than memory.MaxFutureSkew after it. A write that comes
 // after its scope was forgotten is new consent and is stored (see forget.go); only a
 // tombstone later than the server's clock (one a restore brought from a server whose
-// clock is ahead) refuses it, with ErrForgotten.
+// clock is ahead) refuses it, with ErrForgotten. An item that comes with RecordedAt
+// set is a copy of content read at that time (by the server's clock): a tombstone at
+// or after it refuses the write too. The stored row's recorded_at is the server's
+// clock all the same.
 //
 // Concurrent writers to one slot are serialised by row locks, so no superseded value
 // is lost. Put never touches the vectors table; re-embedding a superseded memory is
@@ -166,6 +169,7 @@ func (s *Store) putVia(ctx context.Context, db beginner, item memory.Item, queue
 	serverDated := item.CreatedAt.IsZero() && item.UpdatedAt.IsZero()
 	item.SetDefaults(now)
 	normalizeTimes(&item)
+	readAt := item.RecordedAt
 	item.RecordedAt = time.Time{} // the server's to set
 	if err := item.Validate(); err != nil {
 		return PutResult{}, fmt.Errorf("pgstore: put %q: %w", item.MemoryID, err)
@@ -181,7 +185,7 @@ func (s *Store) putVia(ctx context.Context, db beginner, item memory.Item, queue
 	doc := makeTermDoc("", &item, hash)
 	var res PutResult
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if err := s.checkNotForgotten(ctx, tx, item); err != nil {
+		if err := s.checkNotForgotten(ctx, tx, item.Scope, readAt); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, s.termsLock(item.Scope)); err != nil {
@@ -216,8 +220,9 @@ func (s *Store) putVia(ctx context.Context, db beginner, item memory.Item, queue
 // write when its scope's tombstone would cover it: the row will be recorded no
 // earlier than the server's clock now, which is after every tombstone a forget wrote
 // (forgets stamp their tombstone under the lock this write now holds), so only a
-// tombstone from the future refuses it (see forget.go).
-func (s *Store) checkNotForgotten(ctx context.Context, tx pgx.Tx, it memory.Item) error {
+// tombstone from the future refuses it (see forget.go) — or, for a copy of content
+// read at readAt (see Put), a tombstone at or after readAt.
+func (s *Store) checkNotForgotten(ctx context.Context, tx pgx.Tx, scope string, readAt time.Time) error {
 	if err := s.lockForWrite(ctx, tx); err != nil {
 		return err
 	}
@@ -225,12 +230,24 @@ func (s *Store) checkNotForgotten(ctx context.Context, tx pgx.Tx, it memory.Item
 		now time.Time
 		at  *time.Time
 	)
-	if err := tx.QueryRow(ctx, `SELECT clock_timestamp(), (SELECT max(forgotten_at) FROM `+s.t.tombstones+` WHERE scope = $1)`, it.Scope).Scan(&now, &at); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT clock_timestamp(), (SELECT max(forgotten_at) FROM `+s.t.tombstones+` WHERE scope = $1)`, scope).Scan(&now, &at); err != nil {
 		return err
 	}
-	if at != nil && !now.After(*at) {
+	return refusedByTombstone(scope, now, at, readAt)
+}
+
+// refusedByTombstone is ErrForgotten when scope's latest tombstone at (nil: none)
+// covers a write recorded now whose content was read at readAt (zero: now).
+func refusedByTombstone(scope string, now time.Time, at *time.Time, readAt time.Time) error {
+	switch {
+	case at == nil:
+		return nil
+	case !now.After(*at):
 		return fmt.Errorf("%w: %s was forgotten at %s, which is after the server's clock (%s): a restore brought a tombstone from a server whose clock is ahead; retry later",
-			ErrForgotten, it.Scope, at.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+			ErrForgotten, scope, at.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+	case !readAt.IsZero() && !at.Before(readAt):
+		return fmt.Errorf("%w: %s was forgotten at %s, after what this write copies was read (%s)",
+			ErrForgotten, scope, at.UTC().Format(time.RFC3339Nano), readAt.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
 }
