@@ -111,6 +111,8 @@ type Config struct {
 	NamespaceRules []NamespaceRule
 	// ShutdownGrace is how long in-flight requests get on SIGTERM.
 	ShutdownGrace time.Duration
+	// ShortTerm is the short-term tier: sessions (sessions.go).
+	ShortTerm
 }
 
 // Args renders the configuration as the command's arguments (after the subcommand).
@@ -154,6 +156,7 @@ func (c Config) Args() []string {
 	opt("--embedder-timeout", c.EmbedderTimeout.String())
 	opt("--embedder-concurrency-per-key", strconv.Itoa(c.EmbedderConcurrency))
 	args = append(args, c.Vectors.Args()...)
+	args = append(args, c.ShortTerm.Args()...)
 	opt("--embedder-endpoint", c.EmbedderEndpoint)
 	opt("--embedding-model", c.EmbeddingModel)
 	opt("--tls-cert-file", c.TLSCertFile)
@@ -189,7 +192,8 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serve TLS with this certificate (PEM)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file (PEM)")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
-	c.Register(fs)
+	c.Vectors.Register(fs)
+	c.ShortTerm.Register(fs)
 	fs.IntVar(&c.Dimension, "dimension", 0, "vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
 	fs.StringVar(&c.Embedder, "embedder", "Hashing", "Hashing or OpenAI")
@@ -319,6 +323,9 @@ func (c Config) Validate() error {
 		return errors.New("--embedder-concurrency-per-key and --embedder-max-input-bytes must be at least 1")
 	}
 	if err := c.validateRolesAndDedup(); err != nil {
+		return err
+	}
+	if err := c.ShortTerm.Validate(); err != nil {
 		return err
 	}
 	if c.InputOverflow != "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/memory/service"
+	"github.com/amemory/memory-operator/internal/shortterm"
 )
 
 // Machine-readable error codes, in every error response's "code" (docs/gateway.md
@@ -39,13 +40,15 @@ const (
 	CodeNotFound        = "not_found"       // 404
 	CodeConflict        = "conflict"        // 409: memory_id used by another memory of the scope
 	CodeForgotten       = "forgotten"       // 409: the scope was forgotten after this memory was created
+	CodeSessionFull     = "session_full"    // 409: the session holds as many turns as it may
 	CodeRateLimited     = "rate_limited"    // 429, with Retry-After: the key's rate, or its share of the embedder
 	// 503, with Retry-After: which dependency failed.
-	CodeDatabaseDown = "database_unavailable" // PostgreSQL is not answering
-	CodeIndexDown    = "index_unavailable"    // search needs the vector index
-	CodeEmbedderDown = "embedder_unavailable" // the embedding model is not answering in time
-	CodeTimeout      = "timeout"              // the request's time ran out
-	CodeInternal     = "internal"             // 500: a bug; the log has the error
+	CodeDatabaseDown  = "database_unavailable"   // PostgreSQL is not answering
+	CodeIndexDown     = "index_unavailable"      // search needs the vector index
+	CodeEmbedderDown  = "embedder_unavailable"   // the embedding model is not answering in time
+	CodeTimeout       = "timeout"                // the request's time ran out
+	CodeShortTermDown = "short_term_unavailable" // the short-term tier (Redis) is not answering
+	CodeInternal      = "internal"               // 500: a bug; the log has the error
 )
 
 // apiError is an error with its response.
@@ -102,6 +105,16 @@ func classify(err error) *apiError {
 	case errors.As(err, &tl):
 		return errf(http.StatusRequestEntityTooLarge, CodeTextTooLong,
 			"%v (the store's spec.embedder.maxInputBytes; with spec.embedder.overflow Truncate the first %d bytes are embedded instead)", err, tl.Max)
+	case errors.Is(err, shortterm.ErrNotFound):
+		return errf(http.StatusNotFound, CodeNotFound, "no such session (it may have expired)")
+	case errors.Is(err, shortterm.ErrOwner):
+		return errf(http.StatusConflict, CodeConflict, "the session belongs to another owner")
+	case errors.Is(err, shortterm.ErrSessionFull):
+		return errf(http.StatusConflict, CodeSessionFull, "%v", shortterm.ErrSessionFull)
+	case errors.Is(err, shortterm.ErrNothing):
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "through is before the session's first turn: nothing to summarize")
+	case errors.Is(err, shortterm.ErrUnavailable):
+		return unavailable(CodeShortTermDown, 1, "the short-term store (Redis) is not answering; long-term memory is not affected")
 	case errors.Is(err, pgstore.ErrNotFound):
 		return errf(http.StatusNotFound, CodeNotFound, "no such memory")
 	case errors.Is(err, pgstore.ErrConflict):

@@ -220,7 +220,7 @@ func TestIsolation(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if strings.Join(names, ",") != "get_memories,get_memory,recall_context,search_memories" {
+	if strings.Join(names, ",") != "get_memories,get_memory,get_session,recall_context,search_memories" {
 		t.Fatalf("read-only key's tools: %v", names)
 	}
 }
@@ -252,6 +252,18 @@ func callTool(t *testing.T, s *mcp.ClientSession, name string, args map[string]a
 		t.Fatalf("%s: %v", name, err)
 	}
 	return res
+}
+
+// structuredOut decodes a tool result's structured content into out.
+func structuredOut(t *testing.T, r *mcp.CallToolResult, out any) {
+	t.Helper()
+	if r.IsError {
+		t.Fatalf("tool error: %s", toolText(r))
+	}
+	b, _ := json.Marshal(r.StructuredContent)
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("structured content %s: %v", b, err)
+	}
 }
 
 func toolText(r *mcp.CallToolResult) string {
@@ -449,16 +461,7 @@ func TestMCPTools(t *testing.T) {
 	k := newTestKey(t, "k", false, "user:m")
 	e := newEnv(t, envOptions{keys: []testKey{k}})
 	s := mcpSession(t, e, k.plain)
-	structured := func(r *mcp.CallToolResult, out any) {
-		t.Helper()
-		if r.IsError {
-			t.Fatalf("tool error: %s", toolText(r))
-		}
-		b, _ := json.Marshal(r.StructuredContent)
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("structured content %s: %v", b, err)
-		}
-	}
+	structured := func(r *mcp.CallToolResult, out any) { t.Helper(); structuredOut(t, r, out) }
 	var w WriteResponse
 	structured(callTool(t, s, "add_memory", map[string]any{"content": map[string]any{"tool_call": map[string]any{"name": "refund", "args": []any{77}}}, "memory_type": "episodic"}), &w)
 	var w2 WriteResponse

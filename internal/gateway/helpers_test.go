@@ -86,6 +86,8 @@ type env struct {
 	logs     *syncBuffer
 	// milvusLogin is the store's own Milvus user (milvusAuth).
 	milvusLogin engine.Login
+	// redisPassword is the password of cfg.RedisUser (redis).
+	redisPassword string
 }
 
 type envOptions struct {
@@ -105,6 +107,8 @@ type envOptions struct {
 	logs *syncBuffer
 	// config, when set, adjusts the gateway's configuration before it starts.
 	config func(*Config)
+	// redis keeps the short-term tier in the test Redis (default: PostgreSQL).
+	redis bool
 }
 
 // syncBuffer collects the gateway's log.
@@ -184,6 +188,10 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.maxBody > 0 {
 		e.cfg.MaxBodyBytes = o.maxBody
 	}
+	if o.redis {
+		srv := testutil.RedisServer(t)
+		e.cfg.RedisAddress, e.cfg.RedisUser, e.cfg.RedisTenant, e.redisPassword = srv.Addr, srv.User, names.Tenant, srv.Password
+	}
 	if o.config != nil {
 		o.config(&e.cfg)
 	}
@@ -224,7 +232,7 @@ func (e *env) start(uri string) {
 	if e.logs != nil {
 		log = slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	g, err := Open(context.Background(), e.cfg, Secrets{PostgresURI: uri, Milvus: e.milvusLogin}, log)
+	g, err := Open(context.Background(), e.cfg, Secrets{PostgresURI: uri, Milvus: e.milvusLogin, RedisPassword: e.redisPassword}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

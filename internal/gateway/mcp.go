@@ -225,6 +225,7 @@ func (s *Server) mcpServer(k *Key) *mcp.Server {
 	if !k.ReadOnly {
 		s.addWriteTools(srv, k)
 	}
+	s.addSessionTools(srv, k)
 	return srv
 }
 
@@ -236,7 +237,9 @@ const defaultRecentTurns = 5
 
 // mcpTypeSchemas fixes what the SDK's schema inference gets wrong for us: memory
 // content (json.RawMessage) is a JSON object, not an array of bytes.
-var mcpTypeSchemas = map[reflect.Type]*jsonschema.Schema{reflect.TypeFor[json.RawMessage](): {Type: "object"}}
+// A turn's content (JSONValue) is any JSON value.
+var mcpTypeSchemas = map[reflect.Type]*jsonschema.Schema{reflect.TypeFor[json.RawMessage](): {Type: "object"},
+	reflect.TypeFor[JSONValue](): {Description: "any JSON value"}}
 
 // schemaTool sets t's input and output schemas from In and Out.
 func schemaTool[In, Out any](t *mcp.Tool) *mcp.Tool {

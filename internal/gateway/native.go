@@ -722,7 +722,14 @@ func (s *Server) forget(w http.ResponseWriter, r *http.Request, k *Key) error {
 // pgstore.Forget commits; vectors left behind (the index down) are only a cost, as
 // search never returns forgotten memories, and the next forget of the scope or the
 // drainer's pass removes them.
+//
+// The scope's sessions go first (service.Sessions): a short-term tier that does not
+// answer refuses the forget (503 short_term_unavailable) before anything is
+// forgotten, so no turn of a forgotten user outlives the forget or is promoted after it.
 func (s *Server) forgetScope(ctx context.Context, k *Key, scope, reason string) (pgstore.ForgetResult, error) {
+	if _, err := s.sessions.ClearScope(ctx, scope); err != nil {
+		return pgstore.ForgetResult{}, err
+	}
 	res, err := s.mem.Forget(ctx, scope, reason, "gateway key "+k.Name)
 	if err != nil && errors.Is(err, service.ErrVectorsNotDeleted) {
 		s.log.Warn("forget: scope forgotten, its vectors not yet deleted", "scope", scope, "error", err.Error())

@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3gen"
 
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/shortterm"
 )
 
 // The OpenAPI document of the native API and the LangGraph Store API is generated
@@ -37,6 +38,7 @@ func mustOpenAPI() []byte {
 
 var (
 	rawMessageType = reflect.TypeFor[json.RawMessage]()
+	jsonValueType  = reflect.TypeFor[JSONValue]()
 	timeType       = reflect.TypeFor[time.Time]()
 	memoryTypeType = reflect.TypeFor[memory.Type]()
 )
@@ -52,6 +54,9 @@ func customize(_ string, t reflect.Type, tag reflect.StructTag, s *openapi3.Sche
 	case t == rawMessageType:
 		*s = *openapi3.NewObjectSchema()
 		s.Description = "a JSON object"
+	case t == jsonValueType:
+		*s = openapi3.Schema{Description: "any JSON value", Nullable: true}
+		return nil
 	case t == memoryTypeType:
 		s.Enum = []any{"working", "episodic", "semantic", "procedural"}
 	case t.Kind() == reflect.Struct && t != timeType:
@@ -67,7 +72,7 @@ func customize(_ string, t reflect.Type, tag reflect.StructTag, s *openapi3.Sche
 		}
 		s.Required = req
 	}
-	if t.Kind() == reflect.Slice && t != rawMessageType {
+	if t.Kind() == reflect.Slice && t != rawMessageType && t != jsonValueType {
 		s.Nullable = false
 	}
 	return nil
@@ -172,6 +177,18 @@ func BuildOpenAPI() (*openapi3.T, error) {
 				query("limit", "page size, 1..1000 (default 100)", openapi3.NewIntegerSchema().WithMin(1).WithMax(1000)),
 				query("after", "next_after of the previous page", openapi3.NewStringSchema())}},
 		{"POST", "/v1/index/retry", "retryParkedIndex", "Put parked index work back in the queue, once what made it fail is fixed.", RetryRequest{}, 200, RetryResponse{}, nil},
+		{"POST", "/v1/sessions/{session}/turns", "appendTurns", "Append turns to a session (short-term memory; created by its first append); activity keeps it alive for the store's session TTL.", AppendRequest{}, 201, AppendResponse{},
+			openapi3.Parameters{pathParam("session", "session:<id>")}},
+		{"GET", "/v1/sessions/{session}", "readSession", "A session's latest turns, oldest first (counts as activity).", nil, 200, SessionResponse{},
+			openapi3.Parameters{pathParam("session", "session:<id>"),
+				query("last", "how many of the latest turns (0 or left out: all)", openapi3.NewIntegerSchema().WithMin(0).WithMax(float64(shortterm.DefaultMaxTurns))),
+				query("as_of", "the window as it was then (RFC 3339)", openapi3.NewDateTimeSchema())}},
+		{"POST", "/v1/sessions/{session}/summary", "summarizeSession", "Replace the turns through a number with a summary turn.", SummaryRequest{}, 200, SummaryResponse{},
+			openapi3.Parameters{pathParam("session", "session:<id>")}},
+		{"POST", "/v1/sessions/{session}/promote", "promoteSession", "Keep a session's turns as episodic memories of its owner (each turn once).", PromoteRequest{}, 200, PromoteResponse{},
+			openapi3.Parameters{pathParam("session", "session:<id>")}},
+		{"DELETE", "/v1/sessions/{session}", "endSession", "End a session; its turns are promoted first unless the store promotes on request only (promote overrides).", nil, 200, EndResponse{},
+			openapi3.Parameters{pathParam("session", "session:<id>"), query("promote", "promote its turns first (default: the store's setting)", openapi3.NewBoolSchema())}},
 		{"PUT", "/store/items", "lgPutItem", "LangGraph Store API: put an item.", lgPut{}, 204, nil, nil},
 		{"GET", "/store/items", "lgGetItem", "LangGraph Store API: get an item.", nil, 200, lgItem{},
 			openapi3.Parameters{required(query("namespace", "dot-joined namespace (or repeated)", openapi3.NewStringSchema())),

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -19,9 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/memory/service"
+	"github.com/amemory/memory-operator/internal/shortterm/redisstore"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
 )
@@ -30,6 +34,8 @@ import (
 type Secrets struct {
 	PostgresURI    string
 	EmbedderAPIKey string
+	// RedisPassword is the store's Redis user's (EnvRedisPassword).
+	RedisPassword string
 	// Milvus is the store's own Milvus user (engine.EnvMilvusUsername/Password).
 	Milvus engine.Login
 }
@@ -37,7 +43,8 @@ type Secrets struct {
 // SecretsFromEnv reads Secrets from EnvPostgresURI, EnvEmbedderAPIKey and the Milvus
 // login's variables.
 func SecretsFromEnv() Secrets {
-	return Secrets{PostgresURI: os.Getenv(EnvPostgresURI), EmbedderAPIKey: os.Getenv(EnvEmbedderAPIKey), Milvus: engine.LoginFromEnv()}
+	return Secrets{PostgresURI: os.Getenv(EnvPostgresURI), EmbedderAPIKey: os.Getenv(EnvEmbedderAPIKey), Milvus: engine.LoginFromEnv(),
+		RedisPassword: os.Getenv(EnvRedisPassword)}
 }
 
 // Background work intervals (variables: tests shorten them).
@@ -81,6 +88,8 @@ type Gateway struct {
 	reg    *prometheus.Registry
 	cfg    Config
 	log    *slog.Logger
+	// redis is the short-term tier's client (nil: sessions in PostgreSQL).
+	redis *redis.Client
 
 	// The drainer's own backoff after a backend failure (drain's goroutine only).
 	drainFailures    int
@@ -163,7 +172,22 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		}
 		return nil
 	}
-	return &Gateway{Server: srv, Memory: mem, pool: pool, index: li, reg: reg, cfg: cfg, log: log}, nil
+	g := &Gateway{Server: srv, Memory: mem, pool: pool, index: li, reg: reg, cfg: cfg, log: log}
+	if cfg.RedisAddress != "" {
+		// Connected lazily: a Redis that is down makes session calls 503, nothing else.
+		g.redis = redis.NewClient(&redis.Options{Addr: cfg.RedisAddress, Username: cfg.RedisUser, Password: sec.RedisPassword,
+			DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: 1})
+		srv.UseShortTerm(redisstore.New(g.redis, cfg.RedisTenant, cfg.ShortTerm.Options()))
+	}
+	log.Info("Short-term tier", "backend", g.shortTermBackend(), "sessionTTL", cfg.ShortTerm.Options().TTL.String(), "promote", cmp.Or(cfg.Promote, PromoteOnEnd))
+	return g, nil
+}
+
+func (g *Gateway) shortTermBackend() string {
+	if g.redis != nil {
+		return "Redis"
+	}
+	return "PostgreSQL"
 }
 
 // resolveEmbedder builds the store's embedder, bounded per caller, with its roles
@@ -205,6 +229,9 @@ func resolveEmbedder(ctx context.Context, cfg *Config, sec Secrets, log *slog.Lo
 
 // Close releases the backends.
 func (g *Gateway) Close() {
+	if g.redis != nil {
+		_ = g.redis.Close()
+	}
 	g.index.close()
 	g.pool.Close()
 }
@@ -244,6 +271,7 @@ func (g *Gateway) Background(ctx context.Context) {
 	every(drainEvery, func() { g.drain(ctx) })
 	every(termsEvery, func() { g.indexTerms(ctx) })
 	every(pendingEvery, func() { g.pendingMetrics(ctx) })
+	every(sweepEvery, func() { g.sweepSessions(ctx) })
 	wg.Wait()
 }
 
@@ -534,4 +562,20 @@ func (c *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	}
 	c.cert, c.sum = &cert, sum
 	return c.cert, nil
+}
+
+// sweepSessions promotes sessions about to expire (promote OnEnd) and purges the
+// expired ones the backend does not expire itself. Replicas may sweep at once:
+// promotion is idempotent.
+func (g *Gateway) sweepSessions(ctx context.Context) {
+	res, err := g.Server.Sessions().Sweep(ctx, time.Now())
+	if err != nil {
+		if ctx.Err() == nil {
+			g.log.Warn("session sweep failed; retried at the next", "error", err.Error())
+		}
+		return
+	}
+	if res.Sessions > 0 || res.Purged > 0 {
+		g.log.Info("sessions swept", "promotedSessions", res.Sessions, "promotedTurns", res.Promoted, "purged", res.Purged)
+	}
 }

@@ -45,6 +45,8 @@ type Server struct {
 	mux      *http.ServeMux
 	// ready reports whether the backends answer (readyz).
 	ready func(ctx context.Context) error
+	// sessions is the short-term tier (sessions.go).
+	sessions *service.Sessions
 }
 
 // NewServer builds the handler. keysFile is loaded now; a missing or invalid file is
@@ -70,6 +72,7 @@ func NewServer(mem *service.Memory, cfg Config, log *slog.Logger, m *metrics) (*
 		_, err := mem.Store().ServerTime(ctx)
 		return err
 	}
+	s.UseShortTerm(mem.Store().Sessions(cfg.ShortTerm.Options()))
 	s.routes()
 	return s, nil
 }
@@ -117,6 +120,7 @@ func (s *Server) routes() {
 		_, _ = w.Write(OpenAPIDocument)
 	})
 	s.nativeRoutes()
+	s.sessionRoutes()
 	s.langgraphRoutes()
 	s.mcpRoutes()
 	s.mux.Handle("/", s.instrument("unknown", func(http.ResponseWriter, *http.Request) error {

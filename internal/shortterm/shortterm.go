@@ -99,8 +99,9 @@ func (s Session) ExpiresAt(ttl time.Duration) time.Time { return s.LastActive.Ad
 // Append adds turns to a session.
 type Append struct {
 	Session string
-	// Owner is who the session belongs to: a scope (user:<id>), or empty for the
-	// session itself. A session keeps the owner of its first append.
+	// Owner is who the session belongs to: a scope (user:<id>). A session keeps the
+	// owner of its first append; an append without one joins the session as it is
+	// (a new session without one belongs to itself).
 	Owner string
 	Turns []NewTurn
 	Now   time.Time

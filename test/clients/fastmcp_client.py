@@ -13,8 +13,9 @@ from fastmcp.client.transports import StreamableHttpTransport
 from report import check, data, expect, read_input, run
 from toolresult import result, text_of
 
-ALL_TOOLS = ["add_memory", "delete_all_memories", "delete_memory", "get_memories", "get_memory", "recall_context", "search_memories", "update_memory"]
-READ_TOOLS = ["get_memories", "get_memory", "recall_context", "search_memories"]
+ALL_TOOLS = ["add_memory", "append_turns", "delete_all_memories", "delete_memory", "end_session", "get_memories", "get_memory", "get_session",
+             "promote_session", "recall_context", "search_memories", "summarize_session", "update_memory"]
+READ_TOOLS = ["get_memories", "get_memory", "get_session", "recall_context", "search_memories"]
 
 
 def connect(url, key):
@@ -52,8 +53,8 @@ async def main(inp):
                 check("ping (%s)" % who, await c.ping(), False, True)
             except Exception as e:  # noqa: BLE001
                 check("ping (%s)" % who, False, "%s: %s" % (type(e).__name__, e), "answered")
-        expect("list_tools: the eight tools", sorted(t.name for t in await a.list_tools()), ALL_TOOLS)
-        expect("read-only key: the four read tools", sorted(t.name for t in await ro.list_tools()), READ_TOOLS)
+        expect("list_tools: the thirteen tools", sorted(t.name for t in await a.list_tools()), ALL_TOOLS)
+        expect("read-only key: the five read tools", sorted(t.name for t in await ro.list_tools()), READ_TOOLS)
 
         w = await call(a, "add_memory", {"scope": "user:a", "text": "Keeps a spare key under the blue flowerpot", "key": "spare-key"})
         expect("add_memory outcome", (w or {}).get("outcome"), "inserted")

@@ -17,8 +17,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from report import check, data, expect, read_input, run
 from toolresult import result, text_of
 
-ALL_TOOLS = ["add_memory", "delete_all_memories", "delete_memory", "get_memories", "get_memory", "recall_context", "search_memories", "update_memory"]
-READ_TOOLS = ["get_memories", "get_memory", "recall_context", "search_memories"]
+ALL_TOOLS = ["add_memory", "append_turns", "delete_all_memories", "delete_memory", "end_session", "get_memories", "get_memory", "get_session",
+             "promote_session", "recall_context", "search_memories", "summarize_session", "update_memory"]
+READ_TOOLS = ["get_memories", "get_memory", "get_session", "recall_context", "search_memories"]
 
 
 def connect(url, key):
@@ -74,7 +75,7 @@ async def main_phase(inp):
             check("ping is answered", True)
         except MCPError as e:
             check("ping is answered", False, "MCP error %s: %s" % (e.code, e.message), "an empty result")
-        expect("list_tools: the eight tools", await tool_names(a), ALL_TOOLS)
+        expect("list_tools: the thirteen tools", await tool_names(a), ALL_TOOLS)
         tools = {t.name: t for t in (await a.list_tools()).tools}
         check("add_memory's input schema has scope and text", {"scope", "text"} <= set(tools["add_memory"].input_schema.get("properties", {})),
               tools["add_memory"].input_schema, "properties scope and text")
@@ -163,7 +164,7 @@ async def main_phase(inp):
               [r["memory"]["scope"] for r in (s or {}).get("results", [])], ["user:b"])
 
         # A read-only key lists only the read tools, and they work.
-        expect("read-only key: the four read tools", await tool_names(ro), READ_TOOLS)
+        expect("read-only key: the five read tools", await tool_names(ro), READ_TOOLS)
         g = await call(ro, "get_memories", {"scope": "user:a"})
         expect("read-only get_memories", sorted((m["memory_id"] for m in (g or {}).get("memories", [])), key=str), sorted([id1, id2], key=str))
         try:

@@ -77,7 +77,7 @@ func (ss *Sessions) Append(ctx context.Context, a shortterm.Append) ([]shortterm
 			return err
 		}
 		switch {
-		case have != owner:
+		case a.Owner != "" && have != a.Owner:
 			return fmt.Errorf("%w: %s belongs to %s", shortterm.ErrOwner, a.Session, have)
 		case count+int64(len(a.Turns)) > int64(ss.opts.MaxTurns):
 			return fmt.Errorf("%w: %s holds %d", shortterm.ErrSessionFull, a.Session, ss.opts.MaxTurns)

@@ -73,12 +73,19 @@ local function touch(turns, meta, idle, session, owner, ttl, now, prefix)
 end
 `
 
-// appendScript: KEYS turns, meta, idle; ARGV session, owner, ttl ms, now ms, max
+// appendScript: KEYS turns, meta, idle; ARGV session, owner ('': the session's, or
+// the session itself for a new one), ttl ms, now ms, max
 // turns, prefix, then the turns' JSON without the opening brace. It numbers the
 // turns and returns them.
 var appendScript = redis.NewScript(touchLua + `
 local owner = redis.call('HGET', KEYS[2], 'owner')
-if owner and owner ~= ARGV[2] then return redis.error_reply('OWNER ' .. owner) end
+if owner then
+	if ARGV[2] ~= '' and owner ~= ARGV[2] then return redis.error_reply('OWNER ' .. owner) end
+elseif ARGV[2] ~= '' then
+	owner = ARGV[2]
+else
+	owner = ARGV[1]
+end
 local n = #ARGV - 6
 if redis.call('LLEN', KEYS[1]) + n > tonumber(ARGV[5]) then return redis.error_reply('FULL') end
 local seq = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0')
@@ -89,9 +96,9 @@ for i = 1, n do
 	redis.call('RPUSH', KEYS[1], t)
 	out[i] = t
 end
-redis.call('HSET', KEYS[2], 'owner', ARGV[2], 'seq', string.format('%d', seq))
+redis.call('HSET', KEYS[2], 'owner', owner, 'seq', string.format('%d', seq))
 if not redis.call('HGET', KEYS[2], 'promoted') then redis.call('HSET', KEYS[2], 'promoted', '0') end
-touch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6])
+touch(KEYS[1], KEYS[2], KEYS[3], ARGV[1], owner, ARGV[3], ARGV[4], ARGV[6])
 return out
 `)
 
@@ -224,11 +231,7 @@ func (s *Store) Append(ctx context.Context, a shortterm.Append) ([]shortterm.Tur
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
-	owner := a.Owner
-	if owner == "" {
-		owner = a.Session
-	}
-	args := []any{a.Session, owner, msDur(s.opts.TTL), ms(a.Now), s.opts.MaxTurns, s.prefix}
+	args := []any{a.Session, a.Owner, msDur(s.opts.TTL), ms(a.Now), s.opts.MaxTurns, s.prefix}
 	for _, t := range a.Turns {
 		body, err := turnBody(t.Role, t.Content, a.Now)
 		if err != nil {

@@ -145,6 +145,14 @@ func owner(t *testing.T, newStore New) {
 		t.Fatalf("append as another owner: %v, want ErrOwner", err)
 	}
 	wantSeqs(t, "after the refused append", mustWindow(t, st, shortterm.WindowQuery{Session: "session:o"}).Turns, 1)
+	// An append that names no owner keeps the session's.
+	mustAppend(t, st, "session:o", "", now, turn("assistant", `"hello"`))
+	if s := mustWindow(t, st, shortterm.WindowQuery{Session: "session:o"}); s.Owner != "user:1" || s.LastSeq != 2 {
+		t.Fatalf("after an append without an owner: owner %q, last %d", s.Owner, s.LastSeq)
+	}
+	if n, err := st.ForgetOwner(ctx, "user:1"); err != nil || n != 1 {
+		t.Fatalf("ForgetOwner(user:1) = %d, %v", n, err)
+	}
 }
 
 func full(t *testing.T, newStore New) {
