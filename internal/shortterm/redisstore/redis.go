@@ -73,10 +73,9 @@ local function touch(turns, meta, idle, session, owner, ttl, now, prefix)
 end
 `
 
-// appendScript: KEYS turns, meta, idle; ARGV session, owner ('': the session's, or
-// the session itself for a new one), ttl ms, now ms, max
-// turns, prefix, then the turns' JSON without the opening brace. It numbers the
-// turns and returns them.
+// appendScript: KEYS turns, meta, idle; ARGV session, owner (empty: the session's,
+// or the session itself for a new one), ttl ms, now ms, max turns, prefix, then the
+// turns' JSON without the opening brace. It numbers the turns and returns them.
 var appendScript = redis.NewScript(touchLua + `
 local owner = redis.call('HGET', KEYS[2], 'owner')
 if owner then
