@@ -29,6 +29,9 @@ type Names struct {
 	// authentication on, and the role holding its privileges on Collection only
 	// (EnsureMilvusTenant).
 	MilvusUser, MilvusRole string
+	// RedisUser is the store's Redis user (EnsureRedisTenant), limited to the keys
+	// mem:<tenant>:*.
+	RedisUser string
 	// Prefix is the store's object-storage prefix, ending in '/'.
 	Prefix string
 }
@@ -51,6 +54,7 @@ func NamesFor(tenant, basePrefix string) (Names, error) {
 		Collection: ident,
 		MilvusUser: milvusUser(ident),
 		MilvusRole: ident + "_role",
+		RedisUser:  ident,
 		Prefix:     prefix,
 	}, nil
 }
