@@ -31,6 +31,7 @@ type resolvedBackend struct {
 	postgres provision.PostgresConn
 	milvus   *provision.MilvusConn
 	s3       *provision.S3Conn
+	redis    *provision.RedisConn
 }
 
 // resolveBackend finds the store's backends (its ClusterMemoryBackend, whose Secrets
@@ -58,6 +59,7 @@ func (r *MemoryStoreReconciler) resolveBackend(ctx context.Context, store *memor
 			Postgres:      *store.Spec.Backend.Postgres,
 			Milvus:        store.Spec.Backend.Milvus,
 			ObjectStorage: store.Spec.Backend.ObjectStorage,
+			Redis:         store.Spec.Backend.Redis,
 		}
 	}
 
@@ -96,6 +98,16 @@ func resolveBackendSpec(ctx context.Context, reader client.Reader, spec memoryv1
 			}
 			rb.milvus.Username, rb.milvus.Password = creds[0], creds[1]
 		}
+	}
+
+	if rd := spec.Redis; rd != nil {
+		ref := rd.CredentialsSecret
+		creds, err := secretStrings(ctx, reader, secretNS, ref.Name,
+			orDefault(ref.UsernameKey, "username"), orDefault(ref.PasswordKey, "password"))
+		if err != nil {
+			return nil, err
+		}
+		rb.redis = &provision.RedisConn{Address: rd.Address, Username: creds[0], Password: creds[1]}
 	}
 
 	if o := spec.ObjectStorage; o != nil {

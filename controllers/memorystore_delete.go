@@ -108,6 +108,18 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 	if err != nil {
 		return nil, err
 	}
+	if rb.redis != nil && (store.Status.ShortTerm == nil || store.Status.ShortTerm.Store == memoryv1alpha1.ShortTermRedis) {
+		// Sessions are short-lived by design: the user and every key of the prefix go.
+		err := provision.DeleteRedisTenant(ctx, *rb.redis, names, ownerOf(store))
+		switch {
+		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
+			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the Redis user and keys alone: %v", err)
+		case err != nil:
+			return nil, err
+		default:
+			deleted = append(deleted, "Redis user "+names.RedisUser+" and its sessions")
+		}
+	}
 	if rb.s3 != nil {
 		err := provision.DeleteObjectStore(ctx, *rb.s3, names, ownerOf(store))
 		switch {

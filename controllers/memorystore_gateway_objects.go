@@ -189,6 +189,7 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 	if e := store.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI {
 		cfg.Embedder, cfg.EmbedderEndpoint = string(e.Type), e.Endpoint
 	}
+	cfg.ShortTerm = shortTermConfig(store)
 	if lg := g.LangGraph; lg != nil {
 		for _, rule := range lg.Namespaces {
 			cfg.NamespaceRules = append(cfg.NamespaceRules, gateway.NamespaceRule{
@@ -260,6 +261,7 @@ func buildGatewayDeployment(store *memoryv1alpha1.MemoryStore, cfg gateway.Confi
 
 	env := []corev1.EnvVar{secretEnv(gateway.EnvPostgresURI, store.ConnectionSecretNameOrDefault(), keyURI)}
 	env = append(env, milvusLoginEnv(store, store.ConnectionSecretNameOrDefault())...)
+	env = append(env, redisLoginEnv(store, store.ConnectionSecretNameOrDefault())...)
 	if e := store.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
 		env = append(env, secretEnv(gateway.EnvEmbedderAPIKey, e.APIKeySecret.Name, e.APIKeySecret.Key))
 	}

@@ -121,8 +121,13 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionObjectStoreReady)
 	}
 
+	redisLogin, err := r.ensureShortTerm(ctx, store, rb, names)
+	if err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionShortTermReady, err)
+	}
+
 	info := connectionInfo{backend: rb, names: names, passwords: passwords, engine: vec.Engine, model: embedder.Model(),
-		milvusUser: vec.milvusUser, milvusPassword: vec.milvusPassword}
+		milvusUser: vec.milvusUser, milvusPassword: vec.milvusPassword, redis: redisLogin}
 	if err := r.ensureConnectionSecret(ctx, store, info); err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
 	}

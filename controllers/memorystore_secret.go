@@ -104,6 +104,8 @@ type connectionInfo struct {
 	// milvusUser and milvusPassword are the store's own Milvus login, when its
 	// engine is Milvus on a server with authentication.
 	milvusUser, milvusPassword string
+	// redis is the store's own Redis login, when its sessions are in Redis.
+	redis *redisLogin
 }
 
 // ensureConnectionSecret creates or updates the Secret agents mount. It carries the
@@ -132,6 +134,7 @@ func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, stor
 		data[keyCollection] = info.names.Collection
 		info.addMilvusLogin(data)
 	}
+	info.redis.addTo(data)
 	if s := info.backend.s3; s != nil {
 		data[keyS3Endpoint] = s.Endpoint
 		data[keyBucket] = s.Bucket

@@ -23,6 +23,24 @@ type BackendSpec struct {
 	// ObjectStorage is the S3-compatible store for snapshots and cold archives.
 	// +optional
 	ObjectStorage *ObjectStorageSpec `json:"objectStorage,omitempty"`
+
+	// Redis keeps the short-term tier (sessions) of the stores on this backend whose
+	// spec.shortTerm.store is Redis, or names none.
+	// +optional
+	Redis *RedisSpec `json:"redis,omitempty"`
+}
+
+// RedisSpec is a Redis server (7.0 or later, ACLs on) for stores' short-term tier.
+type RedisSpec struct {
+	// Address as host:port.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+:[0-9]{1,5}$`
+	Address string `json:"address"`
+
+	// CredentialsSecret holds a login allowed to manage ACL users (ACL SETUSER,
+	// DELUSER) and to delete a store's keys. The operator uses it only to create
+	// each store's own Redis user, limited to the keys mem:<tenant>:* and the
+	// commands the short-term tier runs; the gateway logs in as that user.
+	CredentialsSecret CredentialsSecretRef `json:"credentialsSecret"`
 }
 
 // PostgresSpec is a PostgreSQL server and an administrative login on it.

@@ -18,6 +18,9 @@ const (
 	ConditionVectorReady      = "VectorReady"
 	ConditionObjectStoreReady = "ObjectStoreReady"
 	ConditionEmbedderReady    = "EmbedderReady"
+	// ConditionShortTermReady is True when the store's short-term tier is ready: its
+	// Redis user made, or its sessions in PostgreSQL.
+	ConditionShortTermReady = "ShortTermReady"
 	// ConditionDegraded is True when the store exists but something found in a backend
 	// contradicts the spec (e.g. a collection of another dimension) and the operator
 	// refuses to touch it.

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"time"
 )
 
 // FinalizerName guards a store's external resources until deletion is handled.
@@ -82,4 +83,33 @@ func (s *MemoryStore) DerivePhase() string {
 		return PhaseFailed
 	}
 	return PhasePending
+}
+
+// ShortTermStoreFor is where the store keeps its sessions on a backend: its
+// spec.shortTerm.store, else Redis when the backend declares one, else Postgres.
+func (s *MemoryStore) ShortTermStoreFor(backend BackendSpec) ShortTermStore {
+	if st := s.Spec.ShortTerm; st != nil && st.Store != "" {
+		return st.Store
+	}
+	if backend.Redis != nil {
+		return ShortTermRedis
+	}
+	return ShortTermPostgres
+}
+
+// SessionTTLOrDefault is spec.shortTerm.sessionTTL, 0 when unset (the gateway's
+// default, 30 minutes).
+func (s *MemoryStore) SessionTTLOrDefault() time.Duration {
+	if st := s.Spec.ShortTerm; st != nil && st.SessionTTL != nil {
+		return st.SessionTTL.Duration
+	}
+	return 0
+}
+
+// PromoteOrDefault is spec.shortTerm.promote, OnEnd when unset.
+func (s *MemoryStore) PromoteOrDefault() PromotePolicy {
+	if st := s.Spec.ShortTerm; st != nil && st.Promote != "" {
+		return st.Promote
+	}
+	return PromoteOnEnd
 }

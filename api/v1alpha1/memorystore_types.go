@@ -117,6 +117,50 @@ type StoreBackend struct {
 	Milvus *MilvusSpec `json:"milvus,omitempty"`
 	// +optional
 	ObjectStorage *ObjectStorageSpec `json:"objectStorage,omitempty"`
+	// +optional
+	Redis *RedisSpec `json:"redis,omitempty"`
+}
+
+// ShortTermStore is where a store keeps its sessions.
+// +kubebuilder:validation:Enum=Redis;Postgres
+type ShortTermStore string
+
+// Short-term stores.
+const (
+	ShortTermRedis    ShortTermStore = "Redis"
+	ShortTermPostgres ShortTermStore = "Postgres"
+)
+
+// Promotion policies of the short-term tier.
+// +kubebuilder:validation:Enum=OnEnd;OnRequest
+type PromotePolicy string
+
+// Promotion policies.
+const (
+	PromoteOnEnd     PromotePolicy = "OnEnd"
+	PromoteOnRequest PromotePolicy = "OnRequest"
+)
+
+// ShortTermSpec is the store's short-term tier: sessions of turns that live while a
+// conversation is active (the gateway's /v1/sessions and MCP session tools).
+type ShortTermSpec struct {
+	// Store is Redis (the backend's redis, which must be declared) or Postgres (the
+	// store's own schema). Unset: Redis when the backend declares one, else Postgres.
+	// +optional
+	Store ShortTermStore `json:"store,omitempty"`
+
+	// SessionTTL is how long a session lives without activity.
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('720h')",message="sessionTTL must be between 10s and 720h"
+	// +optional
+	SessionTTL *metav1.Duration `json:"sessionTTL,omitempty"`
+
+	// Promote is when a session's turns become episodic memories of its owner:
+	// OnEnd (the default: when it ends, before a summary replaces them and before it
+	// expires, so nothing dies with the TTL) or OnRequest (only when an agent asks).
+	// +kubebuilder:default=OnEnd
+	// +optional
+	Promote PromotePolicy `json:"promote,omitempty"`
 }
 
 // VectorSpec fixes the shape of the store's vectors and where they are kept. Dimension,
@@ -292,6 +336,11 @@ type MemoryStoreSpec struct {
 	// +optional
 	Gateway *GatewaySpec `json:"gateway,omitempty"`
 
+	// ShortTerm configures the short-term tier (sessions). Unset: sessions in Redis
+	// when the backend declares one, else in PostgreSQL, 30 minutes, promoted OnEnd.
+	// +optional
+	ShortTerm *ShortTermSpec `json:"shortTerm,omitempty"`
+
 	// ConnectionSecretName is the Secret agents mount; defaults to "<name>-memory".
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`
 	// +optional
@@ -436,6 +485,9 @@ type MemoryStoreStatus struct {
 	Vector *VectorStatus `json:"vector,omitempty"`
 	// +optional
 	ObjectStorage *ObjectStorageStatus `json:"objectStorage,omitempty"`
+	// ShortTerm is where the store's sessions are.
+	// +optional
+	ShortTerm *ShortTermStatus `json:"shortTerm,omitempty"`
 	// Embedder is the embedder's resolved roles and calibrated threshold.
 	// +optional
 	Embedder *EmbedderStatus `json:"embedder,omitempty"`
@@ -525,4 +577,18 @@ type MemoryStoreList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []MemoryStore `json:"items"`
+}
+
+// ShortTermStatus says where the store's sessions are kept.
+type ShortTermStatus struct {
+	Store ShortTermStore `json:"store"`
+	// RedisAddress is the Redis server (Store Redis).
+	// +optional
+	RedisAddress string `json:"redisAddress,omitempty"`
+	// RedisUser is the store's own Redis user (Store Redis).
+	// +optional
+	RedisUser string `json:"redisUser,omitempty"`
+	// KeyPrefix is the store's Redis key prefix (Store Redis).
+	// +optional
+	KeyPrefix string `json:"keyPrefix,omitempty"`
 }
