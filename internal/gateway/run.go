@@ -174,6 +174,9 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 	}
 	g := &Gateway{Server: srv, Memory: mem, pool: pool, index: li, reg: reg, cfg: cfg, log: log}
 	if cfg.RedisAddress != "" {
+		// The client's own messages (a dial that failed, again at each call while
+		// Redis is down) go to the structured log, at debug: the 503s say it already.
+		redis.SetLogger(redisLog{log})
 		// Connected lazily: a Redis that is down makes session calls 503, nothing else.
 		g.redis = redis.NewClient(&redis.Options{Addr: cfg.RedisAddress, Username: cfg.RedisUser, Password: sec.RedisPassword,
 			DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: 1})
@@ -578,4 +581,11 @@ func (g *Gateway) sweepSessions(ctx context.Context) {
 	if res.Sessions > 0 || res.Purged > 0 {
 		g.log.Info("sessions swept", "promotedSessions", res.Sessions, "promotedTurns", res.Promoted, "purged", res.Purged)
 	}
+}
+
+// redisLog passes go-redis's messages to the gateway's log.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }

@@ -1,11 +1,17 @@
 package gateway
 
 import (
+	"encoding/json"
 	"io"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/testutil"
 )
 
 // forEachShortTermBackend runs fn on a gateway whose sessions are in PostgreSQL and
@@ -198,5 +204,68 @@ func TestSessionConfigArgs(t *testing.T) {
 		if _, err := ParseArgs(append(base, args), io.Discard); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error naming %s", args, err, want)
 		}
+	}
+}
+
+// TestFaultsRedis: with Redis behind Toxiproxy, a Redis that is down or too slow makes
+// session calls answer 503 short_term_unavailable within a few seconds, and a forget
+// is refused before anything is forgotten; long-term writes, searches and recalls go
+// on unaffected; when Redis is back the sessions are there again.
+func TestFaultsRedis(t *testing.T) {
+	faults := testutil.NewFaults(t)
+	k := newTestKey(t, "k", false, "user:1", "session:*")
+	proxy, addr := faults.Proxy("redis", testutil.RedisServer(t).Addr)
+	e := newEnv(t, envOptions{keys: []testKey{k}, redis: true, config: func(c *Config) { c.RedisAddress = addr }})
+	p := sessionPath("session:f", "")
+	turn := AppendRequest{Owner: "user:1", Turns: []TurnIn{{Role: "user", Content: JSONValue(`"before the fault"`)}}}
+	e.must(201, k.plain, "POST", p+"/turns", turn, nil)
+	e.must(201, k.plain, "POST", "/v1/memories", NewMemory{Scope: "user:1", MemoryType: memory.Semantic, Content: json.RawMessage(`{"text":"likes jasmine tea"}`)}, nil)
+
+	longTerm := func(phase string) {
+		t.Helper()
+		e.must(201, k.plain, "POST", "/v1/memories", NewMemory{Scope: "user:1", MemoryType: memory.Semantic, Content: json.RawMessage(`{"text":"` + phase + `"}`)}, nil)
+		var sr SearchResponse
+		e.must(200, k.plain, "POST", "/v1/search", SearchRequest{Scope: "user:1", Query: "jasmine tea"}, &sr)
+		if len(sr.Results) == 0 {
+			t.Fatalf("%s: search found nothing", phase)
+		}
+		e.must(200, k.plain, "POST", "/v1/recall", RecallRequest{Scope: "user:1"}, nil)
+	}
+	shortTermDown := func(phase string) {
+		t.Helper()
+		start := time.Now()
+		e.wantError(503, CodeShortTermDown, k.plain, "GET", p, nil)
+		e.wantError(503, CodeShortTermDown, k.plain, "POST", p+"/turns", turn)
+		e.wantError(503, CodeShortTermDown, k.plain, "POST", "/v1/forget", ForgetRequest{Scope: "user:1"})
+		if d := time.Since(start); d > 15*time.Second {
+			t.Fatalf("%s: three refusals took %s", phase, d)
+		}
+	}
+
+	if err := proxy.Disable(); err != nil {
+		t.Fatal(err)
+	}
+	shortTermDown("redis down")
+	longTerm("written while redis was down")
+	if err := proxy.Enable(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.AddToxic("slow", "latency", "downstream", 1, toxiproxy.Attributes{"latency": 5000}); err != nil {
+		t.Fatal(err)
+	}
+	shortTermDown("redis slow")
+	longTerm("written while redis was slow")
+	if err := proxy.RemoveToxic("slow"); err != nil {
+		t.Fatal(err)
+	}
+	var s SessionResponse
+	e.must(200, k.plain, "GET", p, nil, &s)
+	if len(s.Turns) != 1 {
+		t.Fatalf("after the faults: %+v", s)
+	}
+	var list ListResponse
+	e.must(200, k.plain, "GET", "/v1/scopes/user:1/memories", nil, &list)
+	if len(list.Memories) != 3 {
+		t.Fatalf("%d memories after the faults, want 3: the refused forgets forgot nothing", len(list.Memories))
 	}
 }
