@@ -67,8 +67,9 @@ func TestMCPClient(t *testing.T) {
 	b := newKey(t, "b", false, "user:b")
 	ro := newKey(t, "a-reader", true, "user:a")
 	admin := newKey(t, "admin", false, "*")
-	g := startGateway(t, gatewayOptions{keys: []apiKey{a, b, ro, admin}})
-	in := map[string]any{"url": g.url, "phase": "main", "a": a.plain, "b": b.plain, "ro": ro.plain}
+	sk := newKey(t, "s", false, "user:s", "session:*")
+	g := startGateway(t, gatewayOptions{keys: []apiKey{a, b, ro, admin, sk}})
+	in := map[string]any{"url": g.url, "phase": "main", "a": a.plain, "b": b.plain, "ro": ro.plain, "s": sk.plain}
 
 	rep := runScript(t, "mcp_client.py", in)
 	var ids struct{ Updated, Episodic, Deleted, B string }

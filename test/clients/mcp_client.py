@@ -1,7 +1,8 @@
 """The official Python MCP client (streamable HTTP) against the gateway's /mcp.
 
 Input (stdin, JSON): url (the gateway), phase ("main" or "forget"), a (a key for
-user:a), b (a key for user:b), ro (a read-only key for user:a); for "forget", live
+user:a), b (a key for user:b), ro (a read-only key for user:a), s (a key for user:s
+and every session); for "forget", live
 (how many memories user:a holds). Prints the report (see
 report.py); data hands memory IDs to the Go side, which checks them through the native
 API between the phases.
@@ -174,6 +175,31 @@ async def main_phase(inp):
             check("read-only add_memory is refused", True, "MCP error %s: %s" % (e.code, e.message), "an error (no such tool)")
 
     data("ids", {"updated": id1, "episodic": id2, "deleted": id3, "b": (wb or {}).get("memory_id")})
+    await session_tools(inp)
+
+
+async def session_tools(inp):
+    """The session tools (short-term memory): a conversation appended, read, ended and
+    found again as episodic memories of its owner; another user's key cannot reach it."""
+    url = inp["url"]
+    async with connect(url, inp["s"]) as s, connect(url, inp["b"]) as b:
+        ap = await call(s, "append_turns", {"session": "session:py-1", "owner": "user:s", "turns": [
+            {"role": "user", "text": "I just moved to Porto"},
+            {"role": "assistant", "content": {"text": "Welcome to Porto!", "tool_calls": []}}]})
+        expect("append_turns numbers the turns", [t["seq"] for t in (ap or {}).get("turns", [])], [1, 2])
+        gs = await call(s, "get_session", {"session": "session:py-1", "last": 1})
+        expect("get_session last 1", [t["content"] for t in (gs or {}).get("turns", [])], [{"text": "Welcome to Porto!", "tool_calls": []}])
+        expect("get_session owner", (gs or {}).get("owner"), "user:s")
+        err = await tool_error(b, "get_session", {"session": "session:py-1"})
+        check("b get_session of s's session: scope_forbidden", err.startswith("scope_forbidden"), err, "scope_forbidden: ...")
+        en = await call(s, "end_session", {"session": "session:py-1"})
+        expect("end_session promotes both turns", (en or {}).get("promoted"), 2)
+        err = await tool_error(s, "get_session", {"session": "session:py-1"})
+        check("get_session after end_session: not_found", err.startswith("not_found"), err, "not_found: ...")
+        sr = await call(s, "search_memories", {"scope": "user:s", "query": "Porto"})
+        found = [r["memory"] for r in (sr or {}).get("results", [])]
+        check("the promoted turns are found by search", len(found) == 2 and all(m["memory_type"] == "episodic" for m in found),
+              found, "two episodic memories")
 
 
 async def forget_phase(inp):
