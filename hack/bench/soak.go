@@ -58,6 +58,11 @@ type soakScope struct {
 	name      string
 	live      map[string][]string // id -> acceptable texts
 	forgotten map[string]bool
+	// The scope's session (session:<scope's id>, owned by the scope): turns
+	// appended and not yet promoted, turns an acknowledged end promoted (each must be
+	// stored once), turns whose fate an error left unknown, and turns of the scope's
+	// past that an acknowledged forget covered (none may be stored).
+	turns, kept, maybe, gone map[string]bool
 	// unknown: a forget was still unacknowledged when the run ended, so what the
 	// scope holds is not known; it is left out of the checks.
 	unknown bool
@@ -65,7 +70,13 @@ type soakScope struct {
 
 type soakCounts struct {
 	writes, updates, searches, forgets, refused, bad int
+	turns, ends                                      int
 	codes                                            map[int]int
+}
+
+// sessionPath is the scope's session in the API.
+func (s *soakScope) sessionPath() string {
+	return "/v1/sessions/session:" + strings.TrimPrefix(s.name, "user:")
 }
 
 func (c *soakCounts) add(o soakCounts) {
@@ -75,6 +86,8 @@ func (c *soakCounts) add(o soakCounts) {
 	c.forgets += o.forgets
 	c.refused += o.refused
 	c.bad += o.bad
+	c.turns += o.turns
+	c.ends += o.ends
 	for k, v := range o.codes {
 		c.codes[k] += v
 	}
@@ -167,7 +180,8 @@ func (e *env) soak(ctx context.Context, d time.Duration, eng string) error {
 		wg.Go(func() {
 			mine := make([]*soakScope, soakScopesPerClient)
 			for i := range mine {
-				mine[i] = &soakScope{name: fmt.Sprintf("user:soak-%d-%d", c, i), live: map[string][]string{}, forgotten: map[string]bool{}}
+				mine[i] = &soakScope{name: fmt.Sprintf("user:soak-%d-%d", c, i), live: map[string][]string{}, forgotten: map[string]bool{},
+					turns: map[string]bool{}, kept: map[string]bool{}, maybe: map[string]bool{}, gone: map[string]bool{}}
 			}
 			counts := soakClient(runCtx, hc, g, mine, mrand.New(mrand.NewPCG(uint64(c), 7)))
 			mu.Lock()
@@ -384,6 +398,30 @@ func soakClient(ctx context.Context, hc *http.Client, g *gwProcess, mine []*soak
 		s := mine[r.IntN(len(mine))]
 		n++
 		switch p := r.IntN(100); {
+		case p < 7:
+			// A turn of the scope's session.
+			text := fmt.Sprintf("%s turn %d: %s", s.name, n, gwText(r, 8))
+			if code, ok := call("POST", s.sessionPath()+"/turns", gateway.AppendRequest{Owner: s.name,
+				Turns: []gateway.TurnIn{{Role: "user", Content: gateway.JSONValue(fmt.Sprintf("%q", text))}}}, nil); ok {
+				counts.turns++
+				s.turns[text] = true
+			} else if code == 0 || code >= 500 {
+				s.maybe[text] = true
+			}
+		case p < 9 && len(s.turns) > 0:
+			// The session ends; its turns are promoted to memories of the scope.
+			if code, ok := call("DELETE", s.sessionPath()+"?promote=true", nil, nil); ok {
+				counts.ends++
+				for t := range s.turns {
+					s.kept[t] = true
+				}
+				clear(s.turns)
+			} else if code == 0 || code >= 500 {
+				for t := range s.turns {
+					s.maybe[t] = true
+				}
+				clear(s.turns)
+			}
 		case p < 55:
 			text := fmt.Sprintf("%s note %d: %s", s.name, n, gwText(r, 8))
 			var w gateway.WriteResponse
@@ -414,6 +452,12 @@ func soakClient(ctx context.Context, hc *http.Client, g *gwProcess, mine []*soak
 						s.forgotten[id] = true
 					}
 					s.live = map[string][]string{}
+					for _, m := range []map[string]bool{s.turns, s.kept, s.maybe} {
+						for t := range m {
+							s.gone[t] = true
+						}
+						clear(m)
+					}
 					s.unknown = false
 					break
 				}
@@ -435,16 +479,23 @@ func anyKey(m map[string][]string, r *mrand.Rand) string {
 
 func soakVerify(ctx context.Context, pool *pgxpool.Pool, hc *http.Client, g *gwProcess, schema string, scopes []*soakScope,
 	total soakCounts, drained time.Duration, rssStart, rssPeak, rssEnd int64) error {
-	rows, err := pool.Query(ctx, `SELECT memory_id, scope, content->>'text' FROM `+pgx.Identifier{schema, "memories"}.Sanitize())
+	// Promoted turns (source "session") are checked by their text, the others by ID.
+	rows, err := pool.Query(ctx, `SELECT memory_id, scope, coalesce(content->>'text', content->>'content'), source = 'session' FROM `+pgx.Identifier{schema, "memories"}.Sanitize())
 	if err != nil {
 		return err
 	}
 	stored := map[string][]soakRow{}
+	turns := map[string]int{}
 	for rows.Next() {
 		var id string
 		var r soakRow
-		if err := rows.Scan(&id, &r.scope, &r.text); err != nil {
+		var promoted bool
+		if err := rows.Scan(&id, &r.scope, &r.text, &promoted); err != nil {
 			return err
+		}
+		if promoted {
+			turns[r.text]++
+			continue
 		}
 		stored[id] = append(stored[id], r)
 	}
@@ -452,6 +503,7 @@ func soakVerify(ctx context.Context, pool *pgxpool.Pool, hc *http.Client, g *gwP
 		return err
 	}
 	v := checkStored(scopes, stored)
+	v.checkTurns(scopes, turns)
 	v.searched, v.notFound, err = checkSearches(ctx, hc, g, scopes, stored)
 	if err != nil {
 		return err
@@ -465,15 +517,18 @@ func soakVerify(ctx context.Context, pool *pgxpool.Pool, hc *http.Client, g *gwP
 | status codes | %v |
 | memories that must survive (scopes left out: a forget unacknowledged at the end) | %d (%d) |
 | lost / stored twice / wrong content (must be 0) | %d / %d / %d |
-| forgotten memories back (must be 0) | %d |
+| session turns appended / sessions ended with promotion | %d / %d |
+| promoted turns that must be stored: lost / stored twice (must be 0) | %d: %d / %d |
+| forgotten memories back, promoted turns of a forgotten past included (must be 0) | %d |
 | stored without an acknowledgement (the client saw an error) | %d |
 | survivors not found by their own text (sample of %d; must be 0) | %d |
 | pending index drained after the run in | %s |
 | gateway RSS start / peak / end | %d / %d / %d MiB |
 `, total.writes, total.updates, total.searches, total.forgets, total.refused, total.bad, total.codes, v.live, v.unknownScopes,
-		v.lost, v.duplicated, v.wrongText, v.resurrected, v.unacknowledged, v.searched, v.notFound, drained.Round(100*time.Millisecond),
+		v.lost, v.duplicated, v.wrongText, total.turns, total.ends, v.keptTurns, v.lostTurns, v.duplicatedTurns, v.resurrected, v.unacknowledged, v.searched, v.notFound, drained.Round(100*time.Millisecond),
 		rssStart>>10, rssPeak>>10, rssEnd>>10)
-	if total.bad > 0 || v.lost > 0 || v.duplicated > 0 || v.wrongText > 0 || v.resurrected > 0 || v.notFound > 0 {
+	if total.bad > 0 || v.lost > 0 || v.duplicated > 0 || v.wrongText > 0 || v.resurrected > 0 || v.notFound > 0 ||
+		v.lostTurns > 0 || v.duplicatedTurns > 0 {
 		return fmt.Errorf("the soak broke a guarantee (see the table)")
 	}
 	return nil
@@ -484,6 +539,32 @@ type soakVerdict struct {
 	live, unknownScopes                                      int
 	lost, duplicated, wrongText, resurrected, unacknowledged int
 	searched, notFound                                       int
+	keptTurns, lostTurns, duplicatedTurns                    int
+}
+
+// checkTurns compares the promoted turns stored (text -> rows) with what the clients
+// were told: each turn an acknowledged end promoted is stored once, and none of a
+// past an acknowledged forget covered is stored at all.
+func (v *soakVerdict) checkTurns(scopes []*soakScope, stored map[string]int) {
+	for _, s := range scopes {
+		if s.unknown {
+			continue
+		}
+		for t := range s.kept {
+			v.keptTurns++
+			switch n := stored[t]; {
+			case n == 0:
+				v.lostTurns++
+			case n > 1:
+				v.duplicatedTurns++
+			}
+		}
+		for t := range s.gone {
+			if stored[t] > 0 {
+				v.resurrected++
+			}
+		}
+	}
 }
 
 type soakRow struct{ scope, text string }
