@@ -131,7 +131,7 @@ const (
 	ShortTermPostgres ShortTermStore = "Postgres"
 )
 
-// Promotion policies of the short-term tier.
+// PromotePolicy says when a session's turns become memories.
 // +kubebuilder:validation:Enum=OnEnd;OnRequest
 type PromotePolicy string
 

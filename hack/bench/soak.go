@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -398,30 +399,8 @@ func soakClient(ctx context.Context, hc *http.Client, g *gwProcess, mine []*soak
 		s := mine[r.IntN(len(mine))]
 		n++
 		switch p := r.IntN(100); {
-		case p < 7:
-			// A turn of the scope's session.
-			text := fmt.Sprintf("%s turn %d: %s", s.name, n, gwText(r, 8))
-			if code, ok := call("POST", s.sessionPath()+"/turns", gateway.AppendRequest{Owner: s.name,
-				Turns: []gateway.TurnIn{{Role: "user", Content: gateway.JSONValue(fmt.Sprintf("%q", text))}}}, nil); ok {
-				counts.turns++
-				s.turns[text] = true
-			} else if code == 0 || code >= 500 {
-				s.maybe[text] = true
-			}
-		case p < 9 && len(s.turns) > 0:
-			// The session ends; its turns are promoted to memories of the scope.
-			if code, ok := call("DELETE", s.sessionPath()+"?promote=true", nil, nil); ok {
-				counts.ends++
-				for t := range s.turns {
-					s.kept[t] = true
-				}
-				clear(s.turns)
-			} else if code == 0 || code >= 500 {
-				for t := range s.turns {
-					s.maybe[t] = true
-				}
-				clear(s.turns)
-			}
+		case p < 9:
+			s.sessionStep(call, r, n, p < 7, &counts)
 		case p < 55:
 			text := fmt.Sprintf("%s note %d: %s", s.name, n, gwText(r, 8))
 			var w gateway.WriteResponse
@@ -448,17 +427,7 @@ func soakClient(ctx context.Context, hc *http.Client, g *gwProcess, mine []*soak
 			for ctx.Err() == nil {
 				if _, ok := call("POST", "/v1/forget", gateway.ForgetRequest{Scope: s.name}, nil); ok {
 					counts.forgets++
-					for id := range s.live {
-						s.forgotten[id] = true
-					}
-					s.live = map[string][]string{}
-					for _, m := range []map[string]bool{s.turns, s.kept, s.maybe} {
-						for t := range m {
-							s.gone[t] = true
-						}
-						clear(m)
-					}
-					s.unknown = false
+					s.forgot()
 					break
 				}
 				time.Sleep(200 * time.Millisecond)
@@ -466,6 +435,52 @@ func soakClient(ctx context.Context, hc *http.Client, g *gwProcess, mine []*soak
 		}
 	}
 	return counts
+}
+
+// forgot records an acknowledged forget: everything of the scope's past is gone.
+func (s *soakScope) forgot() {
+	for id := range s.live {
+		s.forgotten[id] = true
+	}
+	s.live = map[string][]string{}
+	for _, m := range []map[string]bool{s.turns, s.kept, s.maybe} {
+		maps.Copy(s.gone, m)
+		clear(m)
+	}
+	s.unknown = false
+}
+
+// sessionStep appends a turn to the scope's session, or (when not appending and
+// there are turns) ends it with promotion, and records what the client was told.
+func (s *soakScope) sessionStep(call func(method, path string, body, out any) (int, bool), r *mrand.Rand, n int, appending bool, counts *soakCounts) {
+	unknown := func(code int) bool { return code == 0 || code >= 500 }
+	if appending {
+		text := fmt.Sprintf("%s turn %d: %s", s.name, n, gwText(r, 8))
+		code, ok := call("POST", s.sessionPath()+"/turns", gateway.AppendRequest{Owner: s.name,
+			Turns: []gateway.TurnIn{{Role: "user", Content: gateway.JSONValue(fmt.Sprintf("%q", text))}}}, nil)
+		switch {
+		case ok:
+			counts.turns++
+			s.turns[text] = true
+		case unknown(code):
+			s.maybe[text] = true
+		}
+		return
+	}
+	if len(s.turns) == 0 {
+		return
+	}
+	code, ok := call("DELETE", s.sessionPath()+"?promote=true", nil, nil)
+	switch {
+	case ok:
+		counts.ends++
+		maps.Copy(s.kept, s.turns)
+	case unknown(code):
+		maps.Copy(s.maybe, s.turns)
+	default:
+		return
+	}
+	clear(s.turns)
 }
 
 func anyKey(m map[string][]string, r *mrand.Rand) string {

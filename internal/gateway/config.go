@@ -15,6 +15,7 @@ import (
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/langgraphns"
+	"github.com/amemory/memory-operator/internal/shortterm"
 	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
@@ -247,13 +248,17 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 }
 
 // WithDefaults is c with the defaults in place of the limits left zero: the request
-// and embedder timeouts, the embedder concurrency and input limit.
+// and embedder timeouts, the embedder concurrency and input limit, the session TTL,
+// turn limit and promotion.
 func (c Config) WithDefaults() Config {
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
 	c.EmbedderTimeout = cmp.Or(c.EmbedderTimeout, DefaultEmbedderTimeout)
 	c.EmbedderConcurrency = cmp.Or(c.EmbedderConcurrency, DefaultEmbedderConcurrency)
 	c.MaxInputBytes = cmp.Or(c.MaxInputBytes, DefaultMaxInputBytes)
 	c.InputOverflow = cmp.Or(c.InputOverflow, DefaultInputOverflow)
+	c.SessionTTL = cmp.Or(c.SessionTTL, shortterm.DefaultTTL)
+	c.SessionMaxTurns = cmp.Or(c.SessionMaxTurns, shortterm.DefaultMaxTurns)
+	c.Promote = cmp.Or(c.Promote, PromoteOnEnd)
 	return c
 }
 
@@ -276,8 +281,8 @@ func (c Config) validateBackends() error {
 	return nil
 }
 
-// validateRolesAndDedup checks the roles convention (Auto is resolved at startup) and
-// that the threshold is either auto or a number.
+// validateRolesAndDedup checks the roles convention (Auto is resolved at startup),
+// that the threshold is either auto or a number, and the short-term settings.
 func (c Config) validateRolesAndDedup() error {
 	if c.DedupAuto && c.DedupThreshold != 0 {
 		return errors.New("--dedup-threshold is either auto or a number")
@@ -287,7 +292,7 @@ func (c Config) validateRolesAndDedup() error {
 			return fmt.Errorf("--embedder-roles: %w", err)
 		}
 	}
-	return nil
+	return c.ShortTerm.Validate()
 }
 
 // Validate checks the configuration.
@@ -323,9 +328,6 @@ func (c Config) Validate() error {
 		return errors.New("--embedder-concurrency-per-key and --embedder-max-input-bytes must be at least 1")
 	}
 	if err := c.validateRolesAndDedup(); err != nil {
-		return err
-	}
-	if err := c.ShortTerm.Validate(); err != nil {
 		return err
 	}
 	if c.InputOverflow != "" {

@@ -105,16 +105,8 @@ func classify(err error) *apiError {
 	case errors.As(err, &tl):
 		return errf(http.StatusRequestEntityTooLarge, CodeTextTooLong,
 			"%v (the store's spec.embedder.maxInputBytes; with spec.embedder.overflow Truncate the first %d bytes are embedded instead)", err, tl.Max)
-	case errors.Is(err, shortterm.ErrNotFound):
-		return errf(http.StatusNotFound, CodeNotFound, "no such session (it may have expired)")
-	case errors.Is(err, shortterm.ErrOwner):
-		return errf(http.StatusConflict, CodeConflict, "the session belongs to another owner")
-	case errors.Is(err, shortterm.ErrSessionFull):
-		return errf(http.StatusConflict, CodeSessionFull, "%v", shortterm.ErrSessionFull)
-	case errors.Is(err, shortterm.ErrNothing):
-		return errf(http.StatusBadRequest, CodeInvalidRequest, "through is before the session's first turn: nothing to summarize")
-	case errors.Is(err, shortterm.ErrUnavailable):
-		return unavailable(CodeShortTermDown, 1, "the short-term store (Redis) is not answering; long-term memory is not affected")
+	case classifySession(err) != nil:
+		return classifySession(err)
 	case errors.Is(err, pgstore.ErrNotFound):
 		return errf(http.StatusNotFound, CodeNotFound, "no such memory")
 	case errors.Is(err, pgstore.ErrConflict):
@@ -140,6 +132,24 @@ func classify(err error) *apiError {
 		return unavailable(CodeTimeout, 1, "the request did not finish in time; nothing was written that was not acknowledged")
 	}
 	return errf(http.StatusInternalServerError, CodeInternal, "internal error (the gateway's log has it)")
+}
+
+// classifySession maps the short-term tier's errors (nil: not one of them).
+func classifySession(err error) *apiError {
+	switch {
+	case errors.Is(err, shortterm.ErrNotFound):
+		return errf(http.StatusNotFound, CodeNotFound, "no such session (it may have expired)")
+	case errors.Is(err, shortterm.ErrOwner):
+		return errf(http.StatusConflict, CodeConflict, "the session belongs to another owner")
+	case errors.Is(err, shortterm.ErrSessionFull):
+		return errf(http.StatusConflict, CodeSessionFull, "%v", shortterm.ErrSessionFull)
+	case errors.Is(err, shortterm.ErrNothing):
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "through is before the session's first turn: nothing to summarize")
+	case errors.Is(err, shortterm.ErrUnavailable):
+		return &apiError{status: http.StatusServiceUnavailable, code: CodeShortTermDown, retryAfter: 1,
+			msg: "the short-term store (Redis) is not answering; long-term memory is not affected"}
+	}
+	return nil
 }
 
 // embedCause is what a client may read of an embedder failure: that it took too

@@ -180,9 +180,9 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		// Connected lazily: a Redis that is down makes session calls 503, nothing else.
 		g.redis = redis.NewClient(&redis.Options{Addr: cfg.RedisAddress, Username: cfg.RedisUser, Password: sec.RedisPassword,
 			DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: 1})
-		srv.UseShortTerm(redisstore.New(g.redis, cfg.RedisTenant, cfg.ShortTerm.Options()))
+		srv.UseShortTerm(redisstore.New(g.redis, cfg.RedisTenant, cfg.Options()))
 	}
-	log.Info("Short-term tier", "backend", g.shortTermBackend(), "sessionTTL", cfg.ShortTerm.Options().TTL.String(), "promote", cmp.Or(cfg.Promote, PromoteOnEnd))
+	log.Info("Short-term tier", "backend", g.shortTermBackend(), "sessionTTL", cfg.Options().TTL.String(), "promote", cmp.Or(cfg.Promote, PromoteOnEnd))
 	return g, nil
 }
 

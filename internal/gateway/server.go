@@ -72,7 +72,7 @@ func NewServer(mem *service.Memory, cfg Config, log *slog.Logger, m *metrics) (*
 		_, err := mem.Store().ServerTime(ctx)
 		return err
 	}
-	s.UseShortTerm(mem.Store().Sessions(cfg.ShortTerm.Options()))
+	s.UseShortTerm(mem.Store().Sessions(cfg.Options()))
 	s.routes()
 	return s, nil
 }

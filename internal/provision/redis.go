@@ -92,7 +92,7 @@ func claimRedisTenant(ctx context.Context, c *redis.Client, names Names, owner s
 		return err
 	}
 	if have != owner {
-		return &Error{Reason: ReasonTenantConflict, Err: fmt.Errorf("Redis: tenant %s belongs to another store (%s)", names.Tenant, have)}
+		return &Error{Reason: ReasonTenantConflict, Err: fmt.Errorf("redis: tenant %s belongs to another store (%s)", names.Tenant, have)}
 	}
 	return nil
 }
@@ -112,7 +112,7 @@ func DeleteRedisTenant(ctx context.Context, admin RedisConn, names Names, owner 
 		return classifyRedis(what, err)
 	}
 	if have != owner {
-		return classifyRedis(what, &Error{Reason: ReasonTenantConflict, Err: fmt.Errorf("Redis: tenant %s belongs to another store (%s)", names.Tenant, have)})
+		return classifyRedis(what, &Error{Reason: ReasonTenantConflict, Err: fmt.Errorf("redis: tenant %s belongs to another store (%s)", names.Tenant, have)})
 	}
 	// The user first: nothing writes new keys while they are removed.
 	if err := c.Do(ctx, "ACL", "DELUSER", names.RedisUser).Err(); err != nil {

@@ -48,7 +48,7 @@ type SessionOptions struct {
 	Log *slog.Logger
 }
 
-// DefaultPromoteLead: Sweep promotes a session idle for its TTL less this long.
+// DefaultPromoteLead is how long before its expiry Sweep promotes an idle session.
 const DefaultPromoteLead = 5 * time.Minute
 
 // promoteChunk is how many turns one write promotes (a turn holds up to 64 KiB).

@@ -26,7 +26,7 @@ func admin(t *testing.T) *redis.Client {
 
 func TestConformance(t *testing.T) {
 	rdb := admin(t)
-	shorttermtest.Run(t, func(t *testing.T, opts shortterm.Options) shortterm.Store {
+	shorttermtest.Run(t, func(_ *testing.T, opts shortterm.Options) shortterm.Store {
 		return redisstore.New(rdb, testutil.UniqueName("st"), opts)
 	})
 }
