@@ -197,6 +197,7 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 				MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 20 * time.Second,
 				RequestTimeout: 30 * time.Second, MaxInputBytes: 8192, InputOverflow: "Truncate",
 				EmbedderTimeout: 10 * time.Second, EmbedderConcurrency: 4,
+				ShortTerm: gateway.ShortTerm{SessionTTL: 30 * time.Minute, SessionMaxTurns: 2000, Promote: gateway.PromoteOnEnd},
 			}
 			tc.wantCfg(&want)
 			g.Expect(parsed).To(Equal(want))
