@@ -572,11 +572,8 @@ func (c *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 // promotion is idempotent.
 func (g *Gateway) sweepSessions(ctx context.Context) {
 	res, err := g.Server.Sessions().Sweep(ctx, time.Now())
-	if err != nil {
-		if ctx.Err() == nil {
-			g.log.Warn("session sweep failed; retried at the next", "error", err.Error())
-		}
-		return
+	if err != nil && ctx.Err() == nil {
+		g.log.Warn("session sweep: some sessions were not promoted; retried at the next sweep", "failed", res.Failed, "error", err.Error())
 	}
 	if res.Sessions > 0 || res.Purged > 0 {
 		g.log.Info("sessions swept", "promotedSessions", res.Sessions, "promotedTurns", res.Promoted, "purged", res.Purged)

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -242,6 +243,8 @@ func (s *Sessions) ClearScope(ctx context.Context, scope string) (int, error) {
 // SweepResult counts what a sweep did.
 type SweepResult struct {
 	Promoted, Sessions, Purged int
+	// Failed counts sessions whose promotion failed (the error says the first).
+	Failed int
 }
 
 // Sweep promotes the turns of sessions idle for their TTL less the lead (with
@@ -249,6 +252,7 @@ type SweepResult struct {
 // them itself. Run it periodically; concurrent sweeps (replicas) are harmless.
 func (s *Sessions) Sweep(ctx context.Context, now time.Time) (SweepResult, error) {
 	var res SweepResult
+	var firstErr error
 	if s.opts.PromoteOnEnd {
 		before := now.Add(-(s.st.TTL() - s.opts.PromoteLead))
 		for {
@@ -263,7 +267,15 @@ func (s *Sessions) Sweep(ctx context.Context, now time.Time) (SweepResult, error
 				case errors.Is(err, shortterm.ErrNotFound):
 					continue // ended or expired meanwhile
 				case err != nil:
-					return res, err
+					// One session that cannot be promoted (a turn the store's embedder
+					// limit refuses) must not hold back the others: reported, retried
+					// at the next sweep.
+					res.Failed++
+					firstErr = cmp.Or(firstErr, fmt.Errorf("sessions: promote %s: %w", sess.ID, err))
+					if ctx.Err() != nil {
+						return res, firstErr
+					}
+					continue
 				}
 				res.Promoted += n
 				res.Sessions++
@@ -276,7 +288,7 @@ func (s *Sessions) Sweep(ctx context.Context, now time.Time) (SweepResult, error
 	}
 	n, err := s.st.Purge(ctx, now)
 	res.Purged = n
-	return res, err
+	return res, cmp.Or(firstErr, err)
 }
 
 // RunSweeper sweeps every interval until ctx ends.

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/memory/service"
@@ -250,4 +252,31 @@ func TestClearScope(t *testing.T) {
 			t.Fatalf("ClearScope(user:nobody) = %d, %v", n, err)
 		}
 	})
+}
+
+// TestSessionSweepGoesOnPastAFailure: a session whose promotion fails (a turn the
+// store's embedder limit refuses) is reported and retried, and the sweep promotes the
+// other sessions all the same.
+func TestSessionSweepGoesOnPastAFailure(t *testing.T) {
+	e := newEnv(t, backends[0], nil)
+	mem, err := service.NewWith(e.store, e.index, e.emb, service.Options{InputLimit: embed.Limit{MaxInputBytes: 200, Overflow: embed.Refuse}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	s := service.NewSessions(e.store.Sessions(shortterm.Options{TTL: time.Hour}), mem, service.SessionOptions{PromoteOnEnd: true})
+	start := time.Now()
+	if _, err := s.Append(ctx, shortterm.Append{Session: "session:long", Owner: "user:l", Turns: turns(strings.Repeat("far too long ", 40)), Now: start}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, shortterm.Append{Session: "session:short", Owner: "user:s", Turns: turns("short enough"), Now: start.Add(time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Sweep(ctx, start.Add(56*time.Minute)) // within the 5-minute lead
+	if err == nil || !strings.Contains(err.Error(), "session:long") || res.Failed != 1 || res.Sessions != 1 {
+		t.Fatalf("sweep = %+v, %v; want session:long failed and session:short promoted", res, err)
+	}
+	if got := promoted(t, e, "user:s"); got["session:short#1"] != "short enough" {
+		t.Fatalf("promoted %v", got)
+	}
 }
