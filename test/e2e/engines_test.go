@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
+	"github.com/redis/go-redis/v9"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,6 +33,12 @@ func (s *suite) productionEngines() {
 	pgHost, pgPort := env("MEMORY_TEST_PGVECTOR_HOST"), env("MEMORY_TEST_PGVECTOR_PORT")
 	pgUser, pgPassword := env("MEMORY_TEST_PGVECTOR_USER"), env("MEMORY_TEST_PGVECTOR_PASSWORD")
 	milvusAddr, milvusUser, milvusPassword := env("MEMORY_TEST_MILVUS_AUTH_ADDR"), env("MEMORY_TEST_MILVUS_AUTH_USER"), env("MEMORY_TEST_MILVUS_AUTH_PASSWORD")
+	redisAddr, redisUser, redisPassword := env("MEMORY_TEST_REDIS_ADDR"), env("MEMORY_TEST_REDIS_USER"), env("MEMORY_TEST_REDIS_PASSWORD")
+	s.apply(fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: e2e-redis-admin, namespace: %[1]s}
+stringData: {username: %[2]s, password: %[3]s}
+`, operatorNS, redisUser, redisPassword))
 	s.apply(fmt.Sprintf(`apiVersion: v1
 kind: Secret
 metadata: {name: e2e-pgvector-admin, namespace: %[1]s}
@@ -50,8 +57,9 @@ spec:
   postgres: {host: %[6]s, port: %[7]s, sslMode: disable, adminSecret: {name: e2e-pgvector-admin}}
   milvus: {address: %[8]s, credentialsSecret: {name: e2e-milvus-admin}}
   objectStorage: {endpoint: %[9]s, bucket: e2e-memory, insecure: true, createBucket: true, credentialsSecret: {name: e2e-object-storage}}
+  redis: {address: %[11]s, credentialsSecret: {name: e2e-redis-admin}}
   allowedNamespaces: [%[10]s]
-`, operatorNS, pgUser, pgPassword, milvusUser, milvusPassword, pgHost, pgPort, milvusAddr, s.s3Endpoint, tenantNS))
+`, operatorNS, pgUser, pgPassword, milvusUser, milvusPassword, pgHost, pgPort, milvusAddr, s.s3Endpoint, tenantNS, redisAddr))
 	s.condition(&memoryv1.ClusterMemoryBackend{ObjectMeta: objectMeta("", "e2e-engines")}, "Ready", 90*time.Second)
 
 	s.apply(fmt.Sprintf(`apiVersion: memory.amemory.io/v1alpha1
@@ -84,6 +92,15 @@ spec:
 		}
 		s.writeAndSearch(st)
 	}
+
+	// Sessions in Redis, through the gateway, as the store's own Redis user.
+	vp := s.store("vec-pg")
+	if st := vp.Status.ShortTerm; st == nil || st.Store != "Redis" || st.RedisUser == "" || st.RedisUser == redisUser {
+		t.Fatalf("vec-pg: short-term status %+v, want Redis with the store's own user", vp.Status.ShortTerm)
+	}
+	storeRedisUser := vp.Status.ShortTerm.RedisUser
+	storeRedisPassword := s.secretValue(tenantNS, vp.ConnectionSecretNameOrDefault(), "redisPassword")
+	s.sessionRoundTrip(vp)
 
 	// The Milvus store's own user: in its Secrets, in its gateway's environment by
 	// reference, never the admin.
@@ -136,7 +153,40 @@ spec:
 		_, err = c.ListCollections(s.ctx)
 		return err != nil, "the store's login still works"
 	})
+	s.eventually("vec-pg's Redis user removed", 30*time.Second, func() (bool, string) {
+		rc := redis.NewClient(&redis.Options{Addr: redisAddr, Username: storeRedisUser, Password: storeRedisPassword})
+		defer func() { _ = rc.Close() }()
+		err := rc.Ping(s.ctx).Err()
+		return err != nil, "the store's Redis login still works"
+	})
 	s.run("", s.kubectl, "delete", "clustermemorybackend", "e2e-engines", "--timeout=60s")
+}
+
+// sessionRoundTrip appends two turns to a session through the store's gateway, reads
+// them back, and ends the session: its turns become memories of the owner.
+func (s *suite) sessionRoundTrip(st *memoryv1.MemoryStore) {
+	t := s.t
+	base, key := s.gatewayOf(st.Name)
+	path := "/v1/sessions/session:e2e"
+	if code := s.api(base, key, http.MethodPost, path+"/turns", map[string]any{"owner": "user:2", "turns": []map[string]any{
+		{"role": "user", "content": "my parcel should come on Friday"}, {"role": "assistant", "content": "noted"}}}, nil); code != http.StatusCreated {
+		t.Fatalf("%s: append turns: %d", st.Name, code)
+	}
+	var read struct {
+		Owner string `json:"owner"`
+		Turns []struct {
+			Seq int `json:"seq"`
+		} `json:"turns"`
+	}
+	if code := s.api(base, key, http.MethodGet, path+"?last=1", nil, &read); code != http.StatusOK || read.Owner != "user:2" || len(read.Turns) != 1 || read.Turns[0].Seq != 2 {
+		t.Fatalf("%s: read the session: %d %+v", st.Name, code, read)
+	}
+	var ended struct {
+		Promoted int `json:"promoted"`
+	}
+	if code := s.api(base, key, http.MethodDelete, path, nil, &ended); code != http.StatusOK || ended.Promoted != 2 {
+		t.Fatalf("%s: end the session: %d %+v", st.Name, code, ended)
+	}
 }
 
 // writeAndSearch writes three memories through the store's gateway Service and finds
