@@ -145,6 +145,8 @@ func classifySession(err error) *apiError {
 		return errf(http.StatusConflict, CodeSessionFull, "%v", shortterm.ErrSessionFull)
 	case errors.Is(err, shortterm.ErrNothing):
 		return errf(http.StatusBadRequest, CodeInvalidRequest, "through is before the session's first turn: nothing to summarize")
+	case errors.Is(err, shortterm.ErrPastLast):
+		return errf(http.StatusBadRequest, CodeInvalidRequest, "through is past the session's last turn")
 	case errors.Is(err, shortterm.ErrUnavailable):
 		return &apiError{status: http.StatusServiceUnavailable, code: CodeShortTermDown, retryAfter: 1,
 			msg: "the short-term store (Redis) is not answering; long-term memory is not affected"}

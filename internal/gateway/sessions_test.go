@@ -83,6 +83,11 @@ func TestSessionAPI(t *testing.T) {
 		e.wantError(400, CodeInvalidRequest, a, "GET", p+"?as_of=yesterday", nil)
 		e.wantError(404, CodeNotFound, a, "GET", sessionPath("session:never", ""), nil)
 
+		e.wantError(400, CodeInvalidRequest, a, "POST", p+"/summary", SummaryRequest{Through: 9, Content: JSONValue(`"too far"`)})
+		var before ListResponse
+		if e.must(200, a, "GET", "/v1/scopes/user:1/memories", nil, &before); len(before.Memories) != 0 {
+			t.Fatalf("a refused summary promoted %d turns", len(before.Memories))
+		}
 		// A summary replaces turns 1..2; with promotion at the end (the default) they
 		// are kept as memories first.
 		var sum SummaryResponse

@@ -61,6 +61,8 @@ var (
 	ErrOwner = errors.New("the session belongs to another owner")
 	// ErrNothing: a summary would replace no turn (through is before the first).
 	ErrNothing = errors.New("no turns to summarize")
+	// ErrPastLast: a summary through a turn the session does not have yet.
+	ErrPastLast = errors.New("through is past the session's last turn")
 	// ErrUnavailable: the backend did not answer (Redis down or too slow).
 	ErrUnavailable = errors.New("the short-term store is not answering")
 )

@@ -160,7 +160,7 @@ func (ss *Sessions) Summarize(ctx context.Context, sum shortterm.Summary) ([]sho
 			return notFound(err, sum.Session)
 		}
 		if sum.Through > seq {
-			return fmt.Errorf("shortterm: summarize %s: through is past the last turn, %d", sum.Session, seq)
+			return fmt.Errorf("%w: %s ends at turn %d", shortterm.ErrPastLast, sum.Session, seq)
 		}
 		var err error
 		gone, err = ss.readTurns(ctx, tx, `DELETE FROM `+ss.turns+` WHERE session = $1 AND seq <= $2 RETURNING seq, role, content, at`,
@@ -292,7 +292,7 @@ func (ss *Sessions) fail(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, known := range []error{shortterm.ErrNotFound, shortterm.ErrOwner, shortterm.ErrSessionFull, shortterm.ErrNothing} {
+	for _, known := range []error{shortterm.ErrNotFound, shortterm.ErrOwner, shortterm.ErrSessionFull, shortterm.ErrNothing, shortterm.ErrPastLast} {
 		if errors.Is(err, known) {
 			return err
 		}

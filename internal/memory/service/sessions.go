@@ -92,6 +92,14 @@ func (s *Sessions) Summarize(ctx context.Context, sum shortterm.Summary) ([]shor
 		return nil, err
 	}
 	if s.opts.PromoteOnEnd {
+		// A summary the backend would refuse promotes nothing either.
+		sess, err := s.st.Window(ctx, shortterm.WindowQuery{Session: sum.Session, Last: 1, Now: time.Now()})
+		if err != nil {
+			return nil, err
+		}
+		if sum.Through > sess.LastSeq {
+			return nil, fmt.Errorf("%w: %s ends at turn %d", shortterm.ErrPastLast, sum.Session, sess.LastSeq)
+		}
 		if _, err := s.Promote(ctx, sum.Session, sum.Through); err != nil {
 			return nil, err
 		}

@@ -358,7 +358,7 @@ func (s *Store) fail(op, session string, err error) error {
 	case msg == "NOTHING":
 		return fmt.Errorf("%w: %s has no turns up to that number", shortterm.ErrNothing, session)
 	case strings.HasPrefix(msg, "PAST "):
-		return fmt.Errorf("shortterm: summarize %s: through is past the last turn, %s", session, strings.TrimPrefix(msg, "PAST "))
+		return fmt.Errorf("%w: %s ends at turn %s", shortterm.ErrPastLast, session, strings.TrimPrefix(msg, "PAST "))
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) || errors.Is(err, redis.ErrClosed) || errors.Is(err, context.DeadlineExceeded) ||

@@ -218,8 +218,8 @@ func summarize(t *testing.T, newStore New) {
 		t.Errorf("summary turn: %+v (want the time of turn 4, %v)", w.Turns[0], base.Add(3*time.Second))
 	}
 	wantSeqs(t, "as of turn 4's time", mustWindow(t, st, shortterm.WindowQuery{Session: "session:s", AsOf: base.Add(3 * time.Second)}).Turns, 4)
-	if _, err := st.Summarize(ctx, shortterm.Summary{Session: "session:s", Through: 7, Content: json.RawMessage(`"x"`), Now: time.Now()}); err == nil {
-		t.Error("a summary past the last turn was taken")
+	if _, err := st.Summarize(ctx, shortterm.Summary{Session: "session:s", Through: 7, Content: json.RawMessage(`"x"`), Now: time.Now()}); !errors.Is(err, shortterm.ErrPastLast) {
+		t.Errorf("a summary past the last turn: %v, want ErrPastLast", err)
 	}
 	if _, err := st.Summarize(ctx, shortterm.Summary{Session: "session:s", Through: 3, Content: json.RawMessage(`"x"`), Now: time.Now()}); !errors.Is(err, shortterm.ErrNothing) {
 		t.Errorf("a summary of turns already summarized: %v, want ErrNothing", err)
