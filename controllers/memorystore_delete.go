@@ -108,8 +108,10 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 	if err != nil {
 		return nil, err
 	}
-	if rb.redis != nil && (store.Status.ShortTerm == nil || store.Status.ShortTerm.Store == memoryv1alpha1.ShortTermRedis) {
-		// Sessions are short-lived by design: the user and every key of the prefix go.
+	if rb.redis != nil {
+		// Sessions are short-lived by design: the user and every key of the prefix go
+		// (also those of a store that moved its sessions to PostgreSQL since; nothing
+		// when it never had any, and nothing of a tenant another store owns).
 		err := provision.DeleteRedisTenant(ctx, *rb.redis, names, ownerOf(store))
 		switch {
 		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
