@@ -112,9 +112,12 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 		// Sessions are short-lived by design: the user and every key of the prefix go
 		// (also those of a store that moved its sessions to PostgreSQL since; nothing
 		// when it never had any, and nothing of a tenant another store owns).
+		// For a store whose sessions are in PostgreSQL now, that cleanup is best effort:
+		// a Redis that does not answer does not hold its deletion back.
+		bestEffort := store.Status.ShortTerm != nil && store.Status.ShortTerm.Store == memoryv1alpha1.ShortTermPostgres
 		err := provision.DeleteRedisTenant(ctx, *rb.redis, names, ownerOf(store))
 		switch {
-		case provision.ReasonOf(err) == provision.ReasonTenantConflict:
+		case provision.ReasonOf(err) == provision.ReasonTenantConflict || err != nil && bestEffort:
 			r.Recorder.Eventf(store, nil, corev1.EventTypeWarning, "BackendsKept", "Delete", "Left the Redis user and keys alone: %v", err)
 		case err != nil:
 			return nil, err
