@@ -305,12 +305,6 @@ func (s *Server) visibleSession(ctx context.Context, k *Key, session string) (sh
 	return sess, nil
 }
 
-// sessionExists says whether a session lives (whatever its owner).
-func (s *Server) sessionExists(ctx context.Context, session string) bool {
-	_, err := s.sessions.Window(ctx, shortterm.WindowQuery{Session: session, Last: 1, Now: time.Now()})
-	return err == nil
-}
-
 func (s *Server) appendTurns(ctx context.Context, k *Key, session string, req AppendRequest) (AppendResponse, error) {
 	if err := checkSession(k, &session); err != nil {
 		return AppendResponse{}, err
@@ -319,11 +313,6 @@ func (s *Server) appendTurns(ctx context.Context, k *Key, session string, req Ap
 		if err := checkScope(k, &req.Owner); err != nil {
 			return AppendResponse{}, err
 		}
-	} else if _, err := s.visibleSession(ctx, k, session); err != nil && !errors.Is(err, shortterm.ErrNotFound) {
-		return AppendResponse{}, err
-	} else if err != nil && s.sessionExists(ctx, session) {
-		// Joining a session of an owner the key may not see.
-		return AppendResponse{}, errf(http.StatusConflict, CodeConflict, "the session belongs to another owner")
 	}
 	a := shortterm.Append{Session: session, Owner: req.Owner, Now: time.Now(), Turns: make([]shortterm.NewTurn, len(req.Turns))}
 	for i, t := range req.Turns {
@@ -331,6 +320,16 @@ func (s *Server) appendTurns(ctx context.Context, k *Key, session string, req Ap
 	}
 	if err := a.Validate(); err != nil {
 		return AppendResponse{}, errf(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	if req.Owner == "" {
+		// Joining the session as it is: only one whose owner the key may use.
+		sess, err := s.sessions.Window(ctx, shortterm.WindowQuery{Session: session, Last: 1, Now: a.Now})
+		switch {
+		case err == nil && !k.Allows(sess.Owner):
+			return AppendResponse{}, errf(http.StatusConflict, CodeConflict, "the session belongs to another owner")
+		case err != nil && !errors.Is(err, shortterm.ErrNotFound):
+			return AppendResponse{}, err
+		}
 	}
 	turns, err := s.sessions.Append(ctx, a)
 	if err != nil {
