@@ -79,7 +79,7 @@ test-unit: ## Run only the tests that need no services.
 	go test ./... -count=1 -short $(GOTEST_ARGS)
 
 .PHONY: bench
-bench: tools build ## Benchmarks side by side with reference tools (200k memories timed, 1M for peak RSS; recall as make bench-recall); prints ratios.
+bench: tools build ## Benchmarks side by side with reference tools (200k memories timed, 1M for peak RSS; recall as make bench-recall; sessions in Redis beside PostgreSQL); prints ratios.
 	RUN_DIR=$(LOCALBIN)/bench-run hack/services.sh run go run ./hack/bench $(BENCH_ARGS)
 
 .PHONY: bench-engines
