@@ -13,9 +13,9 @@ func TestNamesFor(t *testing.T) {
 		want         Names
 		wantErr      bool
 	}{
-		{tenant: "acme", base: "memory-operator", want: Names{Tenant: "acme", Schema: "mem_acme", Role: "mem_acme_agent", WorkerRole: "mem_acme_worker", Collection: "mem_acme", MilvusUser: "mem_acme", MilvusRole: "mem_acme_role", Prefix: "memory-operator/acme/"}},
-		{tenant: "team-a-prod", base: "", want: Names{Tenant: "team-a-prod", Schema: "mem_team_a_prod", Role: "mem_team_a_prod_agent", WorkerRole: "mem_team_a_prod_worker", Collection: "mem_team_a_prod", MilvusUser: "mem_team_a_prod", MilvusRole: "mem_team_a_prod_role", Prefix: "team-a-prod/"}},
-		{tenant: "x1", base: "/a/b/", want: Names{Tenant: "x1", Schema: "mem_x1", Role: "mem_x1_agent", WorkerRole: "mem_x1_worker", Collection: "mem_x1", MilvusUser: "mem_x1", MilvusRole: "mem_x1_role", Prefix: "a/b/x1/"}},
+		{tenant: "acme", base: "memory-operator", want: Names{Tenant: "acme", Schema: "mem_acme", Role: "mem_acme_agent", WorkerRole: "mem_acme_worker", Collection: "mem_acme", MilvusUser: "mem_acme", MilvusRole: "mem_acme_role", RedisUser: "mem_acme", Prefix: "memory-operator/acme/"}},
+		{tenant: "team-a-prod", base: "", want: Names{Tenant: "team-a-prod", Schema: "mem_team_a_prod", Role: "mem_team_a_prod_agent", WorkerRole: "mem_team_a_prod_worker", Collection: "mem_team_a_prod", MilvusUser: "mem_team_a_prod", MilvusRole: "mem_team_a_prod_role", RedisUser: "mem_team_a_prod", Prefix: "team-a-prod/"}},
+		{tenant: "x1", base: "/a/b/", want: Names{Tenant: "x1", Schema: "mem_x1", Role: "mem_x1_agent", WorkerRole: "mem_x1_worker", Collection: "mem_x1", MilvusUser: "mem_x1", MilvusRole: "mem_x1_role", RedisUser: "mem_x1", Prefix: "a/b/x1/"}},
 		{tenant: "Acme", wantErr: true},
 		{tenant: "1acme", wantErr: true},
 		{tenant: "acme-", wantErr: true},
