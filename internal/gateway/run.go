@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -182,7 +181,7 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 			DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: 1})
 		srv.UseShortTerm(redisstore.New(g.redis, cfg.RedisTenant, cfg.Options()))
 	}
-	log.Info("Short-term tier", "backend", g.shortTermBackend(), "sessionTTL", cfg.Options().TTL.String(), "promote", cmp.Or(cfg.Promote, PromoteOnEnd))
+	log.Info("Short-term tier", "backend", g.shortTermBackend(), "sessionTTL", cfg.Options().TTL.String(), "promote", cfg.Promote)
 	return g, nil
 }
 

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -392,7 +391,7 @@ func (s *Server) endSession(ctx context.Context, k *Key, session string, promote
 	if _, err := s.visibleSession(ctx, k, session); err != nil {
 		return EndResponse{}, err
 	}
-	p := cmp.Or(s.cfg.Promote, PromoteOnEnd) == PromoteOnEnd
+	p := s.cfg.Promote == PromoteOnEnd
 	if promote != nil {
 		p = *promote
 	}
@@ -407,7 +406,7 @@ func (s *Server) endSession(ctx context.Context, k *Key, session string, promote
 // PostgreSQL; Open moves it to Redis when the store declares it).
 func (s *Server) UseShortTerm(st shortterm.Store) {
 	s.sessions = service.NewSessions(st, s.mem, service.SessionOptions{
-		PromoteOnEnd: cmp.Or(s.cfg.Promote, PromoteOnEnd) == PromoteOnEnd, Log: s.log})
+		PromoteOnEnd: s.cfg.Promote == PromoteOnEnd})
 }
 
 // Sessions is the short-term tier (its sweeper runs in Gateway.Background).

@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -52,8 +55,11 @@ func TestSessionAPI(t *testing.T) {
 		if len(app.Turns) != 2 || app.Turns[0].Seq != 1 || app.Turns[1].Seq != 2 || app.ExpiresAt.Before(time.Now().Add(29*time.Minute)) {
 			t.Fatalf("append = %+v", app)
 		}
-		mid := time.Now()
-		time.Sleep(5 * time.Millisecond)
+		// Turn 3 is stored at a later millisecond than turn 2 (times are kept to the ms).
+		mid := app.Turns[1].At
+		for !time.Now().Truncate(time.Millisecond).After(mid) {
+			runtime.Gosched()
+		}
 		e.must(201, a, "POST", sessionPath("session:chat-1", "/turns"), AppendRequest{Turns: []TurnIn{{Role: "user", Content: JSONValue(`"my cat is called Miso"`)}}}, nil)
 
 		var s SessionResponse
@@ -170,21 +176,20 @@ func TestSessionSweepInTheGateway(t *testing.T) {
 	forEachShortTermBackend(t, envOptions{keys: []testKey{k}, config: func(c *Config) { c.SessionTTL = 10 * time.Second }}, func(t *testing.T, e *env) {
 		e.must(201, k.plain, "POST", sessionPath("session:idle", "/turns"), AppendRequest{Owner: "user:1", Turns: []TurnIn{{Role: "user", Content: JSONValue(`"the door code is 4711"`)}}}, nil)
 		// The lead is half the TTL: promoted after about 5 s idle, before the 10 s expiry.
-		deadline := time.Now().Add(9 * time.Second)
-		for {
+		appended := time.Now()
+		testutil.Eventually(t, "the idle session promoted", func() (bool, error) {
 			var list ListResponse
 			e.must(200, k.plain, "GET", "/v1/scopes/user:1/memories", nil, &list)
-			if len(list.Memories) == 1 {
-				if !strings.Contains(string(list.Memories[0].Content), "4711") {
-					t.Fatalf("promoted %s", list.Memories[0].Content)
-				}
-				break
+			switch {
+			case len(list.Memories) == 1 && !strings.Contains(string(list.Memories[0].Content), "4711"):
+				return true, fmt.Errorf("promoted %s", list.Memories[0].Content)
+			case len(list.Memories) == 1:
+				return true, nil
+			case time.Since(appended) > 9*time.Second:
+				return true, errors.New("not promoted before it expired")
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("the idle session was not promoted before it expired")
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return false, nil
+		})
 	})
 }
 

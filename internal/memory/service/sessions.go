@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/amemory/memory-operator/internal/memory"
@@ -35,6 +34,8 @@ type Sessions struct {
 	st   shortterm.Store
 	mem  *Memory
 	opts SessionOptions
+	// afterRead, set by tests, runs between a promotion's read and its write.
+	afterRead func()
 }
 
 // SessionOptions configure Sessions.
@@ -45,8 +46,6 @@ type SessionOptions struct {
 	// PromoteLead is how long before its expiry an idle session is promoted by
 	// Sweep (0: DefaultPromoteLead, at most half the TTL).
 	PromoteLead time.Duration
-	// Log, when set, reports the sweep's failures.
-	Log *slog.Logger
 }
 
 // DefaultPromoteLead is how long before its expiry Sweep promotes an idle session.
@@ -70,9 +69,6 @@ func NewSessions(st shortterm.Store, mem *Memory, opts SessionOptions) *Sessions
 
 // Backend is the short-term store.
 func (s *Sessions) Backend() shortterm.Store { return s.st }
-
-// Options are the options in effect.
-func (s *Sessions) Options() SessionOptions { return s.opts }
 
 // Append adds turns to a session.
 func (s *Sessions) Append(ctx context.Context, a shortterm.Append) ([]shortterm.Turn, error) {
@@ -177,6 +173,9 @@ func (s *Sessions) Promote(ctx context.Context, session string, through int64) (
 	}
 	if len(turns) == 0 {
 		return 0, nil
+	}
+	if s.afterRead != nil {
+		s.afterRead()
 	}
 	n := len(turns)
 	if err := s.write(ctx, sess, turns, readAt); errors.Is(err, pgstore.ErrForgotten) {
@@ -297,20 +296,4 @@ func (s *Sessions) Sweep(ctx context.Context, now time.Time) (SweepResult, error
 	n, err := s.st.Purge(ctx, now)
 	res.Purged = n
 	return res, cmp.Or(firstErr, err)
-}
-
-// RunSweeper sweeps every interval until ctx ends.
-func (s *Sessions) RunSweeper(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if _, err := s.Sweep(ctx, time.Now()); err != nil && ctx.Err() == nil && s.opts.Log != nil {
-			s.opts.Log.Warn("session sweep failed; retried next interval", "error", err.Error())
-		}
-	}
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +53,9 @@ func promoted(t *testing.T, e *env, scope string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := e.store.Export(t.Context(), pgstore.ExportFilter{Scopes: []string{scope}}, func(it memory.Item) error {
+		if it.Source != service.SourceSession {
+			return nil // written by an agent, not promoted
+		}
 		var c service.TurnContent
 		if err := json.Unmarshal(it.Content, &c); err != nil {
 			return err
@@ -61,8 +66,8 @@ func promoted(t *testing.T, e *env, scope string) map[string]string {
 		if _, dup := out[k]; dup {
 			return fmt.Errorf("turn %s stored twice", k)
 		}
-		if it.MemoryType != memory.Episodic || it.Source != service.SourceSession {
-			return fmt.Errorf("turn %s stored as %s from %q", k, it.MemoryType, it.Source)
+		if it.MemoryType != memory.Episodic {
+			return fmt.Errorf("turn %s stored as %s", k, it.MemoryType)
 		}
 		out[k] = text
 		return nil
@@ -181,9 +186,20 @@ func TestGuaranteeForgetRacingPromotion(t *testing.T) {
 			}
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
+			// attempts counts the promoters' calls; alive, the promoters still running.
+			var attempts, alive atomic.Int64
+			alive.Store(2)
+			// waitAttempts lets the promoters make n more calls (fewer if they stopped).
+			waitAttempts := func(n int64) {
+				for target := attempts.Load() + n; attempts.Load() < target && alive.Load() > 0; {
+					runtime.Gosched()
+				}
+			}
 			for w := range 2 {
 				wg.Go(func() {
+					defer alive.Add(-1)
 					for {
+						attempts.Add(1)
 						select {
 						case <-stop:
 							return
@@ -203,7 +219,8 @@ func TestGuaranteeForgetRacingPromotion(t *testing.T) {
 					}
 				})
 			}
-			time.Sleep(time.Duration(round%5) * time.Millisecond)
+			// The forget lands after a varying number of promotions.
+			waitAttempts(int64(round % 5))
 			if _, err := s.ClearScope(ctx, "user:x"); err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +228,7 @@ func TestGuaranteeForgetRacingPromotion(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Promotions still running after the forget must not bring it back.
-			time.Sleep(20 * time.Millisecond)
+			waitAttempts(4)
 			close(stop)
 			wg.Wait()
 			if got := promoted(t, e, "user:x"); len(got) != 0 {
@@ -220,6 +237,39 @@ func TestGuaranteeForgetRacingPromotion(t *testing.T) {
 			if _, err := st.Window(ctx, shortterm.WindowQuery{Session: session, Now: time.Now()}); err == nil {
 				t.Fatalf("round %d: the session outlived the forget", round)
 			}
+		}
+	})
+}
+
+// TestGuaranteeForgetBetweenReadAndWrite: a forget that lands after a promotion read
+// the turns and before it wrote them: the promotion stores nothing, and the user's
+// memories written after the forget are kept.
+func TestGuaranteeForgetBetweenReadAndWrite(t *testing.T) {
+	forEachShortTerm(t, shortterm.Options{}, func(t *testing.T, e *env, st shortterm.Store) {
+		ctx := t.Context()
+		s := service.NewSessions(st, e.mem, service.SessionOptions{PromoteOnEnd: true})
+		if _, err := s.Append(ctx, shortterm.Append{Session: "session:r", Owner: "user:x", Turns: turns("a secret"), Now: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		service.SetAfterRead(s, func() {
+			if _, err := s.ClearScope(ctx, "user:x"); err != nil {
+				t.Error(err)
+			}
+			if _, err := e.mem.Forget(ctx, "user:x", "", "test"); err != nil {
+				t.Error(err)
+			}
+			if _, err := e.mem.Remember(ctx, memory.Item{MemoryType: memory.Semantic, Scope: "user:x", Content: json.RawMessage(`{"text":"came back"}`)}); err != nil {
+				t.Error(err)
+			}
+		})
+		if n, err := s.Promote(ctx, "session:r", 0); err != nil || n != 0 {
+			t.Fatalf("Promote across a forget = %d, %v; want nothing promoted", n, err)
+		}
+		if got := promoted(t, e, "user:x"); len(got) != 0 {
+			t.Fatalf("after the forget, stored %v", got)
+		}
+		if n, err := e.store.Count(ctx); err != nil || n != 1 {
+			t.Fatalf("%d memories, %v; want the one written after the forget", n, err)
 		}
 	})
 }
