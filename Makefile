@@ -14,6 +14,8 @@ KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(LOCALBIN)/k8s/kubect
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 HELM_VERSION ?= v3.22.0
+PROTOC_GEN_GO_VERSION ?= v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 
 # Arguments for `go test`; e.g. make test GOTEST_ARGS='-run TestMemoryStore -v'
 GOTEST_ARGS ?=
@@ -39,6 +41,12 @@ manifests: controller-gen ## Generate CRDs and RBAC into config/ and the Helm ch
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.
 	$(CONTROLLER_GEN) object paths="./api/..."
+
+.PHONY: proto
+proto: ## Generate the gateway's gRPC code (api/proto) with protoc-gen-go and protoc-gen-go-grpc.
+	GOBIN=$(LOCALBIN) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(LOCALBIN) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	go run ./hack/protogen -I api/proto -plugin $(LOCALBIN)/protoc-gen-go -plugin $(LOCALBIN)/protoc-gen-go-grpc memory/v1/memory.proto
 
 .PHONY: fmt
 fmt: ## Run go fmt.
