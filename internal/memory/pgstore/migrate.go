@@ -282,11 +282,116 @@ CREATE TABLE {{t "session_turns"}} (
 	PRIMARY KEY (session, seq)
 );
 `,
+	// 12: scope versions (scopeversion.go): a counter per scope that every commit
+	// changing what a search of the scope can return raises by one, whoever writes
+	// (the gateway, restore, import and archival Jobs): the query cache files results
+	// under it. Statement triggers note the scopes a statement touched in
+	// scope_versions_owed (unlogged: a row lives as long as its transaction); at
+	// commit a deferred trigger raises their versions in one statement, in scope
+	// order, and removes the notes. Bumping at commit rather than per statement is
+	// what keeps it free of deadlocks: a transaction takes version row locks only
+	// once it has taken every other lock it will take, all in one order. The
+	// functions are SECURITY DEFINER so that no role needs a privilege on the two
+	// tables (scope_version() reads one version); versions are never deleted, so
+	// none ever comes back. The epoch tells this schema's versions from those of
+	// an earlier store of the same name.
+	`
+CREATE TABLE {{t "scope_versions"}} (
+	scope   text COLLATE "C" PRIMARY KEY,
+	version bigint NOT NULL
+);
+
+CREATE UNLOGGED TABLE {{t "scope_versions_owed"}} (
+	xact  xid8 NOT NULL,
+	scope text COLLATE "C" NOT NULL,
+	PRIMARY KEY (xact, scope)
+);
+
+INSERT INTO {{t "store_meta"}} (key, value) VALUES ('scope_versions_epoch', gen_random_uuid()::text);
+
+-- The scopes of the rows a statement changed (the transition table "changed", and
+-- "changed_old" for updates), and once per transaction the empty scope, whose note
+-- queues the bump for the commit.
+CREATE FUNCTION {{t "scope_versions_note"}}() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	WITH s AS (SELECT DISTINCT scope FROM changed)
+	INSERT INTO {{t "scope_versions_owed"}} (xact, scope)
+	SELECT pg_current_xact_id(), scope FROM s
+	UNION ALL SELECT pg_current_xact_id(), '' WHERE EXISTS (SELECT 1 FROM s)
+	ON CONFLICT DO NOTHING;
+	RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION {{t "scope_versions_note_update"}}() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	WITH s AS (SELECT scope FROM changed UNION SELECT scope FROM changed_old)
+	INSERT INTO {{t "scope_versions_owed"}} (xact, scope)
+	SELECT pg_current_xact_id(), scope FROM s
+	UNION ALL SELECT pg_current_xact_id(), '' WHERE EXISTS (SELECT 1 FROM s)
+	ON CONFLICT DO NOTHING;
+	RETURN NULL;
+END
+$$;
+
+-- Index work done (IndexDone deletes the record once the vector index has the
+-- memory's current value): the dense channel of the memory's scope changed.
+CREATE FUNCTION {{t "scope_versions_note_indexed"}}() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	WITH s AS (SELECT DISTINCT m.scope FROM changed p JOIN {{t "memories"}} m ON m.memory_id = p.memory_id)
+	INSERT INTO {{t "scope_versions_owed"}} (xact, scope)
+	SELECT pg_current_xact_id(), scope FROM s
+	UNION ALL SELECT pg_current_xact_id(), '' WHERE EXISTS (SELECT 1 FROM s)
+	ON CONFLICT DO NOTHING;
+	RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION {{t "scope_versions_bump"}}() RETURNS trigger LANGUAGE plpgsql
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	WITH owed AS (
+		DELETE FROM {{t "scope_versions_owed"}} WHERE xact = pg_current_xact_id() RETURNING scope
+	)
+	INSERT INTO {{t "scope_versions"}} AS v (scope, version)
+	SELECT scope, 1 FROM owed WHERE scope <> '' ORDER BY scope
+	ON CONFLICT (scope) DO UPDATE SET version = v.version + 1;
+	RETURN NULL;
+END
+$$;
+
+CREATE CONSTRAINT TRIGGER {{i "scope_versions_bump"}} AFTER INSERT ON {{t "scope_versions_owed"}}
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.scope = '')
+	EXECUTE FUNCTION {{t "scope_versions_bump"}}();
+
+CREATE FUNCTION {{t "scope_version"}}(scope text) RETURNS bigint LANGUAGE sql STABLE
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+	SELECT coalesce((SELECT v.version FROM {{t "scope_versions"}} v WHERE v.scope = $1), 0)
+$$;
+
+CREATE TRIGGER {{i "memories_scope_versions_ins"}} AFTER INSERT ON {{t "memories"}}
+	REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {{t "scope_versions_note"}}();
+CREATE TRIGGER {{i "memories_scope_versions_upd"}} AFTER UPDATE ON {{t "memories"}}
+	REFERENCING OLD TABLE AS changed_old NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {{t "scope_versions_note_update"}}();
+CREATE TRIGGER {{i "memories_scope_versions_del"}} AFTER DELETE ON {{t "memories"}}
+	REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {{t "scope_versions_note"}}();
+CREATE TRIGGER {{i "vectors_scope_versions_ins"}} AFTER INSERT ON {{t "vectors"}}
+	REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {{t "scope_versions_note"}}();
+CREATE TRIGGER {{i "vectors_scope_versions_upd"}} AFTER UPDATE ON {{t "vectors"}}
+	REFERENCING OLD TABLE AS changed_old NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {{t "scope_versions_note_update"}}();
+CREATE TRIGGER {{i "vectors_scope_versions_del"}} AFTER DELETE ON {{t "vectors"}}
+	REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {{t "scope_versions_note"}}();
+CREATE TRIGGER {{i "index_pending_scope_versions_del"}} AFTER DELETE ON {{t "index_pending"}}
+	REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION {{t "scope_versions_note_indexed"}}();
+`,
 }
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 11
+const LatestVersion = 12
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.
