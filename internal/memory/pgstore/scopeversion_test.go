@@ -185,7 +185,6 @@ func TestScopeVersionBumps(t *testing.T) {
 	}
 }
 
-
 // TestScopeVersionsNoDeadlock: writers whose transactions touch overlapping scopes in
 // opposite orders, statement after statement (a Job's direct writes), and batches
 // inserting into some scopes while reinforcing in others, all at once. None fails
