@@ -94,6 +94,10 @@ type SearchQuery struct {
 	HalfLives memory.HalfLives
 	// Now is the time expiry and decay are judged at; zero means time.Now().
 	Now time.Time
+	// Vector, when set, is Text's embedding, already computed (QueryVector; the
+	// query cache embeds a query to compare it with cached ones): the search uses it
+	// instead of embedding Text again.
+	Vector []float32
 }
 
 // Result is one search result.
@@ -232,6 +236,9 @@ func (m *Memory) Search(ctx context.Context, q SearchQuery) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory service: search: %w", err)
 	}
+	if d := m.index.Spec().Dimension; q.Vector != nil && len(q.Vector) != d {
+		return nil, fmt.Errorf("memory service: search: %w", vector.DimensionError("the query vector", d, len(q.Vector)))
+	}
 	s := newSearch(m, q, p)
 	if err := s.run(ctx); err != nil {
 		return nil, fmt.Errorf("memory service: search: %w", err)
@@ -265,7 +272,7 @@ func (s *search) run(ctx context.Context) error {
 	// A query the embedder's input limit refuses is refused before anything runs.
 	var text string
 	needVec := s.p.mode != Lexical || s.q.MinSimilarity != nil
-	if needVec {
+	if needVec && s.q.Vector == nil {
 		var err error
 		if text, _, err = s.m.limit.Prepare("the query", s.q.Text); err != nil {
 			return err
@@ -283,14 +290,17 @@ func (s *search) run(ctx context.Context) error {
 	}
 	if needVec {
 		g.Go(func() error {
-			vecs, err := s.m.embed(gctx, embed.Query, []string{text})
-			if err != nil {
-				return err
+			if s.vec = s.q.Vector; s.vec == nil {
+				vecs, err := s.m.embed(gctx, embed.Query, []string{text})
+				if err != nil {
+					return err
+				}
+				s.vec = vecs[0]
 			}
-			s.vec = vecs[0]
 			if s.p.mode == Lexical {
 				return nil
 			}
+			var err error
 			dense, err = s.m.index.Search(gctx, vector.Query{Scope: s.p.scope, Types: s.p.types, Vector: s.vec, K: depth})
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrIndexUnavailable, err)
