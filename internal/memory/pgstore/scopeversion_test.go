@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/testutil"
@@ -333,5 +334,90 @@ func TestScopeVersionsEpoch(t *testing.T) {
 	e2, err := New(pool, schema).ScopeVersionsEpoch(t.Context())
 	if err != nil || e2 == "" || e2 == e1 {
 		t.Fatalf("second schema's epoch %q, %v (first %q)", e2, err, e1)
+	}
+}
+
+// BenchmarkScopeVersionsBatch is the triggers' cost on a batch write: batches of
+// 1,000 new memories over 600 scopes (BeginBatch, Commit, WriteTerms), with the
+// scope-version triggers and with them disabled.
+func BenchmarkScopeVersionsBatch(b *testing.B) {
+	for _, mode := range []string{"triggers", "without"} {
+		b.Run(mode, func(b *testing.B) {
+			// One connection, which counts the time spent in PL/pgSQL functions
+			// (pg_stat_user_functions): the triggers' own time, the deferred bump at
+			// commit included, apart from the noise of the machine.
+			cfg, err := pgxpool.ParseConfig(testutil.PostgresDSN(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.MaxConns = 1
+			cfg.ConnConfig.RuntimeParams["track_functions"] = "pl"
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer pool.Close()
+			schema := testutil.UniqueName("b_")
+			defer func() {
+				_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+			}()
+			ctx := context.Background()
+			if _, err := Migrate(ctx, pool, schema); err != nil {
+				b.Fatal(err)
+			}
+			s := New(pool, schema)
+			if mode == "without" {
+				for table, triggers := range map[string][]string{
+					"memories":      {"memories_scope_versions_ins", "memories_scope_versions_upd", "memories_scope_versions_del"},
+					"vectors":       {"vectors_scope_versions_ins", "vectors_scope_versions_upd", "vectors_scope_versions_del"},
+					"index_pending": {"index_pending_scope_versions_del"},
+				} {
+					for _, tr := range triggers {
+						if _, err := pool.Exec(ctx, `ALTER TABLE `+pgx.Identifier{schema, table}.Sanitize()+` DISABLE TRIGGER `+pgx.Identifier{tr}.Sanitize()); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			n := 0
+			batch := func() {
+				items := make([]memory.Item, 1000)
+				ops := make([]BatchOp, len(items))
+				for i := range items {
+					n++
+					items[i] = item(fmt.Sprintf("m%d", n), fmt.Sprintf("user:%d", n%600), memory.Episodic, "", fmt.Sprintf(`{"text":"note %d about topic %d"}`, n, n%97), 0.5, 0)
+					ops[i] = BatchOp{Kind: BatchInsert}
+				}
+				bt, err := s.BeginBatch(ctx, nil, items)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := bt.Commit(ctx, ops); err != nil {
+					b.Fatal(err)
+				}
+				if err := bt.WriteTerms(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range 5 {
+				batch()
+			}
+			if _, err := pool.Exec(ctx, `SELECT pg_stat_reset()`); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				batch()
+			}
+			b.StopTimer()
+			if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+				b.Fatal(err)
+			}
+			var ms float64
+			if err := pool.QueryRow(ctx, `SELECT coalesce(sum(total_time), 0) FROM pg_stat_user_functions WHERE schemaname = $1`, schema).Scan(&ms); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(ms/float64(b.N), "trigger-ms/op")
+		})
 	}
 }
