@@ -81,6 +81,7 @@ func (r *MemoryStoreReconciler) reconcileGateway(ctx context.Context, store *mem
 
 	status := &memoryv1alpha1.GatewayStatus{
 		URL:           gatewayURL(store),
+		GRPCAddress:   gatewayGRPCAddress(store),
 		ConnectionKey: connKey,
 		KeysSecret:    &memoryv1alpha1.SecretVersion{Name: keysSecret.Name, Version: keysSecret.ResourceVersion},
 		TLSSecret:     tls,
@@ -390,7 +391,7 @@ func (r *MemoryStoreReconciler) setGatewayConnection(ctx context.Context, store 
 	if err != nil {
 		return err
 	}
-	want := map[string]string{keyGatewayURL: url, keyGatewayKey: key}
+	want := map[string]string{keyGatewayURL: url, keyGatewayKey: key, keyGatewayGRPC: gatewayGRPCAddress(store)}
 	patch := client.MergeFrom(secret.DeepCopy())
 	changed := false
 	for k, v := range want {

@@ -34,7 +34,9 @@ const (
 	gatewayContainer             = "gateway"
 	gatewayAPIPort         int32 = 8080
 	gatewayMetricsPort     int32 = 9090
+	gatewayGRPCPort        int32 = 8081
 	gatewayAPIPortName           = "api"
+	gatewayGRPCPortName          = "grpc"
 	gatewayMetricsPortName       = "metrics"
 	gatewayKeysVolume            = "keys"
 	gatewayTLSVolume             = "tls"
@@ -52,8 +54,9 @@ const (
 	gatewaySpecHashAnnotation    = "memory.amemory.io/spec-hash"
 	gatewayServiceAnnotationsKey = "memory.amemory.io/service-annotations"
 	// Keys the connection Secret gains while the gateway is enabled.
-	keyGatewayURL = "gatewayURL"
-	keyGatewayKey = "gatewayKey"
+	keyGatewayURL  = "gatewayURL"
+	keyGatewayKey  = "gatewayKey"
+	keyGatewayGRPC = "gatewayGRPCAddress"
 	// minKeyLength is the length of a generated key (prefix and 32 random bytes in
 	// base64); a shorter value in the keys Secret is not one of ours and is replaced.
 	minKeyLength = len(gateway.KeyPrefix) + 43
@@ -84,6 +87,12 @@ func gatewayURL(store *memoryv1alpha1.MemoryStore) string {
 		scheme = "https"
 	}
 	return fmt.Sprintf("%s://%s.%s.svc:%d", scheme, store.GatewayName(), store.Namespace, gatewayAPIPort)
+}
+
+// gatewayGRPCAddress is the gateway's gRPC API inside the cluster (host:port; TLS
+// as the HTTP API).
+func gatewayGRPCAddress(store *memoryv1alpha1.MemoryStore) string {
+	return fmt.Sprintf("%s.%s.svc:%d", store.GatewayName(), store.Namespace, gatewayGRPCPort)
 }
 
 func ownerRef(store *memoryv1alpha1.MemoryStore) []metav1.OwnerReference {
@@ -159,6 +168,7 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		StoreName:      store.Name,
 		Listen:         fmt.Sprintf(":%d", gatewayAPIPort),
 		MetricsListen:  fmt.Sprintf(":%d", gatewayMetricsPort),
+		GRPCListen:     fmt.Sprintf(":%d", gatewayGRPCPort),
 		Embedder:       string(memoryv1alpha1.EmbedderHashing),
 		KeysFile:       gatewayKeysDir + "/" + gateway.KeysFileName,
 		DedupThreshold: threshold,
@@ -338,6 +348,7 @@ func buildGatewayDeployment(store *memoryv1alpha1.MemoryStore, cfg gateway.Confi
 						Ports: []corev1.ContainerPort{
 							{Name: gatewayAPIPortName, ContainerPort: gatewayAPIPort, Protocol: corev1.ProtocolTCP},
 							{Name: gatewayMetricsPortName, ContainerPort: gatewayMetricsPort, Protocol: corev1.ProtocolTCP},
+							{Name: gatewayGRPCPortName, ContainerPort: gatewayGRPCPort, Protocol: corev1.ProtocolTCP},
 						},
 						ReadinessProbe: probe("/readyz", 5),
 						LivenessProbe:  probe("/healthz", 10),
@@ -364,16 +375,20 @@ func buildGatewayDeployment(store *memoryv1alpha1.MemoryStore, cfg gateway.Confi
 	}
 }
 
-// gatewayServicePorts are the Service's ports: the API ("http", or "https" with TLS)
-// and the metrics.
+// gatewayServicePorts are the Service's ports: the API ("http", or "https" with TLS),
+// the metrics, and the gRPC API ("grpc"; cleartext HTTP/2, kubernetes.io/h2c, unless
+// the store has TLS).
 func gatewayServicePorts(store *memoryv1alpha1.MemoryStore) []corev1.ServicePort {
 	api := "http"
+	grpcProtocol := ptr.To("kubernetes.io/h2c")
 	if store.Spec.Gateway.TLS != nil {
-		api = "https"
+		api, grpcProtocol = "https", nil
 	}
 	return []corev1.ServicePort{
 		{Name: api, Port: gatewayAPIPort, TargetPort: intstr.FromString(gatewayAPIPortName), Protocol: corev1.ProtocolTCP},
 		{Name: gatewayMetricsPortName, Port: gatewayMetricsPort, TargetPort: intstr.FromString(gatewayMetricsPortName), Protocol: corev1.ProtocolTCP},
+		{Name: gatewayGRPCPortName, Port: gatewayGRPCPort, TargetPort: intstr.FromString(gatewayGRPCPortName), Protocol: corev1.ProtocolTCP,
+			AppProtocol: grpcProtocol},
 	}
 }
 

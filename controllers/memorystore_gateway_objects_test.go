@@ -190,7 +190,7 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 			parsed, err := gateway.ParseArgs(c.Args[1:], io.Discard)
 			g.Expect(err).NotTo(HaveOccurred())
 			want := gateway.Config{
-				StoreNamespace: "team-a", StoreName: "support-bot", Listen: ":8080", MetricsListen: ":9090",
+				StoreNamespace: "team-a", StoreName: "support-bot", Listen: ":8080", MetricsListen: ":9090", GRPCListen: ":8081",
 				Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: tc.engine}, Dimension: 384, Metric: "COSINE",
 				Embedder: "Hashing", EmbeddingModel: "all-MiniLM-L6-v2",
 				KeysFile: "/etc/memory-gateway/keys/keys.json", DedupThreshold: 0.9712, RateLimit: 50, RateBurst: 100,
@@ -203,7 +203,8 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 			g.Expect(parsed).To(Equal(want))
 			g.Expect(c.Ports).To(ConsistOf(
 				corev1.ContainerPort{Name: "api", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
-				corev1.ContainerPort{Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP}))
+				corev1.ContainerPort{Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP},
+				corev1.ContainerPort{Name: "grpc", ContainerPort: 8081, Protocol: corev1.ProtocolTCP}))
 
 			// Secrets only by reference, and only the store role's (never the worker's
 			// or an admin's).
@@ -288,10 +289,13 @@ func TestGatewayService(t *testing.T) {
 	g.Expect(gatewayServicePorts(plain)).To(Equal([]corev1.ServicePort{
 		{Name: "http", Port: 8080, TargetPort: intstr.FromString("api"), Protocol: corev1.ProtocolTCP},
 		{Name: "metrics", Port: 9090, TargetPort: intstr.FromString("metrics"), Protocol: corev1.ProtocolTCP},
+		{Name: "grpc", Port: 8081, TargetPort: intstr.FromString("grpc"), Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To("kubernetes.io/h2c")},
 	}))
+	g.Expect(gatewayGRPCAddress(plain)).To(Equal("support-bot-gateway.team-a.svc:8081"))
 	tls := gatewayBuilderStore("Postgres", func(gw *memoryv1alpha1.GatewaySpec) { gw.TLS = &memoryv1alpha1.GatewayTLS{SecretName: "c"} })
 	g.Expect(gatewayURL(tls)).To(Equal("https://support-bot-gateway.team-a.svc:8080"))
 	g.Expect(gatewayServicePorts(tls)[0].Name).To(Equal("https"))
+	g.Expect(gatewayServicePorts(tls)[2].AppProtocol).To(BeNil()) // HTTP/2 over TLS: no cleartext h2c
 
 	// Annotations from the spec are applied; the ones it drops go, others' stay.
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"metallb.universe.tf/ip-allocated-from-pool": "p"}}}

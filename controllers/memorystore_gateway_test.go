@@ -233,7 +233,8 @@ func TestGatewayDeploymentServiceAndKeys(t *testing.T) {
 	g.Expect(svc.Spec.Selector).To(Equal(ours))
 	g.Expect(svc.Spec.Ports).To(ConsistOf(
 		And(HaveField("Name", "http"), HaveField("Port", int32(8080)), HaveField("TargetPort", intstr.FromString("api"))),
-		And(HaveField("Name", "metrics"), HaveField("Port", int32(9090)), HaveField("TargetPort", intstr.FromString("metrics")))))
+		And(HaveField("Name", "metrics"), HaveField("Port", int32(9090)), HaveField("TargetPort", intstr.FromString("metrics"))),
+		And(HaveField("Name", "grpc"), HaveField("Port", int32(8081)), HaveField("TargetPort", intstr.FromString("grpc")))))
 
 	// The keys: plaintext per name in the keys Secret, hashes in keys.json; the
 	// connection Secret has the URL and the first key.
@@ -247,6 +248,7 @@ func TestGatewayDeploymentServiceAndKeys(t *testing.T) {
 		Scopes: []string{"agent:support", "user:*"}, ReadOnly: true}))
 	data := connectionSecret(t, got)
 	g.Expect(data).To(HaveKeyWithValue("gatewayURL", "http://support-bot-gateway."+ns+".svc:8080"))
+	g.Expect(data).To(HaveKeyWithValue("gatewayGRPCAddress", "support-bot-gateway."+ns+".svc:8081"))
 	g.Expect(data).To(HaveKeyWithValue("gatewayKey", plain["agents"]))
 	g.Expect(gateway.HashKey(data["gatewayKey"])).To(Equal(keyEntry(file, "agents").SHA256))
 	g.Expect(data).To(HaveKeyWithValue("username", got.Status.Postgres.Role), "the rest of the connection Secret is as before")
@@ -254,7 +256,7 @@ func TestGatewayDeploymentServiceAndKeys(t *testing.T) {
 	// status.gateway names what there is, never a key.
 	got = getStore(g, key)
 	g.Expect(got.Status.Gateway).To(Equal(&memoryv1alpha1.GatewayStatus{
-		URL: "http://support-bot-gateway." + ns + ".svc:8080", Replicas: 1, ReadyReplicas: 0,
+		URL: "http://support-bot-gateway." + ns + ".svc:8080", GRPCAddress: "support-bot-gateway." + ns + ".svc:8081", Replicas: 1, ReadyReplicas: 0,
 		Keys: []string{"agents", "support"}, ConnectionKey: "agents",
 		KeysSecret: &memoryv1alpha1.SecretVersion{Name: "support-bot-gateway-keys", Version: keysSecret.ResourceVersion},
 	}))
@@ -439,7 +441,7 @@ func TestGatewayDisableRemovesEverything(t *testing.T) {
 			waitAbsent(t, &corev1.Service{ObjectMeta: objectMeta(ns, "fleeting-gateway")})
 			waitAbsent(t, &corev1.Secret{ObjectMeta: objectMeta(ns, "fleeting-gateway-keys")})
 			g.Eventually(func() map[string]string { return connectionSecret(t, store) }).WithTimeout(waitTimeout).
-				ShouldNot(Or(HaveKey("gatewayURL"), HaveKey("gatewayKey")))
+				ShouldNot(Or(HaveKey("gatewayURL"), HaveKey("gatewayKey"), HaveKey("gatewayGRPCAddress")))
 			g.Eventually(func(g Gomega) {
 				s := getStore(g, key)
 				g.Expect(s.Status.Gateway).To(BeNil())

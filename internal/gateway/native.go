@@ -312,19 +312,28 @@ func (s *Server) remember(w http.ResponseWriter, r *http.Request, k *Key) error 
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	items, err := s.newItems(k, []NewMemory{req})
-	if err != nil {
-		return err
-	}
-	res, err := s.write(r.Context(), items)
+	res, err := s.rememberOne(r.Context(), k, req)
 	if err != nil {
 		return err
 	}
 	code := http.StatusOK
-	if res[0].Outcome == string(pgstore.Inserted) {
+	if res.Outcome == string(pgstore.Inserted) {
 		code = http.StatusCreated
 	}
-	return writeJSON(w, code, res[0])
+	return writeJSON(w, code, res)
+}
+
+// rememberOne stores one memory for any door.
+func (s *Server) rememberOne(ctx context.Context, k *Key, req NewMemory) (WriteResponse, error) {
+	items, err := s.newItems(k, []NewMemory{req})
+	if err != nil {
+		return WriteResponse{}, err
+	}
+	res, err := s.write(ctx, items)
+	if err != nil {
+		return WriteResponse{}, err
+	}
+	return res[0], nil
 }
 
 func (s *Server) rememberBatch(w http.ResponseWriter, r *http.Request, k *Key) error {
@@ -332,24 +341,33 @@ func (s *Server) rememberBatch(w http.ResponseWriter, r *http.Request, k *Key) e
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	switch {
-	case len(req.Memories) == 0:
-		return errf(http.StatusBadRequest, CodeInvalidRequest, "memories is empty")
-	case len(req.Memories) > MaxBatch:
-		return errf(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "a batch holds at most %d memories, got %d", MaxBatch, len(req.Memories))
-	}
-	items, err := s.newItems(k, req.Memories)
+	res, err := s.rememberMany(r.Context(), k, req.Memories)
 	if err != nil {
 		return err
 	}
-	res, err := s.write(r.Context(), items)
+	return writeJSON(w, http.StatusOK, res)
+}
+
+// rememberMany stores a batch for any door.
+func (s *Server) rememberMany(ctx context.Context, k *Key, memories []NewMemory) (BatchResponse, error) {
+	switch {
+	case len(memories) == 0:
+		return BatchResponse{}, errf(http.StatusBadRequest, CodeInvalidRequest, "memories is empty")
+	case len(memories) > MaxBatch:
+		return BatchResponse{}, errf(http.StatusRequestEntityTooLarge, CodeBatchTooLarge, "a batch holds at most %d memories, got %d", MaxBatch, len(memories))
+	}
+	items, err := s.newItems(k, memories)
+	if err != nil {
+		return BatchResponse{}, err
+	}
+	res, err := s.write(ctx, items)
 	if err != nil {
 		// Part of the batch may be stored: say which, with the error.
-		e := classify(inTime(r.Context(), err))
+		e := classify(inTime(ctx, err))
 		e.msg += " (stored " + strconv.Itoa(len(res)) + " of " + strconv.Itoa(len(items)) + "; a retry of the whole batch is safe: stored memories come back unchanged)"
-		return e
+		return BatchResponse{}, e
 	}
-	return writeJSON(w, http.StatusOK, BatchResponse{Results: res})
+	return BatchResponse{Results: res}, nil
 }
 
 // memoryOf loads a memory the key may see; one outside its scopes is "not found", so
@@ -425,40 +443,31 @@ func (s *Server) update(ctx context.Context, k *Key, id string, req UpdateReques
 }
 
 func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request, k *Key) error {
-	if _, err := s.visible(r.Context(), k, r.PathValue("id")); err != nil {
-		return err
-	}
-	if _, err := s.mem.Delete(r.Context(), r.PathValue("id"), "gateway key "+k.Name); err != nil {
+	if err := s.deleteOne(r.Context(), k, r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-func (s *Server) listScope(w http.ResponseWriter, r *http.Request, k *Key) error {
-	scope := r.PathValue("scope")
-	if err := checkScope(k, &scope); err != nil {
+// deleteOne deletes a memory the key may see.
+func (s *Server) deleteOne(ctx context.Context, k *Key, id string) error {
+	if _, err := s.visible(ctx, k, id); err != nil {
 		return err
 	}
+	_, err := s.mem.Delete(ctx, id, "gateway key "+k.Name)
+	return err
+}
+
+func (s *Server) listScope(w http.ResponseWriter, r *http.Request, k *Key) error {
 	q := r.URL.Query()
 	limit, after, err := pageQuery(q)
 	if err != nil {
 		return err
 	}
-	types, err := parseTypes(q["type"])
+	resp, err := s.listPage(r.Context(), k, r.PathValue("scope"), q["type"], limit, after)
 	if err != nil {
 		return err
-	}
-	items, err := s.mem.Store().List(r.Context(), pgstore.ListQuery{Scope: scope, Types: types, After: after, Limit: limit})
-	if err != nil {
-		return err
-	}
-	resp := ListResponse{Memories: items}
-	if resp.Memories == nil {
-		resp.Memories = []memory.Item{}
-	}
-	if len(items) == limit {
-		resp.NextAfter = items[len(items)-1].MemoryID
 	}
 	return writeJSON(w, http.StatusOK, resp)
 }
@@ -480,6 +489,42 @@ func pageQuery(q url.Values) (limit int, after string, err error) {
 		}
 	}
 	return limit, after, nil
+}
+
+// listPage is a page of a scope's memories for any door: limit 0 is the default
+// (100), at most pgstore.MaxListLimit; after, the previous page's cursor, is checked
+// before it reaches the database.
+func (s *Server) listPage(ctx context.Context, k *Key, scope string, typeNames []string, limit int, after string) (ListResponse, error) {
+	if err := checkScope(k, &scope); err != nil {
+		return ListResponse{}, err
+	}
+	if limit == 0 {
+		limit = 100
+	}
+	if limit < 1 || limit > pgstore.MaxListLimit {
+		return ListResponse{}, errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be an integer in [1, %d]", pgstore.MaxListLimit)
+	}
+	if after != "" {
+		if err := checkID("after", after); err != nil {
+			return ListResponse{}, err
+		}
+	}
+	types, err := parseTypes(typeNames)
+	if err != nil {
+		return ListResponse{}, err
+	}
+	items, err := s.mem.Store().List(ctx, pgstore.ListQuery{Scope: scope, Types: types, After: after, Limit: limit})
+	if err != nil {
+		return ListResponse{}, err
+	}
+	resp := ListResponse{Memories: items}
+	if resp.Memories == nil {
+		resp.Memories = []memory.Item{}
+	}
+	if len(items) == limit {
+		resp.NextAfter = items[len(items)-1].MemoryID
+	}
+	return resp, nil
 }
 
 func parseTypes(in []string) ([]memory.Type, error) {
@@ -579,24 +624,33 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if err := checkScope(k, &req.Scope); err != nil {
-		return err
-	}
-	if err := validTypes(req.Types); err != nil {
-		return err
-	}
-	if err := checkQuery(req.Query); err != nil {
-		return err
-	}
-	q := searchQuery{scope: req.Scope, query: req.Query, mode: req.Mode, types: req.Types, topK: req.TopK, minSimilarity: req.MinSimilarity}
-	if err := q.check(); err != nil {
-		return err
-	}
-	res, err := s.searchScope(r.Context(), q)
+	res, err := s.searchReq(r.Context(), k, req)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, SearchResponse{Results: res})
+	return writeJSON(w, http.StatusOK, res)
+}
+
+// searchReq is a search as the native API and gRPC take it.
+func (s *Server) searchReq(ctx context.Context, k *Key, req SearchRequest) (SearchResponse, error) {
+	if err := checkScope(k, &req.Scope); err != nil {
+		return SearchResponse{}, err
+	}
+	if err := validTypes(req.Types); err != nil {
+		return SearchResponse{}, err
+	}
+	if err := checkQuery(req.Query); err != nil {
+		return SearchResponse{}, err
+	}
+	q := searchQuery{scope: req.Scope, query: req.Query, mode: req.Mode, types: req.Types, topK: req.TopK, minSimilarity: req.MinSimilarity}
+	if err := q.check(); err != nil {
+		return SearchResponse{}, err
+	}
+	res, err := s.searchScope(ctx, q)
+	if err != nil {
+		return SearchResponse{}, err
+	}
+	return SearchResponse{Results: res}, nil
 }
 
 func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
@@ -604,41 +658,50 @@ func (s *Server) recall(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if err := checkScope(k, &req.Scope); err != nil {
+	out, err := s.recallReq(r.Context(), k, req)
+	if err != nil {
 		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// recallReq is a recall as the native API and gRPC take it.
+func (s *Server) recallReq(ctx context.Context, k *Key, req RecallRequest) (RecallResponse, error) {
+	if err := checkScope(k, &req.Scope); err != nil {
+		return RecallResponse{}, err
 	}
 	if err := validTypes(req.Types); err != nil {
-		return err
+		return RecallResponse{}, err
 	}
 	if req.RecentTurns < 0 || req.RecentTurns > pgstore.MaxRecentTurns {
-		return errf(http.StatusBadRequest, CodeInvalidRequest, "recent_turns must be in [0, %d]", pgstore.MaxRecentTurns)
+		return RecallResponse{}, errf(http.StatusBadRequest, CodeInvalidRequest, "recent_turns must be in [0, %d]", pgstore.MaxRecentTurns)
 	}
 	session := cmp.Or(req.SessionScope, req.Scope)
 	if req.SessionScope != "" {
 		if req.RecentTurns == 0 {
-			return errf(http.StatusBadRequest, CodeInvalidRequest, "session_scope needs recent_turns")
+			return RecallResponse{}, errf(http.StatusBadRequest, CodeInvalidRequest, "session_scope needs recent_turns")
 		}
 		if err := checkScope(k, &session); err != nil {
-			return err
+			return RecallResponse{}, err
 		}
 	}
 	if req.Query != "" {
-		return s.recallSearch(r.Context(), w, req, session)
+		return s.recallSearch(ctx, req, session)
 	}
-	return s.recallRanked(r.Context(), w, req, session)
+	return s.recallRanked(ctx, req, session)
 }
 
 // recallRanked is a recall without a query: the scope's memories by effective score,
 // with the session's latest turns when asked for.
-func (s *Server) recallRanked(ctx context.Context, w http.ResponseWriter, req RecallRequest, session string) error {
+func (s *Server) recallRanked(ctx context.Context, req RecallRequest, session string) (RecallResponse, error) {
 	if req.TopK != 0 || req.Mode != "" || req.MinSimilarity != nil {
-		return errf(http.StatusBadRequest, CodeInvalidRequest, "top_k, mode and min_similarity need a query")
+		return RecallResponse{}, errf(http.StatusBadRequest, CodeInvalidRequest, "top_k, mode and min_similarity need a query")
 	}
 	if req.Limit < 0 || req.Limit > pgstore.MaxListLimit {
-		return errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be in [1, %d]", pgstore.MaxListLimit)
+		return RecallResponse{}, errf(http.StatusBadRequest, CodeInvalidRequest, "limit must be in [1, %d]", pgstore.MaxListLimit)
 	}
 	if err := memory.ValidateKey(req.Key); err != nil {
-		return errf(http.StatusBadRequest, CodeInvalidRequest, "key: %v", err)
+		return RecallResponse{}, errf(http.StatusBadRequest, CodeInvalidRequest, "key: %v", err)
 	}
 	now := time.Now()
 	var out RecallResponse
@@ -646,7 +709,7 @@ func (s *Server) recallRanked(ctx context.Context, w http.ResponseWriter, req Re
 	if req.RecentTurns > 0 {
 		turns, err := s.mem.Store().Recent(ctx, pgstore.RecentQuery{Scope: session, Limit: req.RecentTurns, Now: now})
 		if err != nil {
-			return err
+			return RecallResponse{}, err
 		}
 		out.Recent = turns
 		for _, t := range turns {
@@ -657,7 +720,7 @@ func (s *Server) recallRanked(ctx context.Context, w http.ResponseWriter, req Re
 	res, err := s.mem.Recall(ctx, pgstore.RecallQuery{Scope: req.Scope, Types: req.Types, Key: req.Key,
 		Limit: limit + len(shown), MinScore: req.MinScore, Now: now, HalfLives: s.halfLives})
 	if err != nil {
-		return err
+		return RecallResponse{}, err
 	}
 	out.Results = make([]RecallResult, 0, min(len(res), limit))
 	for _, sc := range res {
@@ -665,21 +728,21 @@ func (s *Server) recallRanked(ctx context.Context, w http.ResponseWriter, req Re
 			out.Results = append(out.Results, RecallResult{Memory: sc.Item, EffectiveScore: sc.Score, AgeSeconds: max(0, now.Sub(sc.UpdatedAt).Seconds())})
 		}
 	}
-	return writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 // recallSearch is a recall with a query: a search, with the session's latest turns
 // when asked for.
-func (s *Server) recallSearch(ctx context.Context, w http.ResponseWriter, req RecallRequest, session string) error {
+func (s *Server) recallSearch(ctx context.Context, req RecallRequest, session string) (RecallResponse, error) {
 	if req.Key != "" || req.Limit != 0 || req.MinScore != 0 {
-		return errf(http.StatusBadRequest, CodeInvalidRequest, "key, limit and min_score rank without a query; with a query use top_k (and min_similarity)")
+		return RecallResponse{}, errf(http.StatusBadRequest, CodeInvalidRequest, "key, limit and min_score rank without a query; with a query use top_k (and min_similarity)")
 	}
 	if err := checkQuery(req.Query); err != nil {
-		return err
+		return RecallResponse{}, err
 	}
 	q := searchQuery{scope: req.Scope, query: req.Query, mode: req.Mode, types: req.Types, topK: req.TopK, minSimilarity: req.MinSimilarity}
 	if err := q.check(); err != nil {
-		return err
+		return RecallResponse{}, err
 	}
 	var out RecallResponse
 	var found []SearchResult
@@ -690,14 +753,14 @@ func (s *Server) recallSearch(ctx context.Context, w http.ResponseWriter, req Re
 		found, err = s.searchScope(ctx, q)
 	}
 	if err != nil {
-		return err
+		return RecallResponse{}, err
 	}
 	out.Results = make([]RecallResult, len(found))
 	for i, f := range found {
 		out.Results[i] = RecallResult{Memory: f.Memory, EffectiveScore: f.EffectiveScore, AgeSeconds: f.AgeSeconds,
 			Similarity: f.Similarity, Relevance: f.Relevance, Score: f.Score, Why: &found[i].Why}
 	}
-	return writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 func (s *Server) forget(w http.ResponseWriter, r *http.Request, k *Key) error {
@@ -705,17 +768,26 @@ func (s *Server) forget(w http.ResponseWriter, r *http.Request, k *Key) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	if err := checkScope(k, &req.Scope); err != nil {
-		return err
-	}
-	if err := checkReason(req.Reason); err != nil {
-		return err
-	}
-	res, err := s.forgetScope(r.Context(), k, req.Scope, req.Reason)
+	res, err := s.forgetReq(r.Context(), k, req)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, ForgetResponse{Scope: req.Scope, Deleted: res.Deleted, ForgottenAt: res.ForgottenAt})
+	return writeJSON(w, http.StatusOK, res)
+}
+
+// forgetReq is a forget as the native API and gRPC take it.
+func (s *Server) forgetReq(ctx context.Context, k *Key, req ForgetRequest) (ForgetResponse, error) {
+	if err := checkScope(k, &req.Scope); err != nil {
+		return ForgetResponse{}, err
+	}
+	if err := checkReason(req.Reason); err != nil {
+		return ForgetResponse{}, err
+	}
+	res, err := s.forgetScope(ctx, k, req.Scope, req.Reason)
+	if err != nil {
+		return ForgetResponse{}, err
+	}
+	return ForgetResponse{Scope: req.Scope, Deleted: res.Deleted, ForgottenAt: res.ForgottenAt}, nil
 }
 
 // forgetScope forgets a scope. The forget is in the system of record once

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -89,6 +90,8 @@ type Gateway struct {
 	log    *slog.Logger
 	// redis is the short-term tier's client (nil: sessions in PostgreSQL).
 	redis *redis.Client
+	// grpcAddr is where the gRPC API listens, once it does (a string).
+	grpcAddr atomic.Value
 
 	// The drainer's own backoff after a backend failure (drain's goroutine only).
 	drainFailures    int
@@ -374,8 +377,16 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		ln = tls.NewListener(ln, api.TLSConfig)
 	}
 	servers := []*http.Server{api}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- api.Serve(ln) }()
+	if g.cfg.GRPCListen != "" {
+		stop, err := g.serveGRPC(bg, api.TLSConfig, errc)
+		if err != nil {
+			_ = api.Close()
+			return err
+		}
+		defer stop(g.cfg.ShutdownGrace)
+	}
 	if g.cfg.MetricsListen != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", g.MetricsHandler())

@@ -146,9 +146,20 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // authenticate finds the caller's key (x-api-key, or Authorization: Bearer) and
 // applies its rate limit.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*Key, error) {
-	presented := r.Header.Get("X-Api-Key")
+	k, err := s.keyFor(r.Header.Get("X-Api-Key"), r.Header.Get("Authorization"))
+	if err != nil {
+		return nil, err
+	}
+	w.Header().Set("X-Memory-Key", k.Name)
+	return k, nil
+}
+
+// keyFor finds the key presented (x-api-key, or authorization "Bearer <key>") and
+// applies its rate limit: every door authenticates through it.
+func (s *Server) keyFor(apiKey, authorization string) (*Key, error) {
+	presented := apiKey
 	if presented == "" {
-		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		if v, ok := strings.CutPrefix(authorization, "Bearer "); ok {
 			presented = strings.TrimSpace(v)
 		}
 	}
@@ -168,7 +179,6 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*Key, err
 		e.retryAfter = int(math.Ceil(d.Seconds()))
 		return nil, e
 	}
-	w.Header().Set("X-Memory-Key", k.Name)
 	return k, nil
 }
 

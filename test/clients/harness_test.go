@@ -156,16 +156,20 @@ type gatewayOptions struct {
 	// roles is how queries and memories reach the model (default None, what the
 	// gateway sent before it knew roles; Auto probes the server at startup).
 	roles embed.Roles
+	// grpc serves the gRPC API too (gatewayProc.grpcAddr).
+	grpc bool
 }
 
 // gatewayProc is a running `memory-operator gateway` process.
 type gatewayProc struct {
-	t      *testing.T
-	url    string
-	cfg    gateway.Config
-	store  store
-	client *http.Client
-	logs   *syncBuffer
+	t   *testing.T
+	url string
+	// grpcAddr is the gRPC API's host:port (gatewayOptions.grpc).
+	grpcAddr string
+	cfg      gateway.Config
+	store    store
+	client   *http.Client
+	logs     *syncBuffer
 }
 
 // seedDedup is the near-duplicate threshold the harness's gateways run with unless a
@@ -222,6 +226,10 @@ func gatewayOver(t *testing.T, st store, o gatewayOptions) *gatewayProc {
 			MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 2 * time.Second,
 			MaxInputBytes: o.maxInput, InputOverflow: o.overflow, EmbedderRoles: o.roles}
 		g.url = "http://" + g.cfg.Listen
+		if o.grpc {
+			g.cfg.GRPCListen = "127.0.0.1:" + strconv.Itoa(freePort(t))
+			g.grpcAddr = g.cfg.GRPCListen
+		}
 		if lastErr = g.run(bin); lastErr == nil {
 			return g
 		}
@@ -366,7 +374,12 @@ type pyReport struct {
 // it with its output.
 func runScript(t *testing.T, script string, input any) pyReport {
 	t.Helper()
-	py := venvBin(t, "python")
+	return runScriptWith(t, venvBin(t, "python"), script, input)
+}
+
+// runScriptWith is runScript with another Python (another venv's).
+func runScriptWith(t *testing.T, py, script string, input any) pyReport {
+	t.Helper()
 	in, err := json.Marshal(input)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 	"github.com/minio/minio-go/v7"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	memoryv1pb "github.com/amemory/memory-operator/api/proto/memory/v1"
 	memoryv1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
 
@@ -406,6 +411,7 @@ func (s *suite) gatewayThroughService() {
 	if ids := found.ids(); len(ids) == 0 || ids[0] != s.ids["e2e-2"] || found.Results[0].Similarity <= 0 {
 		t.Fatalf("search user:1024 for a refund: %+v", found)
 	}
+	s.grpcThroughService(key, s.ids["e2e-2"])
 	// The rows behind it, in the store's own schema.
 	schema := s.store("acme").Status.Postgres.Schema
 	if n := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "memories"}.Sanitize()); n != int64(4) {
@@ -652,5 +658,41 @@ func (s *suite) deleteWithBothReclaimPolicies() {
 	schema := pgx.Identifier{v2.Status.Postgres.Schema, "memories"}.Sanitize()
 	if n := s.scalar(`SELECT count(*) FROM ` + schema); n != int64(4) {
 		t.Errorf("acme-v2 (Retain) holds %v memories after deletion, want 4", n)
+	}
+}
+
+// grpcThroughService makes the same search through the gateway's gRPC API, at the
+// address the connection Secret gives agents (resolved to the Service's cluster IP,
+// as the test runs outside the cluster's DNS), and checks the standard health service.
+func (s *suite) grpcThroughService(key, wantID string) {
+	t := s.t
+	addr := s.secretValue(tenantNS, "acme-memory", "gatewayGRPCAddress")
+	if addr != "acme-gateway."+tenantNS+".svc:8081" || s.store("acme").Status.Gateway.GRPCAddress != addr {
+		t.Fatalf("gatewayGRPCAddress = %q, status %q", addr, s.store("acme").Status.Gateway.GRPCAddress)
+	}
+	var svc corev1.Service
+	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: "acme-gateway"}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(svc.Spec.ClusterIP+":8081", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	ctx := metadata.AppendToOutgoingContext(s.ctx, "x-api-key", key)
+	var res *memoryv1pb.SearchResponse
+	s.eventually("a search through the gRPC port", 30*time.Second, func() (bool, string) {
+		res, err = memoryv1pb.NewMemoryServiceClient(conn).Search(ctx, &memoryv1pb.SearchRequest{Scope: "user:1024", Query: "refund order", TopK: 2})
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	if len(res.GetResults()) == 0 || res.GetResults()[0].GetMemory().GetMemoryId() != wantID {
+		t.Fatalf("gRPC search user:1024 for a refund: %v", res)
+	}
+	hc, err := healthpb.NewHealthClient(conn).Check(s.ctx, &healthpb.HealthCheckRequest{Service: "memory.v1.MemoryService"})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("gRPC health: %v, %v", hc, err)
 	}
 }

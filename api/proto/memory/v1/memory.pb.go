@@ -8,7 +8,8 @@
 // client may retry also holds a google.rpc.RetryInfo.
 //
 // JSON values (a memory's content, a turn's content) travel as JSON text, so that
-// nothing a client stored (large integers, key order, nesting) is changed in transit.
+// nothing a client stored is changed in transit (google.protobuf.Struct would turn
+// every number into a double); the store keeps content as jsonb, which orders keys.
 //
 // Regenerate the Go code with `make proto`; TestGeneratedCodeIsCurrent fails when it
 // is out of date.
@@ -358,7 +359,7 @@ func (x *Revision) GetSupersededAt() *timestamppb.Timestamp {
 type NewMemory struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Scope string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
-	// Default semantic.
+	// working, episodic, semantic or procedural.
 	MemoryType string `protobuf:"bytes,2,opt,name=memory_type,json=memoryType,proto3" json:"memory_type,omitempty"`
 	Key        string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	// A JSON object.

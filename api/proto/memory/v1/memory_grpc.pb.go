@@ -8,7 +8,8 @@
 // client may retry also holds a google.rpc.RetryInfo.
 //
 // JSON values (a memory's content, a turn's content) travel as JSON text, so that
-// nothing a client stored (large integers, key order, nesting) is changed in transit.
+// nothing a client stored is changed in transit (google.protobuf.Struct would turn
+// every number into a double); the store keeps content as jsonb, which orders keys.
 //
 // Regenerate the Go code with `make proto`; TestGeneratedCodeIsCurrent fails when it
 // is out of date.
