@@ -149,11 +149,11 @@ func main() {
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "snapshot", "archive", "gateway", "import", "recall", "sessions", "soak", "engines", "hnsw":
+		case "snapshot", "archive", "gateway", "import", "recall", "sessions", "grpc", "soak", "engines", "hnsw":
 			want[s] = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, soak, engines, hnsw)\n", s)
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, sessions, grpc, soak, engines, hnsw)\n", s)
 			os.Exit(2)
 		}
 	}
