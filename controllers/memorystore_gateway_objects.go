@@ -23,6 +23,7 @@ import (
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/gateway"
+	"github.com/amemory/memory-operator/internal/querycache"
 )
 
 // The gateway's Deployment, Service and keys. Everything here is pure: a store and
@@ -184,6 +185,20 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		EmbedderRoles:       storeRoles(store),
 		EmbedderTimeout:     gateway.DefaultEmbedderTimeout,
 		EmbedderConcurrency: gateway.DefaultEmbedderConcurrency,
+	}
+	if qc := g.QueryCache; qc != nil {
+		cfg.QueryCacheTTL = querycache.DefaultTTL
+		if qc.TTL != nil {
+			cfg.QueryCacheTTL = qc.TTL.Duration
+		}
+		if qc.SemanticThreshold != "" {
+			f, err := strconv.ParseFloat(qc.SemanticThreshold, 64)
+			if err != nil || math.IsNaN(f) || f <= 0 || f >= 1 {
+				return gateway.Config{}, stepErrorf(memoryv1alpha1.ReasonInvalidGatewayConfig,
+					"spec.gateway.queryCache.semanticThreshold %q is not a decimal number between 0 and 1", qc.SemanticThreshold)
+			}
+			cfg.QueryCacheSemantic = f
+		}
 	}
 	if g.TLS != nil {
 		cfg.TLSCertFile = gatewayTLSDir + "/" + corev1.TLSCertKey

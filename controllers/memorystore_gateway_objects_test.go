@@ -95,6 +95,7 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 				g.TLS = &memoryv1alpha1.GatewayTLS{SecretName: "gw-cert"}
 				g.DedupThreshold = "0.85"
 				g.MinSimilarity = "0.7"
+				g.QueryCache = &memoryv1alpha1.QueryCacheSpec{TTL: &metav1.Duration{Duration: time.Minute}, SemanticThreshold: "0.97"}
 				g.RateLimit = &memoryv1alpha1.GatewayRateLimit{RequestsPerSecond: 10, Burst: 20}
 				g.LangGraph = &memoryv1alpha1.LangGraphSpec{Namespaces: []memoryv1alpha1.LangGraphNamespaceRule{
 					{Namespace: []string{"tenant", "{user}", "*"}, Scope: "user:{user}"}}}
@@ -117,6 +118,7 @@ func TestGatewayDeploymentBuilder(t *testing.T) {
 				c.TLSCertFile, c.TLSKeyFile = "/etc/memory-gateway/tls/tls.crt", "/etc/memory-gateway/tls/tls.key"
 				c.DedupThreshold, c.RateLimit, c.RateBurst = 0.85, 10, 20
 				c.MinSimilarity = ptr.To(0.7)
+				c.QueryCacheTTL, c.QueryCacheSemantic = time.Minute, 0.97
 				c.NamespaceRules = []gateway.NamespaceRule{{Namespace: []string{"tenant", "{user}", "*"}, Scope: "user:{user}"}}
 			},
 			wantEnv: map[string][2]string{
@@ -422,6 +424,15 @@ func TestGatewaySpecValidation(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("dedupThreshold")))
 	_, err = gatewayConfig(gatewayBuilderStore("Milvus", nil), "")
 	g.Expect(err).To(MatchError(ContainSubstring("milvus-address")), "a Milvus store without its address")
+	_, err = gatewayConfig(gatewayBuilderStore("Postgres", func(gw *memoryv1alpha1.GatewaySpec) {
+		gw.QueryCache = &memoryv1alpha1.QueryCacheSpec{SemanticThreshold: "1.5"}
+	}), "")
+	g.Expect(err).To(MatchError(ContainSubstring("semanticThreshold")))
+	// An empty queryCache is the cache with its default TTL (what admission fills
+	// in), and exact queries only.
+	cfg, err := gatewayConfig(gatewayBuilderStore("Postgres", func(gw *memoryv1alpha1.GatewaySpec) { gw.QueryCache = &memoryv1alpha1.QueryCacheSpec{} }), "")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.QueryCache).To(Equal(gateway.QueryCache{QueryCacheTTL: 300 * time.Second}))
 }
 
 func TestGatewayReadiness(t *testing.T) {

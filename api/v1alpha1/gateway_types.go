@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // GatewaySpec runs the memory gateway for the store: `memory-operator gateway`, a
@@ -84,6 +85,33 @@ type GatewaySpec struct {
 	// LangGraph configures the LangGraph Store API the gateway serves.
 	// +optional
 	LangGraph *LangGraphSpec `json:"langgraph,omitempty"`
+
+	// QueryCache keeps search results for a while, in the store's Redis when it has
+	// one (spec.shortTerm.store Redis) and in each replica's memory otherwise. An
+	// entry is served only while its scope is unchanged: any write, update, delete,
+	// archival or forget of the scope, by the gateway or a Job, makes the next search
+	// go to the store. Unset: no cache.
+	// +optional
+	QueryCache *QueryCacheSpec `json:"queryCache,omitempty"`
+}
+
+// QueryCacheSpec configures the gateway's query cache.
+type QueryCacheSpec struct {
+	// TTL is how long a result may be served at most, 1s to 24h.
+	// +kubebuilder:default="300s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="ttl must be from 1s to 24h"
+	// +optional
+	TTL *metav1.Duration `json:"ttl,omitempty"`
+
+	// SemanticThreshold, when set, also serves a query whose embedding is at least
+	// this similar (0 to 1, exclusive) to a cached query's of the same scope and
+	// parameters. A decimal number written as a string, e.g. "0.97". Unset: exact
+	// queries only (their text normalised), the safe default: a similar query is not
+	// always the same question.
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:XValidation:rule="self.matches('^0[.][0-9]{1,6}$')",message="semanticThreshold must be a decimal number between 0 and 1 such as \"0.97\""
+	// +optional
+	SemanticThreshold string `json:"semanticThreshold,omitempty"`
 }
 
 // GatewayKey is one API key of the gateway.

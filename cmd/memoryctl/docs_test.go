@@ -60,6 +60,7 @@ func documentedSnippets(t *testing.T, commands ...string) []snippet {
 	for _, v := range []string{"list", "retry"} {
 		all = append(all, snippet{from: "memoryctl pending " + v + " -h", script: pendingHelp[v].examples})
 	}
+	all = append(all, snippet{from: "memoryctl status -h", script: statusHelp.examples})
 	var out []snippet
 	for _, sn := range all {
 		used := invocation.FindAllStringSubmatch(sn.script, -1)

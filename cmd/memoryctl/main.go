@@ -43,6 +43,7 @@ const usage = `memoryctl works with memory packages (the framework-neutral forma
   memoryctl inspect [flags] DIR|s3://BUCKET/PREFIX/                          manifest, counts per type and scope
   memoryctl verify [flags] DIR|s3://BUCKET/PREFIX/                           read every item, checking every checksum
   memoryctl pending list|retry [flags]                                       a store's pending index work (through its gateway)
+  memoryctl status [flags]                                                   a store's gateway: sessions' tier, query cache hit rate
 
 Flags may come before or after the package location.
 Run "memoryctl <command> -h" for a command's flags and examples.
@@ -72,6 +73,8 @@ func main() {
 		err = runRead(ctx, "verify", args, os.Stdout, os.Stderr)
 	case "pending":
 		err = runPending(ctx, args, os.Stdout, os.Stderr)
+	case "status":
+		err = runStatus(ctx, args, os.Stdout, os.Stderr)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

@@ -62,7 +62,7 @@ func TestPendingListAndRetry(t *testing.T) {
 	cfg := gateway.Config{StoreNamespace: "test", StoreName: names.Tenant, Listen: "127.0.0.1:0", Schema: names.Schema,
 		Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: spec.Dimension, Metric: "COSINE", Embedder: "Hashing", KeysFile: keysFile,
 		RateLimit: 1000, RateBurst: 1000, MaxBodyBytes: 1 << 20, ShutdownGrace: time.Second,
-		MaxInputBytes: 256, InputOverflow: embed.Refuse}
+		MaxInputBytes: 256, InputOverflow: embed.Refuse, QueryCache: gateway.QueryCache{QueryCacheTTL: time.Minute}}
 	g, err := gateway.Open(ctx, cfg, gateway.Secrets{PostgresURI: agent.URL(nil)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -128,6 +128,21 @@ func TestPendingListAndRetry(t *testing.T) {
 		"https://acme-gateway.agents:8080", "http://"+ln.Addr().String(),
 		"MEMORYCTL_GATEWAY_KEY=…", "MEMORYCTL_GATEWAY_KEY="+key,
 		"06h37…", parkedIDs[0], "06h38…", parkedIDs[1])
+	// memoryctl status: the query cache's hit rate after a search made twice.
+	for range 2 {
+		c := gatewayClient{base: "http://" + ln.Addr().String(), key: key}
+		if err := c.do(ctx, "POST", "/v1/search", gateway.SearchRequest{Scope: "user:1024", Query: "order"}, &gateway.SearchResponse{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out.Reset()
+	err = runStatus(ctx, nil, &out, &errOut)
+	if words := strings.Join(strings.Fields(out.String()), " "); err != nil || !strings.Contains(words, "hit rate 50.0%") ||
+		!strings.Contains(words, "query cache in-process, ttl 60s") || !strings.Contains(words, "short-term PostgreSQL") {
+		t.Fatalf("status: %v\n%s", err, out.String())
+	}
+	runSnippets(t, func(string, snippet) {}, documentedSnippets(t, "status"),
+		"https://acme-gateway.agents:8080", "http://"+ln.Addr().String(), "MEMORYCTL_GATEWAY_KEY=…", "MEMORYCTL_GATEWAY_KEY="+key)
 	// The gateway's refusals come back as errors with its code; a missing key is said.
 	if err := runPending(ctx, []string{"list", "--scope", "tenant:x"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "invalid_scope") {
 		t.Fatalf("a bad scope: %v", err)

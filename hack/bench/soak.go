@@ -72,7 +72,10 @@ type soakScope struct {
 type soakCounts struct {
 	writes, updates, searches, forgets, refused, bad int
 	turns, ends                                      int
-	codes                                            map[int]int
+	// stale counts search results that were forgotten or superseded when the
+	// search began (must be 0, with the query cache answering most searches).
+	stale int
+	codes map[int]int
 }
 
 // sessionPath is the scope's session in the API.
@@ -89,6 +92,7 @@ func (c *soakCounts) add(o soakCounts) {
 	c.bad += o.bad
 	c.turns += o.turns
 	c.ends += o.ends
+	c.stale += o.stale
 	for k, v := range o.codes {
 		c.codes[k] += v
 	}
@@ -419,8 +423,20 @@ func soakClient(ctx context.Context, hc *http.Client, g *gwProcess, mine []*soak
 				s.live[id] = append(s.live[id], text) // it may or may not have happened
 			}
 		case p < 95:
+			// A few questions a scope, asked again and again: the query cache
+			// answers most, and every answer is held to what was acknowledged
+			// before it was asked (this client is the scope's only writer).
 			counts.searches++
-			call("POST", "/v1/search", gateway.SearchRequest{Scope: s.name, Query: gwText(r, 3), TopK: 5}, nil)
+			var sr gateway.SearchResponse
+			if _, ok := call("POST", "/v1/search", gateway.SearchRequest{Scope: s.name, Query: gwWords[r.IntN(4)], TopK: 5}, &sr); ok {
+				for _, res := range sr.Results {
+					var c struct{ Text string }
+					_ = json.Unmarshal(res.Memory.Content, &c)
+					if texts, live := s.live[res.Memory.MemoryID]; s.forgotten[res.Memory.MemoryID] || (live && !slices.Contains(texts, c.Text)) {
+						counts.stale++
+					}
+				}
+			}
 		default:
 			// A forget is retried until acknowledged: only then is the scope's past known.
 			s.unknown = true
@@ -527,6 +543,7 @@ func soakVerify(ctx context.Context, pool *pgxpool.Pool, hc *http.Client, g *gwP
 | | |
 |---|---|
 | writes / updates / searches / forgets acknowledged | %d / %d / %d / %d |
+| query cache: hit rate / forgotten or superseded results served (must be 0) | %.0f%% / %d |
 | refusals (503 or 429 with Retry-After) | %d |
 | other errors (must be 0) | %d |
 | status codes | %v |
@@ -539,10 +556,10 @@ func soakVerify(ctx context.Context, pool *pgxpool.Pool, hc *http.Client, g *gwP
 | survivors not found by their own text (sample of %d; must be 0) | %d |
 | pending index drained after the run in | %s |
 | gateway RSS start / peak / end | %d / %d / %d MiB |
-`, total.writes, total.updates, total.searches, total.forgets, total.refused, total.bad, total.codes, v.live, v.unknownScopes,
+`, total.writes, total.updates, total.searches, total.forgets, cacheHitRate(g), total.stale, total.refused, total.bad, total.codes, v.live, v.unknownScopes,
 		v.lost, v.duplicated, v.wrongText, total.turns, total.ends, v.keptTurns, v.lostTurns, v.duplicatedTurns, v.resurrected, v.unacknowledged, v.searched, v.notFound, drained.Round(100*time.Millisecond),
 		rssStart>>10, rssPeak>>10, rssEnd>>10)
-	if total.bad > 0 || v.lost > 0 || v.duplicated > 0 || v.wrongText > 0 || v.resurrected > 0 || v.notFound > 0 ||
+	if total.bad > 0 || total.stale > 0 || v.lost > 0 || v.duplicated > 0 || v.wrongText > 0 || v.resurrected > 0 || v.notFound > 0 ||
 		v.lostTurns > 0 || v.duplicatedTurns > 0 {
 		return fmt.Errorf("the soak broke a guarantee (see the table)")
 	}
@@ -670,5 +687,15 @@ func (e *env) startSoakGateway(ctx context.Context, names provision.Names, uri s
 	return e.startGatewayProcessEnv(ctx, uri, environ, gateway.Config{StoreNamespace: "soak", StoreName: names.Tenant, Schema: names.Schema,
 		Vectors: vectors, Dimension: soakDim, Metric: "COSINE",
 		Embedder: "Hashing", DedupThreshold: 0, RateLimit: 1e9, RateBurst: 1 << 30,
-		MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second})
+		MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 5 * time.Second,
+		QueryCache: gateway.QueryCache{QueryCacheTTL: 5 * time.Minute}})
+}
+
+// cacheHitRate is the soak gateway's query cache hit rate, in percent (-1: unknown).
+func cacheHitRate(g *gwProcess) float64 {
+	var st gateway.StatsResponse
+	if err := (&gwCaller{url: g.url, key: g.key, hc: http.DefaultClient}).call(context.Background(), "GET", "/v1/stats", nil, &st); err != nil || st.QueryCache == nil {
+		return -1
+	}
+	return 100 * st.QueryCache.HitRate
 }

@@ -117,6 +117,8 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// ShortTerm is the short-term tier: sessions (sessions.go).
 	ShortTerm
+	// QueryCache is the search results cache (cache.go).
+	QueryCache
 }
 
 // Args renders the configuration as the command's arguments (after the subcommand).
@@ -161,6 +163,7 @@ func (c Config) Args() []string {
 	opt("--embedder-concurrency-per-key", strconv.Itoa(c.EmbedderConcurrency))
 	args = append(args, c.Vectors.Args()...)
 	args = append(args, c.ShortTerm.Args()...)
+	args = append(args, c.QueryCache.Args()...)
 	opt("--embedder-endpoint", c.EmbedderEndpoint)
 	opt("--embedding-model", c.EmbeddingModel)
 	opt("--grpc-listen", c.GRPCListen)
@@ -200,6 +203,7 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.Schema, "schema", "", "PostgreSQL schema of the store")
 	c.Vectors.Register(fs)
 	c.ShortTerm.Register(fs)
+	c.QueryCache.Register(fs)
 	fs.IntVar(&c.Dimension, "dimension", 0, "vector dimension")
 	fs.StringVar(&c.Metric, "metric", "COSINE", "vector metric")
 	fs.StringVar(&c.Embedder, "embedder", "Hashing", "Hashing or OpenAI")
@@ -297,7 +301,10 @@ func (c Config) validateRolesAndDedup() error {
 			return fmt.Errorf("--embedder-roles: %w", err)
 		}
 	}
-	return c.ShortTerm.Validate()
+	if err := c.ShortTerm.Validate(); err != nil {
+		return err
+	}
+	return c.QueryCache.Validate()
 }
 
 // Validate checks the configuration.

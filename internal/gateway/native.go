@@ -244,6 +244,7 @@ func (s *Server) nativeRoutes() {
 	s.route("GET /v1/whoami", false, func(w http.ResponseWriter, _ *http.Request, k *Key) error {
 		return writeJSON(w, http.StatusOK, WhoAmI{Key: k.Name, Scopes: k.Patterns(), ReadOnly: k.ReadOnly})
 	})
+	s.route("GET /v1/stats", false, s.stats)
 	s.route("POST /v1/memories", true, s.remember)
 	s.route("POST /v1/memories/batch", true, s.rememberBatch)
 	s.route("GET /v1/memories/{id}", false, s.getMemory)
@@ -586,7 +587,13 @@ func (s *Server) serviceQuery(q searchQuery, now time.Time) service.SearchQuery 
 // searchScope runs a search for any door and says why each result was returned.
 func (s *Server) searchScope(ctx context.Context, q searchQuery) ([]SearchResult, error) {
 	now := time.Now()
-	hits, err := s.mem.Search(ctx, s.serviceQuery(q, now))
+	var hits []service.Result
+	var err error
+	if s.cache != nil {
+		hits, _, err = s.cache.Search(ctx, s.serviceQuery(q, now))
+	} else {
+		hits, err = s.mem.Search(ctx, s.serviceQuery(q, now))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -158,6 +158,7 @@ func BuildOpenAPI() (*openapi3.T, error) {
 	required := func(p *openapi3.ParameterRef) *openapi3.ParameterRef { p.Value.Required = true; return p }
 	ops := []op{
 		{"GET", "/v1/whoami", "whoami", "The caller's key: its name, scopes and whether it is read-only.", nil, 200, WhoAmI{}, nil},
+		{"GET", "/v1/stats", "stats", "How the gateway's tiers are doing: the query cache's counters and hit rate (while it is on) and where sessions are kept.", nil, 200, StatsResponse{}, nil},
 		{"POST", "/v1/memories", "remember", "Remember one memory (201 when new, 200 otherwise).", NewMemory{}, 201, WriteResponse{}, nil},
 		{"POST", "/v1/memories/batch", "rememberBatch", "Remember up to 1000 memories, in order.", BatchRequest{}, 200, BatchResponse{}, nil},
 		{"GET", "/v1/memories/{id}", "getMemory", "Get one memory.", nil, 200, memory.Item{}, openapi3.Parameters{pathParam("id", "memory_id")}},

@@ -183,6 +183,11 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 		g.redis = redis.NewClient(&redis.Options{Addr: cfg.RedisAddress, Username: cfg.RedisUser, Password: sec.RedisPassword,
 			DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: 1})
 		srv.UseShortTerm(redisstore.New(g.redis, cfg.RedisTenant, cfg.Options()))
+		srv.redisSessions = true
+	}
+	if err := g.useQueryCache(ctx, g.redis); err != nil {
+		g.Close()
+		return nil, err
 	}
 	log.Info("Short-term tier", "backend", g.shortTermBackend(), "sessionTTL", cfg.Options().TTL.String(), "promote", cfg.Promote)
 	return g, nil

@@ -45,8 +45,12 @@ type Server struct {
 	mux      *http.ServeMux
 	// ready reports whether the backends answer (readyz).
 	ready func(ctx context.Context) error
-	// sessions is the short-term tier (sessions.go).
-	sessions *service.Sessions
+	// sessions is the short-term tier (sessions.go); redisSessions says it is Redis.
+	sessions      *service.Sessions
+	redisSessions bool
+	// cache, when set, serves searches (cache.go), from cacheBackend.
+	cache        *service.SearchCache
+	cacheBackend string
 }
 
 // NewServer builds the handler. keysFile is loaded now; a missing or invalid file is
