@@ -82,6 +82,10 @@ type Manifest struct {
 	// Tombstones are the source store's forgotten scopes: a restore forgets, in the
 	// target, what they cover.
 	Tombstones TombstoneSet `json:"tombstones"`
+	// Sessions are the store's live short-term sessions, in a package that was asked
+	// to carry them (absent otherwise). Optional: a reader that does not know them
+	// restores the memories all the same.
+	Sessions *SessionSet `json:"sessions,omitempty"`
 	// Import, in a package an import wrote (memoryctl import), is what the conversion
 	// read, imported and left out, for the review before a restore. Informational.
 	Import *ImportReport `json:"import,omitempty"`
@@ -246,6 +250,9 @@ func (m *Manifest) StoredBytes() int64 {
 	if m.Tombstones.Object != nil {
 		n += m.Tombstones.Object.Bytes
 	}
+	if m.Sessions != nil {
+		n += m.Sessions.Object.Bytes
+	}
 	return n
 }
 
@@ -260,6 +267,9 @@ func (m *Manifest) objects() []ObjectRef {
 		if ref != nil {
 			refs = append(refs, *ref)
 		}
+	}
+	if m.Sessions != nil && m.Sessions.Object != nil {
+		refs = append(refs, *m.Sessions.Object)
 	}
 	return refs
 }
@@ -461,6 +471,9 @@ func (m *Manifest) validate() error {
 		return err
 	}
 	if err := m.Tombstones.validate(); err != nil {
+		return err
+	}
+	if err := m.Sessions.validate(); err != nil {
 		return err
 	}
 	seen := map[string]bool{}

@@ -210,6 +210,9 @@ type ScanFuncs struct {
 	Workers int
 	// Pins, when set, receives the chunk tags of every shard (see Pins).
 	Pins *Pins
+	// Session is called for every live session the package carries, in order,
+	// after the tombstones and before any item.
+	Session func(Session) error
 }
 
 // Scan reads the whole package: the tombstones, then every shard with the scope counts
@@ -224,6 +227,13 @@ func (r *Reader) Scan(ctx context.Context, f ScanFuncs) error {
 		tomb = func(memory.Tombstone) error { return nil }
 	}
 	if err := r.Tombstones(ctx, tomb); err != nil {
+		return err
+	}
+	sess := f.Session
+	if sess == nil {
+		sess = func(Session) error { return nil }
+	}
+	if err := r.Sessions(ctx, sess); err != nil {
 		return err
 	}
 	fn := f.Item

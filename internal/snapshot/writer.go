@@ -132,6 +132,8 @@ type Writer struct {
 	scopeCounts *spill[scopeCount]       // per-scope item counts
 	tombstones  *spill[memory.Tombstone] // the source store's tombstones
 	lastTomb    string                   // scope of the last tombstone added
+	sessions    *spill[Session]          // live sessions (AddSession), always in their object
+	lastSession string                   // ID of the last session added
 	spoolLimit  int                      // spoolLimit; tests lower it
 
 	closed bool
@@ -177,6 +179,7 @@ func NewWriter(ctx context.Context, obj Objects, opts WriterOptions) (*Writer, e
 	w := &Writer{obj: obj, opts: opts, prefix: opts.Prefix, seal: sealChecksum, spoolLimit: spoolLimit}
 	w.scopeCounts = &spill[scopeCount]{w: w, name: ScopeCountsName, limit: MaxInlineScopes, encode: appendScopeCount}
 	w.tombstones = &spill[memory.Tombstone]{w: w, name: TombstonesName, limit: MaxInlineTombstones, encode: appendTombstone}
+	w.sessions = &spill[Session]{w: w, name: SessionsName, limit: 0, encode: appendSession}
 	if opts.Key != nil {
 		k := *opts.Key
 		w.key, w.seal = &k, sealAESGCM
@@ -782,6 +785,9 @@ func (w *Writer) finishData() error {
 	if err := w.tombstones.finish(); err != nil {
 		return err
 	}
+	if err := w.sessions.finish(); err != nil {
+		return err
+	}
 	for len(w.pending) > 0 {
 		if err := w.await(w.pending[0]); err != nil {
 			return err
@@ -816,6 +822,9 @@ func (w *Writer) manifest() *Manifest {
 	}
 	if m.Shards == nil {
 		m.Shards = []ShardInfo{}
+	}
+	if w.sessions.ref != nil {
+		m.Sessions = &SessionSet{Count: w.sessions.n, Object: w.sessions.ref}
 	}
 	for _, t := range memory.AllTypes() {
 		m.Counts.ByType[t] = w.byType[typeIndex(t)]
