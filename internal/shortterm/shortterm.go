@@ -46,6 +46,11 @@ const (
 	MaxRoleBytes = 64
 	// MaxAppend is the most turns one append may add.
 	MaxAppend = 100
+	// ExportPage is how many sessions one page of an export reads at most, and
+	// ExportPageBytes about how many bytes of turns (a page holds one session at
+	// least, whatever its size).
+	ExportPage      = 100
+	ExportPageBytes = 4 << 20
 )
 
 // RoleSummary is the role of a turn that replaced earlier ones (Summarize).
@@ -208,6 +213,49 @@ func (a Append) Validate() error {
 		if t.Role == RoleSummary {
 			return fmt.Errorf("turns[%d]: role %q is the summary's (summarize instead)", i, RoleSummary)
 		}
+	}
+	return nil
+}
+
+// ValidateImport checks a session to import into a backend holding at most maxTurns
+// turns a session: its ID and owner are scopes (no owner: the session itself, as for
+// an append), it has a LastActive, at least one turn and at most maxTurns
+// (ErrSessionFull), numbered from 1 and increasing, none past LastSeq; Promoted is
+// between 0 and LastSeq; every turn has a role, a time, and content of valid JSON
+// within the limits of an append (a summary's role included).
+func (s Session) ValidateImport(maxTurns int) error {
+	if err := ValidateSession(s.ID); err != nil {
+		return err
+	}
+	if s.Owner != "" {
+		if err := memory.ValidateScope(s.Owner); err != nil {
+			return fmt.Errorf("owner: %w", err)
+		}
+	}
+	switch {
+	case s.LastActive.IsZero():
+		return errors.New("last active is not set")
+	case len(s.Turns) == 0:
+		return errors.New("turns is empty (a session holds at least one turn)")
+	case maxTurns > 0 && len(s.Turns) > maxTurns:
+		return fmt.Errorf("%w: %s has %d turns, the store holds %d a session", ErrSessionFull, s.ID, len(s.Turns), maxTurns)
+	case s.Promoted < 0 || s.Promoted > s.LastSeq:
+		return fmt.Errorf("promoted is %d (from 0 to last seq %d)", s.Promoted, s.LastSeq)
+	}
+	var prev int64
+	for i, t := range s.Turns {
+		switch {
+		case t.Seq <= prev:
+			return fmt.Errorf("turns[%d]: seq %d after %d (turns are numbered from 1, increasing)", i, t.Seq, prev)
+		case t.Seq > s.LastSeq:
+			return fmt.Errorf("turns[%d]: seq %d is past last seq %d", i, t.Seq, s.LastSeq)
+		case t.At.IsZero():
+			return fmt.Errorf("turns[%d]: its time is not set", i)
+		}
+		if err := checkTurn(t.Role, t.Content); err != nil {
+			return fmt.Errorf("turns[%d]: %w", i, err)
+		}
+		prev = t.Seq
 	}
 	return nil
 }
