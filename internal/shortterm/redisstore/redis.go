@@ -10,10 +10,13 @@
 //	<prefix>o:<owner>    set: the sessions of an owner (a forget removes them all)
 //	<prefix>idle         sorted set: session by last activity, while turns remain
 //	                     unoffered for promotion
+//	<prefix>sessions     sorted set: every session, all of score 0 (in order of ID)
+//	<prefix>expiry       sorted set: session by when it expires (the caller's clock)
 //
 // The first three expire with the session (every activity sets their TTL again); the
-// sorted set has no TTL and Idle drops the members whose session expired. Scripts
-// name keys they compute (the owner's set), so this needs a single Redis, not a
+// sorted sets have no TTL: Purge drops the members of sessions that expired (found by
+// <prefix>expiry), and Idle the ones it comes across. Scripts name keys
+// they compute (the owner's set, the indexes), so this needs a single Redis, not a
 // Redis Cluster.
 package redisstore
 
@@ -58,9 +61,11 @@ func (s *Store) metaKey(session string) string  { return s.prefix + "s:" + sessi
 func (s *Store) idleKey() string                { return s.prefix + "idle" }
 
 // touch (Lua) sets the TTL of a session's keys and its owner's set again and moves
-// the session in the idle set; the caller has read the owner.
+// the session in the idle set and the indexes; the caller has read the owner.
 const touchLua = `
 local function touch(turns, meta, idle, session, owner, ttl, now, prefix)
+	redis.call('ZADD', prefix .. 'sessions', 0, session)
+	redis.call('ZADD', prefix .. 'expiry', string.format('%d', tonumber(now) + tonumber(ttl)), session)
 	redis.call('PEXPIRE', turns, ttl)
 	redis.call('PEXPIRE', meta, ttl)
 	local okey = prefix .. 'o:' .. owner
@@ -152,6 +157,8 @@ local out = {m[1], m[2], m[3], m[4]}
 for _, t in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do out[#out + 1] = t end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', ARGV[2] .. 'sessions', ARGV[1])
+redis.call('ZREM', ARGV[2] .. 'expiry', ARGV[1])
 redis.call('SREM', ARGV[2] .. 'o:' .. m[1], ARGV[1])
 return out
 `)
@@ -164,6 +171,8 @@ for _, session in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 	n = n + redis.call('DEL', ARGV[1] .. 's:' .. session)
 	redis.call('DEL', ARGV[1] .. 't:' .. session)
 	redis.call('ZREM', KEYS[2], session)
+	redis.call('ZREM', ARGV[1] .. 'sessions', session)
+	redis.call('ZREM', ARGV[1] .. 'expiry', session)
 end
 redis.call('DEL', KEYS[1])
 return n
@@ -178,7 +187,11 @@ local found = 0
 local limit = tonumber(ARGV[2])
 for _, session in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, 4 * limit)) do
 	local m = redis.call('HMGET', ARGV[3] .. 's:' .. session, 'owner', 'seq', 'promoted', 'active')
-	if not m[1] or tonumber(m[3]) >= tonumber(m[2]) then
+	if not m[1] then
+		redis.call('ZREM', KEYS[1], session)
+		redis.call('ZREM', ARGV[3] .. 'sessions', session)
+		redis.call('ZREM', ARGV[3] .. 'expiry', session)
+	elseif tonumber(m[3]) >= tonumber(m[2]) then
 		redis.call('ZREM', KEYS[1], session)
 	elseif found < limit then
 		found = found + 1
@@ -196,6 +209,30 @@ local through = math.min(tonumber(ARGV[2]), tonumber(m[1]))
 if through > tonumber(m[2]) then redis.call('HSET', KEYS[1], 'promoted', string.format('%d', through)) end
 if through >= tonumber(m[1]) then redis.call('ZREM', KEYS[2], ARGV[1]) end
 return 1
+`)
+
+// purgeScript: KEYS expiry, sessions, idle; ARGV now ms, limit, prefix, ttl ms. It
+// drops from the sorted sets the sessions <prefix>expiry says expired by now and
+// that Redis expired (their meta is gone); one still there (a caller's clock ahead
+// of Redis's) is filed again at now plus what it has left. It returns how many it
+// looked at and how many it dropped.
+var purgeScript = redis.NewScript(`
+local n = 0
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, session in ipairs(due) do
+	local meta = ARGV[3] .. 's:' .. session
+	if redis.call('HGET', meta, 'owner') then
+		local left = redis.call('PTTL', meta)
+		if left < 1 then left = tonumber(ARGV[4]) end
+		redis.call('ZADD', KEYS[1], string.format('%d', tonumber(ARGV[1]) + left), session)
+	else
+		redis.call('ZREM', KEYS[1], session)
+		redis.call('ZREM', KEYS[2], session)
+		redis.call('ZREM', KEYS[3], session)
+		n = n + 1
+	end
+end
+return {#due, n}
 `)
 
 func (s *Store) keys(session string) []string {
@@ -337,8 +374,28 @@ func (s *Store) MarkPromoted(ctx context.Context, session string, through int64)
 	return s.fail("mark promoted", session, err)
 }
 
-// Purge has nothing to do: Redis expires sessions itself.
-func (s *Store) Purge(context.Context, time.Time) (int, error) { return 0, nil }
+// purgePage is how many expired sessions one purge script looks at.
+const purgePage = 500
+
+// Purge drops from the sorted sets the sessions that expired by now (Redis expired
+// their keys itself) and says how many.
+func (s *Store) Purge(ctx context.Context, now time.Time) (int, error) {
+	keys := []string{s.prefix + "expiry", s.prefix + "sessions", s.idleKey()}
+	total := 0
+	for {
+		res, err := purgeScript.Run(ctx, s.rdb, keys, ms(now), purgePage, s.prefix, msDur(s.opts.TTL)).Int64Slice()
+		if err != nil {
+			return total, s.fail("purge", "", err)
+		}
+		if len(res) != 2 {
+			return total, fmt.Errorf("shortterm: redis purge answered %v", res)
+		}
+		total += int(res[1])
+		if res[0] < purgePage {
+			return total, nil
+		}
+	}
+}
 
 // fail words a script's error: the scripts' own replies become the package's
 // errors, and a connection failure ErrUnavailable.

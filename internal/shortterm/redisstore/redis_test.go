@@ -2,7 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -29,4 +31,50 @@ func TestConformance(t *testing.T) {
 	shorttermtest.Run(t, func(_ *testing.T, opts shortterm.Options) shortterm.Store {
 		return redisstore.New(rdb, testutil.UniqueName("st"), opts)
 	})
+}
+
+// TestIndexesLoseExpiredSessions: the sorted sets keep no member of a session Redis
+// expired once Purge ran (the sweep runs it), whether or not Idle or Export came
+// across it, so they do not grow with every session there ever was.
+func TestIndexesLoseExpiredSessions(t *testing.T) {
+	rdb := admin(t)
+	tenant := testutil.UniqueName("st")
+	ctx := t.Context()
+	st := redisstore.New(rdb, tenant, shortterm.Options{TTL: time.Second})
+	now := time.Now()
+	for _, id := range []string{"session:1", "session:2", "session:3"} {
+		if _, err := st.Append(ctx, shortterm.Append{Session: id, Turns: []shortterm.NewTurn{{Role: "user", Content: json.RawMessage(`"x"`)}}, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := redisstore.Prefix(tenant)
+	if score, err := rdb.ZScore(ctx, p+"expiry", "session:1").Result(); err != nil || score != float64(now.Add(time.Second).UnixMilli()) {
+		t.Errorf("session:1 filed to expire at %v (%v), want %d", score, err, now.Add(time.Second).UnixMilli())
+	}
+	if err := st.MarkPromoted(ctx, "session:2", 1); err != nil { // out of the idle set
+		t.Fatal(err)
+	}
+	members := func() int64 {
+		var n int64
+		for _, key := range []string{p + "idle", p + "sessions", p + "expiry"} {
+			c, err := rdb.ZCard(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += c
+		}
+		return n
+	}
+	if n := members(); n != 8 {
+		t.Fatalf("%d members in the sorted sets, want 8", n)
+	}
+	var purged int
+	testutil.Eventually(t, "the sessions expired and purged", func() (bool, error) {
+		n, err := st.Purge(ctx, time.Now())
+		purged += n
+		return members() == 0, err
+	})
+	if purged != 3 {
+		t.Errorf("Purge counted %d sessions, want 3", purged)
+	}
 }
