@@ -28,13 +28,14 @@ func (c RedisConn) client() *redis.Client {
 // commands they call, and the connection's own handshake (HELLO, AUTH, PING, CLIENT
 // SETINFO through @connection). Keys are confined to the store's prefix
 // (mem:<tenant>:*) by the user's key pattern, which Redis also applies to the commands
-// a script calls. Nothing else: no KEYS or SCAN, no FLUSH*, no CONFIG, no ACL, no
-// pub/sub channels, and no SCRIPT FLUSH.
+// a script calls. ZRANGEBYLEX pages an export through the store's own index of its
+// sessions (<prefix>sessions). Nothing else: no KEYS or SCAN, no FLUSH*, no CONFIG,
+// no ACL, no pub/sub channels, and no SCRIPT FLUSH.
 var RedisCommands = []string{
 	"+@connection", "-client|kill", "-client|list", "-client|pause", "-client|no-evict", "-client|unpause",
 	"+evalsha", "+eval", "+script|load", "+script|exists",
 	"+del", "+hget", "+hmget", "+hset", "+llen", "+lpush", "+lrange", "+ltrim", "+pexpire", "+pttl",
-	"+rpush", "+sadd", "+smembers", "+srem", "+zadd", "+zrangebyscore", "+zrem",
+	"+rpush", "+sadd", "+smembers", "+srem", "+zadd", "+zrangebylex", "+zrangebyscore", "+zrem",
 }
 
 // redisOwnerKey marks which store owns a tenant's keys and user, outside the store's

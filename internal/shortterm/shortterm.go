@@ -16,7 +16,9 @@
 //   - a summary turn may replace the turns up to a number; what it replaced is
 //     returned to the caller, which may keep it as episodic memory;
 //   - the turns of a session idle for long enough are offered for promotion before
-//     they expire (Idle, then MarkPromoted), so that what is worth keeping is kept.
+//     they expire (Idle, then MarkPromoted), so that what is worth keeping is kept;
+//   - the live sessions can be exported whole (Export, for a snapshot) and written
+//     back as they were (Import, for a restore), never over a session that exists.
 //
 // Turns are JSON, never a language's serialisation (seed 003, section 8, pit 2).
 package shortterm
@@ -159,8 +161,22 @@ type Store interface {
 	// promotion; a session that ended or expired meanwhile is no error.
 	MarkPromoted(ctx context.Context, session string, through int64) error
 	// Purge removes the sessions that expired by now, where the backend does not
-	// expire them itself, and says how many.
+	// expire them itself, and says how many; a backend that expires them itself
+	// drops what its indexes keep of them and counts those.
 	Purge(ctx context.Context, now time.Time) (int, error)
+	// Export calls fn once per session live at now, in order of session ID, with
+	// all its turns (oldest first), its owner, LastSeq, Promoted and LastActive. It
+	// reads the sessions a page at a time (each page as of one instant), so a
+	// session that ends or expires meanwhile is left out or passed as it was, never
+	// an error. An error of fn stops it and is returned (wrapped).
+	Export(ctx context.Context, now time.Time, fn func(Session) error) error
+	// Import writes a session whole, as Export gave it: the same turns (numbers,
+	// roles, contents, times), owner, LastSeq, Promoted and LastActive, which sets
+	// its expiry (LastActive + TTL). It writes nothing and returns false when a
+	// session of that ID exists (an import never overwrites a conversation, and a
+	// second import of the same session is a no-op) or when the session expired by
+	// now; true when it wrote it. Input that ValidateImport refuses is an error.
+	Import(ctx context.Context, s Session, now time.Time) (bool, error)
 	// TTL is how long a session lives without activity.
 	TTL() time.Duration
 }

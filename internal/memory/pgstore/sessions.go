@@ -257,6 +257,130 @@ func (ss *Sessions) Purge(ctx context.Context, now time.Time) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
+// Export calls fn for each session live at now, in order of ID, a page at a time:
+// each page is read in one repeatable-read transaction (its sessions and turns as of
+// one instant), and fn runs between pages' transactions.
+func (ss *Sessions) Export(ctx context.Context, now time.Time, fn func(shortterm.Session) error) error {
+	at := shortterm.Instant(now)
+	after := "" // before every session ID (in "C" order, the empty string is first)
+	for {
+		var page []shortterm.Session
+		var done bool
+		err := pgx.BeginTxFunc(ctx, ss.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			page, done = nil, false
+			rows, err := tx.Query(ctx, `SELECT session, owner, seq, promoted, active_at FROM `+ss.sessions+`
+				WHERE session > $1 AND expires_at > $2 ORDER BY session LIMIT $3`, after, at, shortterm.ExportPage)
+			if err != nil {
+				return err
+			}
+			page, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (shortterm.Session, error) { return ss.scanSession(r) })
+			if err != nil {
+				return err
+			}
+			done = len(page) < shortterm.ExportPage
+			if len(page) == 0 {
+				return nil
+			}
+			ids := make([]string, len(page))
+			for i, p := range page {
+				ids[i] = p.ID
+			}
+			// The turns in order of session and number, read until the page's bytes
+			// reach the budget at the end of a session: the page ends there.
+			rows, err = tx.Query(ctx, `SELECT session, seq, role, content, at FROM `+ss.turns+`
+				WHERE session = ANY($1) ORDER BY session, seq`, ids)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			i, bytes := 0, 0
+			for rows.Next() {
+				var id, content string
+				var t shortterm.Turn
+				if err := rows.Scan(&id, &t.Seq, &t.Role, &content, &t.At); err != nil {
+					return err
+				}
+				for i < len(page) && page[i].ID != id {
+					// page[i] is complete: the page may end with it.
+					i++
+					if bytes >= shortterm.ExportPageBytes {
+						page, done = page[:i], false
+						return nil
+					}
+				}
+				if i == len(page) {
+					return fmt.Errorf("turns of session %s out of order", id)
+				}
+				t.Content, t.At = []byte(content), t.At.UTC()
+				page[i].Turns = append(page[i].Turns, t)
+				bytes += len(content)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return ss.fail("export", err)
+		}
+		for _, sess := range page {
+			if err := fn(sess); err != nil {
+				return fmt.Errorf("shortterm: export of %s: %w", sess.ID, err)
+			}
+		}
+		if done || len(page) == 0 {
+			return nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// Import writes a session whole unless one of its ID lives or it expired by now.
+func (ss *Sessions) Import(ctx context.Context, sess shortterm.Session, now time.Time) (bool, error) {
+	if err := sess.ValidateImport(ss.opts.MaxTurns); err != nil {
+		return false, err
+	}
+	at := shortterm.Instant(now)
+	active := shortterm.Instant(sess.LastActive)
+	expires := active.Add(ss.opts.TTL)
+	if !expires.After(at) {
+		return false, nil
+	}
+	owner := sess.Owner
+	if owner == "" {
+		owner = sess.ID
+	}
+	n := len(sess.Turns)
+	seqs, roles, contents, times := make([]int64, n), make([]string, n), make([]string, n), make([]time.Time, n)
+	for i, t := range sess.Turns {
+		c, err := shortterm.Compact(t.Content)
+		if err != nil {
+			return false, err
+		}
+		seqs[i], roles[i], contents[i], times[i] = t.Seq, t.Role, string(c), shortterm.Instant(t.At)
+	}
+	wrote := false
+	err := pgx.BeginFunc(ctx, ss.s.pool, func(tx pgx.Tx) error {
+		// What is left of an expired session of this name goes, as for an append.
+		if _, err := tx.Exec(ctx, `DELETE FROM `+ss.sessions+` WHERE session = $1 AND expires_at <= $2`, sess.ID, at); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO `+ss.sessions+` (session, owner, seq, promoted, active_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (session) DO NOTHING`, sess.ID, owner, sess.LastSeq, sess.Promoted, active, expires)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+ss.turns+` (session, seq, role, content, at)
+			SELECT $1, s, r, c, a FROM unnest($2::bigint[], $3::text[], $4::text[], $5::timestamptz[]) AS u(s, r, c, a)`,
+			sess.ID, seqs, roles, contents, times); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	})
+	if err != nil {
+		return false, ss.fail("import", err)
+	}
+	return wrote, nil
+}
+
 // scanSession reads session, owner, seq, promoted, active_at and any further
 // columns into more.
 func (ss *Sessions) scanSession(row pgx.Row, more ...any) (shortterm.Session, error) {

@@ -10,12 +10,13 @@
 //	<prefix>o:<owner>    set: the sessions of an owner (a forget removes them all)
 //	<prefix>idle         sorted set: session by last activity, while turns remain
 //	                     unoffered for promotion
-//	<prefix>sessions     sorted set: every session, all of score 0 (in order of ID)
+//	<prefix>sessions     sorted set: every session, all of score 0 (in order of ID,
+//	                     the pages of Export)
 //	<prefix>expiry       sorted set: session by when it expires (the caller's clock)
 //
 // The first three expire with the session (every activity sets their TTL again); the
 // sorted sets have no TTL: Purge drops the members of sessions that expired (found by
-// <prefix>expiry), and Idle the ones it comes across. Scripts name keys
+// <prefix>expiry), and Idle and Export the ones they come across. Scripts name keys
 // they compute (the owner's set, the indexes), so this needs a single Redis, not a
 // Redis Cluster.
 package redisstore
@@ -235,6 +236,67 @@ end
 return {#due, n}
 `)
 
+// exportScript: KEYS sessions; ARGV after (the last session of the previous page,
+// empty for the first), limit, byte budget, now ms, ttl ms, prefix. It reads the
+// sessions after after in order of ID, up to limit of them or until their turns
+// reach the budget (one at least), and returns the last session it looked at, 1 when
+// no session follows (else 0), then per session live at now its id, owner, seq,
+// promoted, active, its number of turns and the turns. Members whose session expired
+// leave the indexes.
+var exportScript = redis.NewScript(`
+local first = '-'
+if ARGV[1] ~= '' then first = '(' .. ARGV[1] end
+local limit = tonumber(ARGV[2])
+local budget, now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local ids = redis.call('ZRANGEBYLEX', KEYS[1], first, '+', 'LIMIT', 0, limit)
+local out = {ARGV[1], '1'}
+if #ids >= limit then out[2] = '0' end
+local bytes = 0
+for _, session in ipairs(ids) do
+	if bytes >= budget then
+		out[2] = '0'
+		break
+	end
+	out[1] = session
+	local m = redis.call('HMGET', ARGV[6] .. 's:' .. session, 'owner', 'seq', 'promoted', 'active')
+	if not m[1] then
+		redis.call('ZREM', KEYS[1], session)
+		redis.call('ZREM', ARGV[6] .. 'expiry', session)
+	elseif tonumber(m[4] or '0') + ttl > now then
+		local turns = redis.call('LRANGE', ARGV[6] .. 't:' .. session, 0, -1)
+		for _, v in ipairs({session, m[1], m[2], m[3], m[4], string.format('%d', #turns)}) do out[#out + 1] = v end
+		for _, t in ipairs(turns) do
+			out[#out + 1] = t
+			bytes = bytes + #t
+		end
+	end
+end
+return out
+`)
+
+// importScript: KEYS turns, meta, idle; ARGV session, owner, seq, promoted, active
+// ms, ttl left ms, expiry ms, prefix, then the turns' JSON. It writes the session
+// unless one of its ID exists, and returns 1 when it wrote it, else 0.
+var importScript = redis.NewScript(`
+if redis.call('HGET', KEYS[2], 'owner') then return 0 end
+redis.call('DEL', KEYS[1])
+for i = 9, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
+redis.call('HSET', KEYS[2], 'owner', ARGV[2], 'seq', ARGV[3], 'promoted', ARGV[4], 'active', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+local okey = ARGV[8] .. 'o:' .. ARGV[2]
+redis.call('SADD', okey, ARGV[1])
+if redis.call('PTTL', okey) < tonumber(ARGV[6]) then redis.call('PEXPIRE', okey, ARGV[6]) end
+if tonumber(ARGV[4]) < tonumber(ARGV[3]) then
+	redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+else
+	redis.call('ZREM', KEYS[3], ARGV[1])
+end
+redis.call('ZADD', ARGV[8] .. 'sessions', 0, ARGV[1])
+redis.call('ZADD', ARGV[8] .. 'expiry', ARGV[7], ARGV[1])
+return 1
+`)
+
 func (s *Store) keys(session string) []string {
 	return []string{s.turnsKey(session), s.metaKey(session), s.idleKey()}
 }
@@ -395,6 +457,73 @@ func (s *Store) Purge(ctx context.Context, now time.Time) (int, error) {
 			return total, nil
 		}
 	}
+}
+
+// Export calls fn for each session live at now, in order of ID, a page at a time.
+func (s *Store) Export(ctx context.Context, now time.Time, fn func(shortterm.Session) error) error {
+	after := ""
+	for {
+		raw, err := exportScript.Run(ctx, s.rdb, []string{s.prefix + "sessions"}, after, shortterm.ExportPage,
+			shortterm.ExportPageBytes, ms(now), msDur(s.opts.TTL), s.prefix).StringSlice()
+		if err != nil {
+			return s.fail("export", "", err)
+		}
+		if len(raw) < 2 {
+			return fmt.Errorf("shortterm: redis export answered %d fields", len(raw))
+		}
+		next, done := raw[0], raw[1] == "1"
+		for i := 2; i < len(raw); {
+			if i+6 > len(raw) {
+				return fmt.Errorf("shortterm: redis export answered a short session at field %d", i)
+			}
+			n, err := strconv.Atoi(raw[i+5])
+			if err != nil || n < 0 || i+6+n > len(raw) {
+				return fmt.Errorf("shortterm: redis export answered %q turns for session %s", raw[i+5], raw[i])
+			}
+			sess, err := decodeSession(raw[i], append(raw[i+1:i+5:i+5], raw[i+6:i+6+n]...))
+			if err != nil {
+				return err
+			}
+			if err := fn(sess); err != nil {
+				return fmt.Errorf("shortterm: export of %s: %w", sess.ID, err)
+			}
+			i += 6 + n
+		}
+		if done {
+			return nil
+		}
+		if next == after {
+			return fmt.Errorf("shortterm: redis export made no progress after %q", after)
+		}
+		after = next
+	}
+}
+
+// Import writes a session whole unless one of its ID exists or it expired by now.
+func (s *Store) Import(ctx context.Context, sess shortterm.Session, now time.Time) (bool, error) {
+	if err := sess.ValidateImport(s.opts.MaxTurns); err != nil {
+		return false, err
+	}
+	owner := cmpOr(sess.Owner, sess.ID)
+	active := shortterm.Instant(sess.LastActive)
+	expiry := active.Add(s.opts.TTL)
+	left := expiry.UnixMilli() - now.UnixMilli()
+	if left <= 0 {
+		return false, nil
+	}
+	args := []any{sess.ID, owner, sess.LastSeq, sess.Promoted, ms(active), left, ms(expiry), s.prefix}
+	for _, t := range sess.Turns {
+		body, err := turnBody(t.Role, t.Content, t.At)
+		if err != nil {
+			return false, err
+		}
+		args = append(args, `{"seq":`+strconv.FormatInt(t.Seq, 10)+`,`+body)
+	}
+	n, err := importScript.Run(ctx, s.rdb, s.keys(sess.ID), args...).Int()
+	if err != nil {
+		return false, s.fail("import", sess.ID, err)
+	}
+	return n == 1, nil
 }
 
 // fail words a script's error: the scripts' own replies become the package's
