@@ -33,6 +33,37 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestImportExpiresLikeAnySession: an imported session's keys (turns, state, its
+// owner's set) expire when its last activity says, by Redis's own clock, and it is
+// in the indexes an append files a session in.
+func TestImportExpiresLikeAnySession(t *testing.T) {
+	rdb := admin(t)
+	tenant := testutil.UniqueName("st")
+	st := redisstore.New(rdb, tenant, shortterm.Options{TTL: time.Hour})
+	now := time.Now()
+	sess := shortterm.Session{ID: "session:imp", Owner: "user:1", LastSeq: 2, Promoted: 1, LastActive: now.Add(-20 * time.Minute),
+		Turns: []shortterm.Turn{{Seq: 2, Role: "user", Content: json.RawMessage(`"x"`), At: now.Add(-20 * time.Minute)}}}
+	if ok, err := st.Import(t.Context(), sess, now); err != nil || !ok {
+		t.Fatalf("import: %v, %v", ok, err)
+	}
+	p := redisstore.Prefix(tenant)
+	for _, key := range []string{p + "t:session:imp", p + "s:session:imp", p + "o:user:1"} {
+		left, err := rdb.PTTL(t.Context(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left > 40*time.Minute || left < 39*time.Minute {
+			t.Errorf("%s expires in %v, want the 40 minutes the session has left", key, left)
+		}
+	}
+	for key, want := range map[string]float64{p + "idle": float64(sess.LastActive.UnixMilli()), p + "sessions": 0,
+		p + "expiry": float64(sess.LastActive.Add(time.Hour).UnixMilli())} {
+		if score, err := rdb.ZScore(t.Context(), key, "session:imp").Result(); err != nil || score != want {
+			t.Errorf("%s holds session:imp at %v (%v), want %v", key, score, err, want)
+		}
+	}
+}
+
 // TestIndexesLoseExpiredSessions: the sorted sets keep no member of a session Redis
 // expired once Purge ran (the sweep runs it), whether or not Idle or Export came
 // across it, so they do not grow with every session there ever was.

@@ -35,6 +35,14 @@ func Run(t *testing.T, newStore New) {
 		{"IdleAndPromoted", idle},
 		{"ConcurrentAppends", concurrentAppends},
 		{"RefusesBadInput", badInput},
+		{"ExportLiveSessions", exportLive},
+		{"ExportPages", exportPages},
+		{"ExportPagesBySize", exportLargePages},
+		{"ImportRoundTrip", importRoundTrip},
+		{"ImportIsIdempotent", importIdempotent},
+		{"ImportedLikeAnyOther", importLikeAnyOther},
+		{"ImportExpiredOnArrival", importExpired},
+		{"ImportRefusesBadInput", importBadInput},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore) })
