@@ -132,6 +132,12 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 		IntoExisting:         spec.Mapping != nil && spec.Mapping.IntoExisting,
 		AllowRepeat:          spec.AllowRepeat,
 		DetailKey:            in.Source.DetailKey,
+		SkipSessions:         spec.SkipSessions,
+	}
+	if !spec.SkipSessions && spec.Source.ImportFrom == nil {
+		// Where the target keeps its sessions, for a package that carries some (an
+		// import's never does).
+		cfg.Sessions = sessionsConfig(target)
 	}
 	if cfg.DetailKey == "" {
 		cfg.DetailKey = worker.RestoreDetailKey(in.Source.Package.Prefix, runFolder(restore))
@@ -215,6 +221,9 @@ func buildRestoreJob(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alph
 		secretEnv(worker.EnvSourceS3SecretKey, creds.Name, creds.SecretAccessKeyKey),
 	}
 	env = append(env, milvusLoginEnv(target, target.Status.WorkerSecret)...)
+	if cfg.Sessions.RedisAddress != "" {
+		env = append(env, jobRedisEnv(target)...)
+	}
 	if k := in.Source.Key; k != nil {
 		env = append(env, secretEnv(worker.EnvSourceKey, k.Name, k.Key))
 	}

@@ -115,6 +115,11 @@ func recordRestoreSummary(restore *memoryv1alpha1.MemoryRestore, sum worker.Rest
 	s.Embeddings = memoryv1alpha1.EmbeddingsPolicy(sum.Embeddings)
 	s.Read, s.Restored, s.Unchanged, s.Scopes, s.MappedScopes, s.Vectors = sum.Read, sum.Restored, sum.Unchanged, sum.Scopes, sum.MappedScopes, sum.Vectors
 	s.Rehydrated, s.Tombstones, s.Forgotten = sum.Rehydrated, sum.Tombstones, sum.Forgotten
+	s.Sessions = nil
+	if ss := sum.Sessions; ss != nil {
+		s.Sessions = &memoryv1alpha1.RestoreSessions{Read: ss.Read, Restored: ss.Restored, Existing: ss.Existing,
+			Expired: ss.Expired, Forgotten: ss.Forgotten, Unmapped: ss.Unmapped}
+	}
 	s.RestoredByType = nil
 	for t, n := range sum.RestoredByType {
 		if n == 0 {

@@ -184,6 +184,10 @@ func snapshotConfig(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1.M
 		IncludeEmbeddings: p.IncludeEmbeddings,
 		CompressionLevel:  int(p.CompressionLevel),
 		Unencrypted:       p.Encryption.Unencrypted,
+		IncludeSessions:   p.IncludeSessions,
+	}
+	if p.IncludeSessions {
+		cfg.Sessions = sessionsConfig(store)
 	}
 	if cfg.CompressionLevel == 0 {
 		cfg.CompressionLevel = 1
@@ -217,6 +221,9 @@ func buildSnapshotJob(snap *memoryv1alpha1.MemorySnapshot, store *memoryv1alpha1
 	}
 	if cfg.IncludeEmbeddings {
 		env = append(env, milvusLoginEnv(store, store.Status.WorkerSecret)...)
+	}
+	if cfg.IncludeSessions {
+		env = append(env, jobRedisEnv(store)...)
 	}
 	if enc := snap.Spec.Encryption; !enc.Unencrypted && enc.KeySecret != nil {
 		env = append(env, secretEnv(worker.EnvEncryptionKey, enc.KeySecret.Name, enc.KeySecret.Key))

@@ -124,6 +124,35 @@ func TestSnapshotJobBuilder(t *testing.T) {
 			},
 		},
 		{
+			name: "sessions in Redis, included",
+			snap: builderSnapshot(func(s *memoryv1alpha1.MemorySnapshot) { s.Spec.IncludeSessions = true }),
+			store: func() *memoryv1alpha1.MemoryStore {
+				st := builderStore("Postgres", inlineObjects())
+				st.Status.ShortTerm = &memoryv1alpha1.ShortTermStatus{Store: memoryv1alpha1.ShortTermRedis, RedisAddress: "redis.cache:6379", RedisUser: "mem_acme"}
+				return st
+			}(),
+			wantConfig: worker.SnapshotConfig{
+				StoreNamespace: "team-a", StoreName: "support-bot", Tenant: "acme", SnapshotName: "nightly",
+				Schema: "mem_acme", Vectors: engine.Vectors{VectorEngine: "Postgres"}, EmbeddingModel: "all-MiniLM-L6-v2", Dimension: 384, Metric: "COSINE",
+				Destination: worker.Destination{Endpoint: "minio.storage:9000", Region: "eu-1", Insecure: true, Bucket: "memory",
+					Prefix: "memory-operator/acme/snapshots/nightly-1f0e4c9a/"},
+				Types:            []string{"episodic", "semantic", "procedural"},
+				CompressionLevel: 1,
+				IncludeSessions:  true,
+				Sessions:         worker.SessionsConfig{RedisAddress: "redis.cache:6379", RedisUser: "mem_acme", RedisTenant: "acme"},
+			},
+			wantEnv: map[string][2]string{
+				worker.EnvPostgresURI:   {"support-bot-memory-worker", "uri"},
+				worker.EnvS3AccessKey:   {"s3-creds", "accessKeyID"},
+				worker.EnvS3SecretKey:   {"s3-creds", "secretAccessKey"},
+				worker.EnvEncryptionKey: {"snap-key", "key"},
+				worker.EnvRedisPassword: {"support-bot-memory", "redisPassword"},
+			},
+			wantJob: func(g Gomega, job *batchv1.Job) {
+				g.Expect(job.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--include-sessions", "--redis-address=redis.cache:6379"))
+			},
+		},
+		{
 			name: "milvus store, off-site destination, every option",
 			snap: builderSnapshot(func(s *memoryv1alpha1.MemorySnapshot) {
 				p := &s.Spec.SnapshotParameters

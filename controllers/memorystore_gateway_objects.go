@@ -90,6 +90,27 @@ func gatewayURL(store *memoryv1alpha1.MemoryStore) string {
 	return fmt.Sprintf("%s://%s.%s.svc:%d", scheme, store.GatewayName(), store.Namespace, gatewayAPIPort)
 }
 
+// queryCacheConfig is the gateway's query cache as spec.gateway.queryCache declares
+// it (nil: none).
+func queryCacheConfig(qc *memoryv1alpha1.QueryCacheSpec) (gateway.QueryCache, error) {
+	if qc == nil {
+		return gateway.QueryCache{}, nil
+	}
+	c := gateway.QueryCache{QueryCacheTTL: querycache.DefaultTTL}
+	if qc.TTL != nil {
+		c.QueryCacheTTL = qc.TTL.Duration
+	}
+	if qc.SemanticThreshold != "" {
+		f, err := strconv.ParseFloat(qc.SemanticThreshold, 64)
+		if err != nil || math.IsNaN(f) || f <= 0 || f >= 1 {
+			return c, stepErrorf(memoryv1alpha1.ReasonInvalidGatewayConfig,
+				"spec.gateway.queryCache.semanticThreshold %q is not a decimal number between 0 and 1", qc.SemanticThreshold)
+		}
+		c.QueryCacheSemantic = f
+	}
+	return c, nil
+}
+
 // gatewayGRPCAddress is the gateway's gRPC API inside the cluster (host:port; TLS
 // as the HTTP API).
 func gatewayGRPCAddress(store *memoryv1alpha1.MemoryStore) string {
@@ -186,19 +207,8 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		EmbedderTimeout:     gateway.DefaultEmbedderTimeout,
 		EmbedderConcurrency: gateway.DefaultEmbedderConcurrency,
 	}
-	if qc := g.QueryCache; qc != nil {
-		cfg.QueryCacheTTL = querycache.DefaultTTL
-		if qc.TTL != nil {
-			cfg.QueryCacheTTL = qc.TTL.Duration
-		}
-		if qc.SemanticThreshold != "" {
-			f, err := strconv.ParseFloat(qc.SemanticThreshold, 64)
-			if err != nil || math.IsNaN(f) || f <= 0 || f >= 1 {
-				return gateway.Config{}, stepErrorf(memoryv1alpha1.ReasonInvalidGatewayConfig,
-					"spec.gateway.queryCache.semanticThreshold %q is not a decimal number between 0 and 1", qc.SemanticThreshold)
-			}
-			cfg.QueryCacheSemantic = f
-		}
+	if cfg.QueryCache, err = queryCacheConfig(g.QueryCache); err != nil {
+		return gateway.Config{}, err
 	}
 	if g.TLS != nil {
 		cfg.TLSCertFile = gatewayTLSDir + "/" + corev1.TLSCertKey

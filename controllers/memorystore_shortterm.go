@@ -11,6 +11,7 @@ import (
 	"github.com/amemory/memory-operator/internal/gateway"
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/shortterm/redisstore"
+	"github.com/amemory/memory-operator/internal/worker"
 )
 
 // Connection Secret keys of the store's Redis login (its short-term tier in Redis).
@@ -79,6 +80,22 @@ func shortTermConfig(store *memoryv1alpha1.MemoryStore) gateway.ShortTerm {
 		c.RedisAddress, c.RedisUser, c.RedisTenant = st.RedisAddress, st.RedisUser, store.Spec.Tenant
 	}
 	return c
+}
+
+// sessionsConfig is where a Job finds the store's sessions (a snapshot that carries
+// them, a restore that writes them back).
+func sessionsConfig(store *memoryv1alpha1.MemoryStore) worker.SessionsConfig {
+	st := shortTermConfig(store)
+	return worker.SessionsConfig{SessionTTL: st.SessionTTL, RedisAddress: st.RedisAddress, RedisUser: st.RedisUser, RedisTenant: st.RedisTenant}
+}
+
+// jobRedisEnv is a Job's Redis password (the store's one Redis user's), from the
+// connection Secret, when the store keeps its sessions in Redis.
+func jobRedisEnv(store *memoryv1alpha1.MemoryStore) []corev1.EnvVar {
+	if st := store.Status.ShortTerm; st == nil || st.RedisUser == "" {
+		return nil
+	}
+	return []corev1.EnvVar{secretEnv(worker.EnvRedisPassword, store.ConnectionSecretNameOrDefault(), keyRedisPassword)}
 }
 
 // redisLoginEnv is the gateway's Redis password, from the connection Secret.

@@ -269,6 +269,13 @@ type MemoryRestoreSpec struct {
 	// +optional
 	AllowRepeat bool `json:"allowRepeat,omitempty"`
 
+	// SkipSessions leaves out the live sessions a package carries (a snapshot with
+	// includeSessions). Otherwise those still alive are written into the target's
+	// short-term tier, mapped like scopes, never one a tombstone covers and never over
+	// a session the target already has.
+	// +optional
+	SkipSessions bool `json:"skipSessions,omitempty"`
+
 	// Job shapes the worker Job.
 	// +optional
 	Job JobOptions `json:"job,omitempty"`
@@ -290,6 +297,23 @@ type RestoreVerification struct {
 	PackageID     string `json:"packageID,omitempty"`
 	// Shards is how many shards were read with their checksums verified.
 	Shards int32 `json:"shards,omitempty"`
+}
+
+// RestoreSessions counts a package's live sessions in a restore: read, restored
+// into the target's short-term tier, and left out because the target already had
+// the session (existing), it had expired (expired), a tombstone covers it
+// (forgotten), or the mapping or denylist leaves it out (unmapped).
+type RestoreSessions struct {
+	Read     int64 `json:"read"`
+	Restored int64 `json:"restored"`
+	// +optional
+	Existing int64 `json:"existing,omitempty"`
+	// +optional
+	Expired int64 `json:"expired,omitempty"`
+	// +optional
+	Forgotten int64 `json:"forgotten,omitempty"`
+	// +optional
+	Unmapped int64 `json:"unmapped,omitempty"`
 }
 
 // RestoreSkipped counts the package's memories that were not restored, by reason.
@@ -405,6 +429,9 @@ type MemoryRestoreStatus struct {
 	// FirstInvalid describes the first memory skipped as invalid, when there was one.
 	// +optional
 	FirstInvalid string `json:"firstInvalid,omitempty"`
+	// Sessions counts the live sessions the package carried and what became of them.
+	// +optional
+	Sessions *RestoreSessions `json:"sessions,omitempty"`
 	// Detail is the object with per-scope results (zstd-compressed JSON lines), next to
 	// the package (an import's: next to its file, or under the target store's prefix).
 	// +optional

@@ -83,6 +83,12 @@ type SnapshotParameters struct {
 	// is recorded). Off by default: a restore can re-embed.
 	// +optional
 	IncludeEmbeddings bool `json:"includeEmbeddings,omitempty"`
+	// IncludeSessions adds the store's live short-term sessions (the conversations in
+	// progress, with their turns), read from Redis or PostgreSQL, wherever the store
+	// keeps them. Off by default: sessions are transient, and a restore brings back
+	// only those still alive by then (their TTL counted from their last activity).
+	// +optional
+	IncludeSessions bool `json:"includeSessions,omitempty"`
 	// TTL deletes the snapshot and its package this long after it completes. A
 	// snapshot that a GitOps tool manages (an Argo CD tracking annotation or instance
 	// label, a Flux kustomize or helm label) is kept past its TTL, since the tool

@@ -429,13 +429,7 @@ func soakClient(ctx context.Context, hc *http.Client, g *gwProcess, mine []*soak
 			counts.searches++
 			var sr gateway.SearchResponse
 			if _, ok := call("POST", "/v1/search", gateway.SearchRequest{Scope: s.name, Query: gwWords[r.IntN(4)], TopK: 5}, &sr); ok {
-				for _, res := range sr.Results {
-					var c struct{ Text string }
-					_ = json.Unmarshal(res.Memory.Content, &c)
-					if texts, live := s.live[res.Memory.MemoryID]; s.forgotten[res.Memory.MemoryID] || (live && !slices.Contains(texts, c.Text)) {
-						counts.stale++
-					}
-				}
+				counts.stale += s.staleResults(sr)
 			}
 		default:
 			// A forget is retried until acknowledged: only then is the scope's past known.
@@ -451,6 +445,20 @@ func soakClient(ctx context.Context, hc *http.Client, g *gwProcess, mine []*soak
 		}
 	}
 	return counts
+}
+
+// staleResults counts the results of a search that were forgotten or superseded
+// when it began.
+func (s *soakScope) staleResults(sr gateway.SearchResponse) int {
+	n := 0
+	for _, res := range sr.Results {
+		var c struct{ Text string }
+		_ = json.Unmarshal(res.Memory.Content, &c)
+		if texts, live := s.live[res.Memory.MemoryID]; s.forgotten[res.Memory.MemoryID] || (live && !slices.Contains(texts, c.Text)) {
+			n++
+		}
+	}
+	return n
 }
 
 // forgot records an acknowledged forget: everything of the scope's past is gone.

@@ -13,6 +13,7 @@ import (
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/shortterm"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
 )
@@ -168,6 +169,10 @@ type Options struct {
 	// in the target for the load (the worker takes a search index away) waits until
 	// the restore is known to write. Its error stops the restore, nothing written.
 	BeforeWrite func(ctx context.Context) error
+	// Sessions, when set, receives the live sessions the package carries (a
+	// snapshot with includeSessions): the target's short-term tier. Nil leaves them
+	// out.
+	Sessions shortterm.Store
 }
 
 // Skipped counts the package's items that were not restored, by reason.
@@ -273,6 +278,9 @@ type Result struct {
 	Forgotten  int64 `json:"forgotten,omitempty"`
 	// Batches is the number of batches committed (in a dry run: merged).
 	Batches int64 `json:"batches"`
+	// Sessions is what became of the live sessions the package carries (nil when it
+	// carries none or they were not asked for).
+	Sessions *SessionsResult `json:"sessions,omitempty"`
 }
 
 // ScopeDetail is one line of the per-scope detail: what happened to the items of one
@@ -573,6 +581,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Scopes = int64(len(r.targets))
 	}
 	if err != nil {
+		return res, err
+	}
+	if err := r.restoreSessions(ctx, res); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -221,7 +221,7 @@ func (a *archiveRun) writeCold(ctx context.Context, objects snapshot.Objects, ru
 	// The store's tombstones travel along, read with the memories in one snapshot, so
 	// that restoring the cold package anywhere honours them.
 	filter := pgstore.ExportFilter{ArchivedAt: runs, IncludeEmbeddings: a.cfg.InSchema()}
-	return writeCut(ctx, a.store, objects, opts, filter, fetcher, nil)
+	return writeCut(ctx, a.store, objects, opts, filter, fetcher, nil, time.Time{}, nil)
 }
 
 // deleteVectors is step 4: every recorded deletion, this run's included.

@@ -64,6 +64,11 @@ type SnapshotConfig struct {
 	// ShardTargetBytes is the uncompressed size after which a shard is cut at the next
 	// scope boundary (0: the package writer's default).
 	ShardTargetBytes int64
+	// IncludeSessions carries the store's live short-term sessions in the package,
+	// read from where Sessions says it keeps them.
+	IncludeSessions bool
+	// Sessions locates the store's short-term tier.
+	Sessions SessionsConfig
 }
 
 // Args renders the configuration as the worker's command-line arguments (after the
@@ -108,6 +113,10 @@ func (c SnapshotConfig) Args() []string {
 	if c.ShardTargetBytes > 0 {
 		args = append(args, fmt.Sprintf("--shard-bytes=%d", c.ShardTargetBytes))
 	}
+	if c.IncludeSessions {
+		args = append(args, "--include-sessions")
+		args = append(args, c.Sessions.Args()...)
+	}
 	return append(args, embed.RolesArgs(c.EmbedderRoles)...)
 }
 
@@ -138,6 +147,8 @@ func ParseSnapshotArgs(args []string, stderr io.Writer) (SnapshotConfig, error) 
 	fs.IntVar(&c.CompressionLevel, "compression-level", 1, "zstd level 1..19")
 	fs.BoolVar(&c.Unencrypted, "unencrypted", false, "write a plaintext package")
 	fs.Int64Var(&c.ShardTargetBytes, "shard-bytes", 0, "cut shards after this many uncompressed bytes (0: default)")
+	fs.BoolVar(&c.IncludeSessions, "include-sessions", false, "carry the store's live short-term sessions in the package")
+	c.Sessions.Register(fs)
 	var roles embed.RolesFlags
 	roles.Register(fs, "")
 	if err := fs.Parse(args); err != nil {
@@ -173,6 +184,9 @@ func ParseSnapshotArgs(args []string, stderr io.Writer) (SnapshotConfig, error) 
 	}
 	if c.CompressionLevel < 1 || c.CompressionLevel > 19 {
 		return c, fmt.Errorf("--compression-level %d is outside 1..19", c.CompressionLevel)
+	}
+	if err := c.Sessions.validate(); err != nil {
+		return c, err
 	}
 	return c, nil
 }

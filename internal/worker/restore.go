@@ -21,6 +21,7 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/restore"
+	"github.com/amemory/memory-operator/internal/shortterm"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
@@ -92,13 +93,18 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 	if fl, ok := index.(engine.FreshLoader); ok {
 		defer fl.EndFreshLoad()
 	}
+	sessions, closeSessions, err := targetSessions(ctx, cfg, reader.Manifest(), target, sec)
+	if err != nil {
+		return sum, err
+	}
+	defer closeSessions()
 	detail := newDetailUpload(ctx, objects, cfg.DetailKey)
 	res, err := restore.Run(ctx, restore.Options{
 		Reader: reader, Written: pkg.imported != nil, Target: target, Index: index, Embedder: embedder, EmbedLimit: cfg.embedLimit(),
 		Mapping: mapper, Denylist: cfg.Denylist, Types: types, Now: ro.Now,
 		Conflict: restore.ConflictPolicy(cfg.ConflictPolicy), Embeddings: restore.EmbeddingsPolicy(cfg.Embeddings),
 		DryRun: cfg.DryRun, Rehydrate: cfg.Rehydrate, AllowMerge: cfg.AllowMerge, IntoExisting: cfg.IntoExisting, Parallelism: restoreParallelism, Detail: detail,
-		Actor: "restore " + cfg.RestoreNamespace + "/" + cfg.RestoreName, BeforeWrite: beforeWrite,
+		Actor: "restore " + cfg.RestoreNamespace + "/" + cfg.RestoreName, BeforeWrite: beforeWrite, Sessions: sessions,
 		Progress: func(p restore.Progress) {
 			if ro.Progress != nil {
 				fmt.Fprintf(ro.Progress, "read %d, restored %d, skipped %d\n", p.Read, p.Restored, p.Skipped)
@@ -137,6 +143,19 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 // PGVector engine's table without its HNSW index and builds the index once, after
 // the load: inserting into the graph row by row costs about 15 times as much.
 const bulkLoadMin = 10_000
+
+// targetSessions is the target's short-term tier, when the package carries live
+// sessions and the restore does not skip them (nil otherwise).
+func targetSessions(ctx context.Context, cfg RestoreConfig, m *snapshot.Manifest, target *pgstore.Store, sec RestoreSecrets) (shortterm.Store, func(), error) {
+	if cfg.SkipSessions || m.Sessions == nil {
+		return nil, func() {}, nil
+	}
+	st, closeSessions, err := cfg.Sessions.open(ctx, target, sec.RedisPassword)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the package carries live sessions: %w (spec.skipSessions leaves them out)", err)
+	}
+	return st, closeSessions, nil
+}
 
 // beginBulkLoad takes the target's search index away for the load when that is
 // worth it (an empty store, a package of at least bulkLoadMin memories, an engine
@@ -275,6 +294,7 @@ func summarize(res *restore.Result, manifestSHA string) RestoreSummary {
 			IDInUseByOtherScope: res.Skipped.IDInUseByOtherScope, TextTooLong: res.Skipped.TextTooLong,
 		},
 		FirstInvalid: truncateUTF8(res.FirstInvalid, maxFirstInvalid),
+		Sessions:     res.Sessions,
 	}
 	if len(res.RestoredByType) > 0 {
 		sum.RestoredByType = map[string]int64{}

@@ -16,6 +16,7 @@ import (
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/importer"
 	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/restore"
 	"github.com/amemory/memory-operator/internal/vector/engine"
 )
 
@@ -136,6 +137,10 @@ type RestoreConfig struct {
 	// another restore; without it such a restore writes nothing (RestoreSummary
 	// .AlreadyRestored says from which).
 	AllowRepeat bool
+	// SkipSessions leaves out the live sessions a package carries; otherwise they
+	// go to the target's short-term tier, which Sessions locates.
+	SkipSessions bool
+	Sessions     SessionsConfig
 
 	// DetailKey is the object, in Source.Bucket, that receives the per-scope detail
 	// (zstd-compressed JSON lines).
@@ -218,6 +223,10 @@ func (c RestoreConfig) Args() []string {
 	if c.AllowRepeat {
 		args = append(args, "--allow-repeat")
 	}
+	if c.SkipSessions {
+		args = append(args, "--skip-sessions")
+	}
+	args = append(args, c.Sessions.Args()...)
 	opt("--restore-uid", c.RestoreUID)
 	return append(args, c.Import.args()...)
 }
@@ -266,6 +275,8 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.BoolVar(&c.AllowMerge, "allow-merge", false, "let the mapping merge several package scopes into one target scope")
 	fs.BoolVar(&c.IntoExisting, "into-existing", false, "let the mapping rename package scopes onto target scopes that hold memories of their own")
 	fs.BoolVar(&c.AllowRepeat, "allow-repeat", false, "restore the package even if the target already received it from another restore")
+	fs.BoolVar(&c.SkipSessions, "skip-sessions", false, "leave out the live sessions the package carries")
+	c.Sessions.Register(fs)
 	fs.StringVar(&c.RestoreUID, "restore-uid", "", "UID of the MemoryRestore, recorded by the target with the package")
 	fs.StringVar(&c.DetailKey, "detail-key", "", "object key of the per-scope detail")
 	finishImport := ImportFlags(fs)
@@ -283,6 +294,9 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 		return c, err
 	}
 	if c.Import, err = finishImport(); err != nil {
+		return c, err
+	}
+	if err := c.Sessions.validate(); err != nil {
 		return c, err
 	}
 	if c.Import != nil {
@@ -413,6 +427,8 @@ type RestoreSecrets struct {
 	ImportPostgresURI string
 	// Milvus is the target store's own Milvus user (engine.EnvMilvusUsername/Password).
 	Milvus engine.Login
+	// RedisPassword is the target store's Redis user's (EnvRedisPassword).
+	RedisPassword string
 }
 
 // RestoreSecretsFromEnv reads the restore worker's secrets from the process environment.
@@ -428,6 +444,7 @@ func RestoreSecretsFrom(getenv func(string) string) RestoreSecrets {
 		EmbedderAPIKey:    getenv(EnvEmbedderAPIKey),
 		ImportPostgresURI: getenv(EnvImportPostgresURI),
 		Milvus:            engine.Login{Username: getenv(engine.EnvMilvusUsername), Password: getenv(engine.EnvMilvusPassword)},
+		RedisPassword:     getenv(EnvRedisPassword),
 	}
 }
 
@@ -470,8 +487,10 @@ type RestoreSummary struct {
 	// Vectors written, reused or computed.
 	Vectors int64 `json:"vectors"`
 	// Rehydrated archived memories are live again (Rehydrate).
-	Rehydrated int64        `json:"rehydrated,omitempty"`
-	Skipped    SkippedCount `json:"skipped"`
+	Rehydrated int64 `json:"rehydrated,omitempty"`
+	// Sessions: the live sessions the package carried and what became of them.
+	Sessions *restore.SessionsResult `json:"sessions,omitempty"`
+	Skipped  SkippedCount            `json:"skipped"`
 	// FirstInvalid describes the first memory skipped as invalid (at most
 	// maxFirstInvalid bytes).
 	FirstInvalid string `json:"firstInvalid,omitempty"`

@@ -15,6 +15,7 @@ import (
 
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/shortterm"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
@@ -28,6 +29,8 @@ type Secrets struct {
 	EncryptionKey string
 	// Milvus is the store's own Milvus user (engine.EnvMilvusUsername/Password).
 	Milvus engine.Login
+	// RedisPassword is the store's Redis user's (EnvRedisPassword).
+	RedisPassword string
 }
 
 // SecretsFromEnv reads the worker's secrets from the process environment.
@@ -41,6 +44,7 @@ func SecretsFrom(getenv func(string) string) Secrets {
 		S3SecretKey:   getenv(EnvS3SecretKey),
 		EncryptionKey: getenv(EnvEncryptionKey),
 		Milvus:        engine.Login{Username: getenv(engine.EnvMilvusUsername), Password: getenv(engine.EnvMilvusPassword)},
+		RedisPassword: getenv(EnvRedisPassword),
 	}
 }
 
@@ -129,7 +133,16 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 			}
 		}
 	}
-	m, err := writeCut(ctx, store, objects, opts, filter, fetcher, func(n int64) {
+	var sessions shortterm.Store
+	if cfg.IncludeSessions {
+		st, closeSessions, err := cfg.Sessions.open(ctx, store, sec.RedisPassword)
+		if err != nil {
+			return nil, err
+		}
+		defer closeSessions()
+		sessions = st
+	}
+	m, err := writeCut(ctx, store, objects, opts, filter, fetcher, sessions, now, func(n int64) {
 		if ro.Progress != nil && n%ProgressEvery == 0 {
 			fmt.Fprintf(ro.Progress, "exported %d memories\n", n)
 		}
@@ -146,7 +159,7 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 // progress, when set, is called with the running count of memories. On failure
 // whatever was uploaded is removed.
 func writeCut(ctx context.Context, store *pgstore.Store, objects snapshot.Objects, opts snapshot.WriterOptions,
-	filter pgstore.ExportFilter, fetcher engine.Fetcher, progress func(n int64)) (*snapshot.Manifest, error) {
+	filter pgstore.ExportFilter, fetcher engine.Fetcher, sessions shortterm.Store, now time.Time, progress func(n int64)) (*snapshot.Manifest, error) {
 	var m *snapshot.Manifest
 	err := store.ReadCut(ctx, func(ctx context.Context, cut *pgstore.Cut) error {
 		opts.CreatedAt = cut.Time
@@ -171,6 +184,11 @@ func writeCut(ctx context.Context, store *pgstore.Store, objects snapshot.Object
 		}
 		if err == nil && flush != nil {
 			err = flush(ctx)
+		}
+		if err == nil && sessions != nil {
+			// The sessions live now, as the short-term tier holds them (not part of
+			// the database snapshot: Redis has none, and they change by the second).
+			err = sessions.Export(ctx, now, func(s shortterm.Session) error { return w.AddSession(packageSession(s)) })
 		}
 		if err == nil {
 			m, err = w.Close(ctx)

@@ -134,6 +134,8 @@ func (s *suite) upgradeChart() {
 	if code := s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:1024", "query": "refund order", "top_k": 2}, &found); code != http.StatusOK || len(found.Results) == 0 {
 		t.Fatalf("search after the upgrade: %d %+v", code, found)
 	}
+	// The gRPC port, which the previous version's gateways did not have.
+	s.grpcThroughService(key, s.ids["e2e-2"])
 }
 
 // leaderFailover deletes the leading manager: the standby takes the lease and the
@@ -411,7 +413,6 @@ func (s *suite) gatewayThroughService() {
 	if ids := found.ids(); len(ids) == 0 || ids[0] != s.ids["e2e-2"] || found.Results[0].Similarity <= 0 {
 		t.Fatalf("search user:1024 for a refund: %+v", found)
 	}
-	s.grpcThroughService(key, s.ids["e2e-2"])
 	// The rows behind it, in the store's own schema.
 	schema := s.store("acme").Status.Postgres.Schema
 	if n := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "memories"}.Sanitize()); n != int64(4) {
@@ -667,9 +668,14 @@ func (s *suite) deleteWithBothReclaimPolicies() {
 func (s *suite) grpcThroughService(key, wantID string) {
 	t := s.t
 	addr := s.secretValue(tenantNS, "acme-memory", "gatewayGRPCAddress")
-	if addr != "acme-gateway."+tenantNS+".svc:8081" || s.store("acme").Status.Gateway.GRPCAddress != addr {
-		t.Fatalf("gatewayGRPCAddress = %q, status %q", addr, s.store("acme").Status.Gateway.GRPCAddress)
+	if addr != "acme-gateway."+tenantNS+".svc:8081" {
+		t.Fatalf("gatewayGRPCAddress = %q", addr)
 	}
+	// status.gateway.grpcAddress is new in this version's CRD, applied by the upgrade.
+	s.eventually("status.gateway.grpcAddress", 60*time.Second, func() (bool, string) {
+		g := s.store("acme").Status.Gateway
+		return g != nil && g.GRPCAddress == addr, fmt.Sprintf("%+v", g)
+	})
 	var svc corev1.Service
 	if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: "acme-gateway"}, &svc); err != nil {
 		t.Fatal(err)
