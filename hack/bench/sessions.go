@@ -44,7 +44,10 @@ func (e *env) benchSessions(ctx context.Context, o sessionsOptions) error {
 
 	cfg := gateway.Config{StoreNamespace: "bench", StoreName: st.names.Tenant, Schema: st.names.Schema,
 		Vectors: st.vectors, Dimension: gwDim, Metric: "COSINE", Embedder: "Hashing",
-		DedupThreshold: seedDedup, RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes}
+		DedupThreshold: seedDedup, RateLimit: 1e9, RateBurst: 1 << 30, MaxBodyBytes: gateway.DefaultMaxBodyBytes,
+		// Both tiers on: the query cache too (in Redis for the Redis gateway), for
+		// the RSS at 32 clients.
+		QueryCache: gateway.QueryCache{QueryCacheTTL: 5 * time.Minute}}
 	pgGw, err := e.startGatewayProcess(ctx, st.agentURI, cfg)
 	if err != nil {
 		return err
@@ -75,6 +78,11 @@ func (e *env) benchSessions(ctx context.Context, o sessionsOptions) error {
 			return c.call(ctx, "GET", "/v1/sessions/"+session(r)+"?last=20", nil, nil)
 		}
 	}
+	cachedSearch := func(c *gwCaller) func(context.Context, *mrand.Rand) error {
+		return func(ctx context.Context, r *mrand.Rand) error {
+			return c.call(ctx, "POST", "/v1/search", gateway.SearchRequest{Scope: fmt.Sprintf("user:b%d", r.IntN(o.sessions)), Query: gwWords[r.IntN(4)], TopK: 10}, nil)
+		}
+	}
 	// Every session holds turns before the reads: one append round first.
 	for _, c := range via {
 		for i := range o.sessions {
@@ -89,7 +97,7 @@ func (e *env) benchSessions(ctx context.Context, o sessionsOptions) error {
 	for _, row := range []struct {
 		name string
 		f    func(c *gwCaller) func(context.Context, *mrand.Rand) error
-	}{{"append a turn", appendTurn}, {"read the last 20 turns", readWindow}} {
+	}{{"append a turn", appendTurn}, {"read the last 20 turns", readWindow}, {"search (query cache)", cachedSearch}} {
 		for _, clients := range []int{1, 8, 32} {
 			res := map[string]gwResult{}
 			for _, name := range []string{"Redis", "PostgreSQL"} {
