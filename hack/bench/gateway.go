@@ -156,19 +156,11 @@ func (e *env) benchGateway(ctx context.Context, opt gatewayOptions) error {
 	}
 	fmt.Printf("\nGateway benchmark: %d memories over %d scopes, hashing embedder (dim %d), %s engine;\n", items, gwScopes, gwDim, opt.engine)
 	fmt.Printf("the same calls through `memory-operator gateway` over HTTP and in-process on service.Memory\n\n")
-	st, mem, cleanup, err := e.gwStore(ctx, opt.engine)
+	st, mem, cleanup, err := e.seededGwStore(ctx, opt.engine, items)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	if err := gwSeed(ctx, mem, items); err != nil {
-		return err
-	}
-	// As autovacuum would within a minute of the seeding: without statistics the
-	// planner takes the 100k-row tables for small ones.
-	if err := analyzeSchema(ctx, st.adminDSN, st.names.Schema); err != nil {
-		return err
-	}
 
 	gw, err := e.startGateway(ctx, st)
 	if err != nil {
@@ -316,6 +308,25 @@ func bothWays(ctx context.Context, via map[string]gwClient, clients, calls, perC
 		res[name] = r
 	}
 	return res, nil
+}
+
+// seededGwStore is gwStore with items memories over gwScopes scopes, analysed as
+// autovacuum would within a minute of the seeding (without statistics the planner
+// takes the 100k-row tables for small ones).
+func (e *env) seededGwStore(ctx context.Context, en string, items int) (*engStore, *service.Memory, func(), error) {
+	st, mem, cleanup, err := e.gwStore(ctx, en)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := gwSeed(ctx, mem, items); err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	if err := analyzeSchema(ctx, st.adminDSN, st.names.Schema); err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	return st, mem, cleanup, nil
 }
 
 // gwStore provisions the benchmark's store on engine en (Postgres or PGVector) as the

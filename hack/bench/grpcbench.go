@@ -25,17 +25,11 @@ import (
 // clients, and prints gRPC's p50 over HTTP's (target: at most 1.2).
 func (e *env) benchGRPC(ctx context.Context, items, calls int) error {
 	fmt.Printf("\ngRPC benchmark: %d memories over %d scopes, %d calls a row, the same calls to one gateway over gRPC and HTTP\n\n", items, gwScopes, calls)
-	st, mem, cleanup, err := e.gwStore(ctx, engine.Postgres)
+	st, _, cleanup, err := e.seededGwStore(ctx, engine.Postgres, items)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	if err := gwSeed(ctx, mem, items); err != nil {
-		return err
-	}
-	if err := analyzeSchema(ctx, st.adminDSN, st.names.Schema); err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
