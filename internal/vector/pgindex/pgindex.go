@@ -292,6 +292,41 @@ func (ix *Index) Delete(ctx context.Context, ids []string) error {
 	return nil
 }
 
+// Fetch returns the stored vectors of the given IDs, as Search compares them: with
+// COSINE normalised (vector.Prepare on write), otherwise as written. IDs without a
+// vector are absent from the map, and so is a vector of another dimension than the
+// index's spec, which Search never finds either. Snapshots and archival read vectors
+// back through it (engine.Fetcher) as they do from the other engines. One query,
+// whatever the number of IDs.
+func (ix *Index) Fetch(ctx context.Context, ids []string) (map[string][]float32, error) {
+	for _, id := range ids {
+		if err := vector.ValidateID(id); err != nil {
+			return nil, fmt.Errorf("fetch vectors from %s: %w", ix.table, err)
+		}
+	}
+	out := make(map[string][]float32, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := ix.pool.Query(ctx, `SELECT v.memory_id, v.embedding FROM `+ix.table+` v
+		WHERE v.memory_id = ANY($1::text[]) AND octet_length(v.embedding) = $2`, ids, storedBytes(ix.spec.Dimension))
+	if err != nil {
+		return nil, fmt.Errorf("fetch vectors from %s: %w", ix.table, err)
+	}
+	err = eachStored(rows, func(_, id string, raw []byte) error {
+		v, err := DecodeVector(raw) // a copy: raw is the row's buffer
+		if err != nil {
+			return err
+		}
+		out[id] = v
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetch vectors from %s: %w", ix.table, err)
+	}
+	return out, nil
+}
+
 // DeleteScope removes every entry of the scope.
 func (ix *Index) DeleteScope(ctx context.Context, scope string) error {
 	if err := vector.ValidateScope(scope); err != nil {

@@ -1,9 +1,9 @@
 // Package vectortest is the conformance suite every vector.Index implementation runs
 // against its real backend, so that Milvus and the PostgreSQL-embedded index behave
 // identically: ranking and scores per metric, scope isolation, type filters, deletes,
-// idempotent upserts, input validation and spec mismatches of an existing store,
-// filtered searches that return exactly min(K, matches), restarts, the dimension
-// range's edges and concurrent writers.
+// idempotent upserts, reading vectors back (Fetch), input validation and spec
+// mismatches of an existing store, filtered searches that return exactly min(K,
+// matches), restarts, the dimension range's edges and concurrent writers.
 package vectortest
 
 import (
@@ -48,6 +48,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("TypeFilter", func(t *testing.T) { testTypeFilter(t, h) })
 	t.Run("UpsertReplaces", func(t *testing.T) { testUpsertReplaces(t, h) })
 	t.Run("Delete", func(t *testing.T) { testDelete(t, h) })
+	t.Run("Fetch", func(t *testing.T) { testFetch(t, h) })
 	t.Run("DeleteScope", func(t *testing.T) { testDeleteScope(t, h) })
 	t.Run("Validation", func(t *testing.T) { testValidation(t, h) })
 	t.Run("LargeBatchMatchesBruteForce", func(t *testing.T) { testLargeBatch(t, h) })
@@ -326,6 +327,84 @@ func testDelete(t *testing.T, h Harness) {
 	// A deleted ID can be written again.
 	upsert(t, idx, e("k1", "user:1", "semantic", 1, 0))
 	expectHits(t, search(t, idx, vector.Query{Scope: "user:1", Vector: []float32{1, 0}, K: 1}), []string{"k1"}, []float32{1})
+}
+
+// Fetcher is an index whose stored vectors can be read back by memory ID (the
+// engine package's Fetcher, which snapshots and archival use); every engine is one.
+type Fetcher interface {
+	Fetch(ctx context.Context, ids []string) (map[string][]float32, error)
+}
+
+// testFetch: Fetch returns the stored vector of each ID it holds, as Search compares
+// it (normalised for COSINE, as written otherwise), and leaves out IDs it does not
+// hold; a replaced vector comes back new, a deleted one (by ID or scope) not at all;
+// no IDs give an empty map, and an invalid ID an error.
+func testFetch(t *testing.T, h Harness) {
+	for _, metric := range []vector.Metric{vector.Cosine, vector.L2, vector.IP} {
+		t.Run(string(metric), func(t *testing.T) {
+			spec := vector.Spec{Dimension: 3, Metric: metric}
+			idx := h.New(t, spec)
+			f, ok := idx.(Fetcher)
+			if !ok {
+				t.Fatalf("%T cannot read its vectors back (Fetch)", idx)
+			}
+			ctx := context.Background()
+			fetch := func(ids ...string) map[string][]float32 {
+				t.Helper()
+				got, err := f.Fetch(ctx, ids)
+				if err != nil {
+					t.Fatalf("fetch %v: %v", ids, err)
+				}
+				return got
+			}
+			expect := func(got map[string][]float32, want ...vector.Entry) {
+				t.Helper()
+				if len(got) != len(want) {
+					t.Fatalf("fetched %d vectors (%v), want %d", len(got), got, len(want))
+				}
+				for _, w := range want {
+					v, ok := got[w.ID]
+					if !ok {
+						t.Fatalf("fetched %v: %s is missing", got, w.ID)
+					}
+					stored := vector.Prepare(metric, w.Vector)
+					if len(v) != len(stored) {
+						t.Fatalf("%s: fetched %v, want %v", w.ID, v, stored)
+					}
+					for i := range v {
+						if math.Abs(float64(v[i]-stored[i])) > 1e-6 {
+							t.Fatalf("%s: fetched %v, want %v", w.ID, v, stored)
+						}
+					}
+				}
+			}
+			a, b := e("f1", "user:1", "semantic", 3, 4, 0), e("f2", "user:1", "episodic", -1, 2, 2)
+			c := e("f3", "user:2", "semantic", 0, 0, 7)
+			upsert(t, idx, a, b, c)
+			if got := fetch(); len(got) != 0 {
+				t.Fatalf("fetch of no IDs: %v", got)
+			}
+			expect(fetch("f1", "f2", "f3"), a, b, c)
+			expect(fetch("f2", "missing", "f2"), b)
+			expect(fetch("missing"))
+
+			// Replaced, also moved to another scope: the new vector.
+			a2 := e("f1", "user:3", "procedural", 0, -2, 1)
+			upsert(t, idx, a2)
+			expect(fetch("f1", "f2"), a2, b)
+
+			if err := idx.Delete(ctx, []string{"f2"}); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			if err := idx.DeleteScope(ctx, "user:2"); err != nil {
+				t.Fatalf("delete scope: %v", err)
+			}
+			expect(fetch("f1", "f2", "f3"), a2)
+			if _, err := f.Fetch(ctx, []string{"f1", ""}); err == nil {
+				t.Error("fetch of an empty ID: no error")
+			}
+		})
+	}
 }
 
 func testDeleteScope(t *testing.T, h Harness) {
