@@ -122,6 +122,37 @@ func runArchiveWorker(args []string) int {
 	return 0
 }
 
+// runDrillWorker is `memory-operator drill`: the process a restore drill Job runs. Its
+// summary goes to stdout and the termination log whether the drill passed or not
+// (exit 0 when it passed, 1 when a check failed or it could not run to its end).
+func runDrillWorker(args []string) int {
+	cfg, err := worker.ParseDrillArgs(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return fail("drill", err, 2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	defer reportPeakMemory("drill")
+
+	sum, err := worker.RunDrill(ctx, cfg, worker.RestoreSecretsFromEnv(), worker.RunOptions{Version: version, Now: time.Now().UTC(), Progress: os.Stderr})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "memory-operator drill: %v\n", err)
+	}
+	msg, merr := sum.TerminationMessage()
+	if merr != nil {
+		return fail("drill", merr, 1)
+	}
+	fmt.Println(string(msg))
+	writeTerminationLog(string(msg))
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
 // reportPeakMemory writes the process's peak resident memory (VmHWM) to stderr when
 // a worker ends: Job logs show what a run needed, and the tests hold the workers to
 // their memory target with it. (A parent's rusage of its child is no measure: with

@@ -234,9 +234,22 @@ func (c RestoreConfig) Args() []string {
 // ParseRestoreArgs parses the worker's arguments and checks them.
 func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	var c RestoreConfig
-	var scopeMap, prefixMap, denylist, types string
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	finish := registerRestoreFlags(fs, &c)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := finish(); err != nil {
+		return c, err
+	}
+	return c, c.check()
+}
+
+// registerRestoreFlags adds a restore's flags to fs, parsed into c; the function it
+// returns completes c from them once fs has parsed (without checking c as a whole).
+func registerRestoreFlags(fs *flag.FlagSet, c *RestoreConfig) func() error {
+	var scopeMap, prefixMap, denylist, types string
 	fs.StringVar(&c.RestoreNamespace, "restore-namespace", "", "namespace of the MemoryRestore")
 	fs.StringVar(&c.RestoreName, "restore-name", "", "name of the MemoryRestore")
 	fs.StringVar(&c.Source.Endpoint, "source-endpoint", "", "S3 endpoint host:port of the package")
@@ -286,38 +299,39 @@ func ParseRestoreArgs(args []string, stderr io.Writer) (RestoreConfig, error) {
 	fs.StringVar(&chromaObject, "import-chroma-object", "", "object key of CrewAI's chroma.sqlite3 in --source-bucket (CrewAI)")
 	var roles embed.RolesFlags
 	roles.Register(fs, "")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	var err error
-	if c.EmbedderRoles, err = jobRoles(&roles); err != nil {
-		return c, err
-	}
-	if c.Import, err = finishImport(); err != nil {
-		return c, err
-	}
-	if err := c.Sessions.validate(); err != nil {
-		return c, err
-	}
-	if c.Import != nil {
-		c.Import.Object, c.Import.HistoryObject, c.Import.ChromaObject = importObject, historyObject, chromaObject
-		if c.Import.NeedsFile() && importObject == "" {
-			return c, fmt.Errorf("--import-kind %s needs --import-object", c.Import.Kind)
+	return func() error {
+		var err error
+		if c.EmbedderRoles, err = jobRoles(&roles); err != nil {
+			return err
 		}
+		if c.Import, err = finishImport(); err != nil {
+			return err
+		}
+		if err := c.Sessions.validate(); err != nil {
+			return err
+		}
+		if c.Import != nil {
+			c.Import.Object, c.Import.HistoryObject, c.Import.ChromaObject = importObject, historyObject, chromaObject
+			if c.Import.NeedsFile() && importObject == "" {
+				return fmt.Errorf("--import-kind %s needs --import-object", c.Import.Kind)
+			}
+		}
+		c.Denylist = splitList(denylist)
+		c.Types = splitList(types)
+		if c.ScopeMap, err = parseRules("--map-scopes", scopeMap); err != nil {
+			return err
+		}
+		c.PrefixMap, err = parseRules("--map-prefixes", prefixMap)
+		return err
 	}
-	c.Denylist = splitList(denylist)
-	c.Types = splitList(types)
-	if c.ScopeMap, err = parseRules("--map-scopes", scopeMap); err != nil {
-		return c, err
-	}
-	if c.PrefixMap, err = parseRules("--map-prefixes", prefixMap); err != nil {
-		return c, err
-	}
-	return c, c.check()
 }
 
-func (c RestoreConfig) check() error {
-	if err := c.checkRequired(); err != nil {
+func (c RestoreConfig) check() error { return c.checkWith(true) }
+
+// checkWith checks c as a whole; a restore needs a detail key (requireDetail), a
+// drill writes no detail.
+func (c RestoreConfig) checkWith(requireDetail bool) error {
+	if err := c.checkRequired(requireDetail); err != nil {
 		return err
 	}
 	for _, e := range []struct {
@@ -359,10 +373,13 @@ func (c RestoreConfig) check() error {
 }
 
 // checkRequired checks the flags every restore needs (a package restore also its prefix).
-func (c RestoreConfig) checkRequired() error {
+func (c RestoreConfig) checkRequired(requireDetail bool) error {
 	var missing []string
 	required := map[string]string{"schema": c.Schema, "source-endpoint": c.Source.Endpoint,
-		"source-bucket": c.Source.Bucket, "detail-key": c.DetailKey}
+		"source-bucket": c.Source.Bucket}
+	if requireDetail {
+		required["detail-key"] = c.DetailKey
+	}
 	if c.Import == nil {
 		required["source-prefix"] = c.Source.Prefix
 	}
