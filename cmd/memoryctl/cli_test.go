@@ -102,6 +102,8 @@ func TestErrorsSpeakMemoryctl(t *testing.T) {
 			"not a directory"},
 		{"verify two locations", func() error { return runRead(ctx, "verify", []string{dir, empty}, io.Discard, io.Discard) },
 			"verify takes one package location"},
+		{"a drill of a directory", func() error { return runRead(ctx, "verify", []string{dir, "--restore"}, io.Discard, io.Discard) },
+			"--restore reads the package from object storage"},
 		{"an s3 location without an endpoint", func() error { return runRead(ctx, "inspect", []string{"s3://b/p/"}, io.Discard, io.Discard) },
 			"s3://b/p/: an s3:// location needs --s3-endpoint HOST:PORT"},
 		{"an s3 location without a prefix", func() error {

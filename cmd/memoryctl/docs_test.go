@@ -249,12 +249,13 @@ func TestDocumentedCommands(t *testing.T) {
 		"postgres://user:password@db:5432/langgraph", exp.DSN,
 		"localhost:9000", s3.Endpoint,
 		"AWS_ACCESS_KEY_ID=minio ", "AWS_ACCESS_KEY_ID="+s3.AccessKey+" ",
-		"AWS_SECRET_ACCESS_KEY=minio123 ", "AWS_SECRET_ACCESS_KEY="+s3.SecretKey+" ")
+		"AWS_SECRET_ACCESS_KEY=minio123 ", "AWS_SECRET_ACCESS_KEY="+s3.SecretKey+" ",
+		"MEMORYCTL_DRILL_URI=postgres://drills@localhost/scratch ", "MEMORYCTL_DRILL_URI="+exp.DSN+" ")
 
 	// What the documented commands wrote reads back: each import made a package of
 	// memories, and verify read every one.
 	all := strings.Join(outs, "\n")
-	for _, want := range []string{"reviewed/package:", "reviewed-sqlite/package:", "reviewed-letta/package:", "reviewed-mem0/package:", "reviewed-llamaindex/package:", "reviewed-autogen/package:", "s3://agent-memory/imports/agent/:", "verified:"} {
+	for _, want := range []string{"reviewed/package:", "reviewed-sqlite/package:", "reviewed-letta/package:", "reviewed-mem0/package:", "reviewed-llamaindex/package:", "reviewed-autogen/package:", "s3://agent-memory/imports/agent/:", "verified:", "drill passed in"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no %q in the documented commands' output", want)
 		}

@@ -337,10 +337,20 @@ AWS_ACCESS_KEY_ID=minio AWS_SECRET_ACCESS_KEY=minio123 memoryctl inspect s3://ag
 		about: `Reads every memory of a package: each object's size and SHA-256 against the
 authenticated manifest, each chunk decrypted and authenticated, each memory decoded
 and validated. A wrong key, a changed byte or a missing shard fails it, naming what
-failed. An encrypted package needs --key-file; a plaintext one needs nothing.`,
+failed. An encrypted package needs --key-file; a plaintext one needs nothing.
+
+With --restore it is a restore drill by hand: the package (in object storage) is
+restored into a scratch schema made on $MEMORYCTL_DRILL_URI's database (a login
+that may create a schema), with every checksum verified on the way, then checked
+as the operator's drills check: its memories and tombstones against the manifest,
+no forgotten memory back, and a recall sample against exact search. The scratch
+schema is dropped at the end, whatever happened.`,
 		examples: `memoryctl verify ./reviewed --key-file snapshot.key
 AWS_ACCESS_KEY_ID=minio AWS_SECRET_ACCESS_KEY=minio123 memoryctl verify s3://agent-memory/acme/snapshots/nightly-20261201-0200/ \
-  --s3-endpoint localhost:9000 --s3-insecure --key-file snapshot.key`,
+  --s3-endpoint localhost:9000 --s3-insecure --key-file snapshot.key
+MEMORYCTL_DRILL_URI=postgres://drills@localhost/scratch AWS_ACCESS_KEY_ID=minio AWS_SECRET_ACCESS_KEY=minio123 \
+  memoryctl verify --restore s3://agent-memory/acme/snapshots/nightly-20261201-0200/ --s3-endpoint localhost:9000 --s3-insecure \
+  --key-file snapshot.key --dimension 384`,
 	},
 }
 
@@ -352,12 +362,19 @@ func runRead(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	if cmd == "inspect" {
 		fs.BoolVar(&scopes, "scopes", false, "also list the memory count of every scope")
 	}
+	var df drillFlags
+	if cmd == "verify" {
+		df.register(fs)
+	}
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 {
 		return fmt.Errorf("%s takes one package location, a directory or s3://BUCKET/PREFIX/ (got %d arguments besides flags)", cmd, len(rest))
+	}
+	if df.restore && !strings.HasPrefix(rest[0], "s3://") {
+		return errNotS3Drill
 	}
 	key, err := of.key()
 	if err != nil {
@@ -395,6 +412,9 @@ func runRead(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 			}
 		}
 		return nil
+	}
+	if df.restore {
+		return runDrill(ctx, rest[0], of, df, m, stdout, stderr)
 	}
 	var n int64
 	last := time.Now()

@@ -104,7 +104,7 @@ func (c DrillConfig) check() error {
 	if c.RecallScopes < 0 || c.RecallQueries < 0 || c.MinRecall < 0 || c.MinRecall > 1 {
 		return errors.New("--recall-scopes and --recall-queries must be positive, --min-recall between 0 and 1")
 	}
-	return c.RestoreConfig.checkWith(false)
+	return drillRestore(c.RestoreConfig).checkWith(false)
 }
 
 // DrillSummary is what a drill found, as the Job's termination message carries it.
