@@ -256,7 +256,9 @@ func milvusRoleExists(ctx context.Context, c client.Client, role string) (bool, 
 
 // ensureMilvusRole creates the role unless it exists and gives it exactly
 // MilvusPrivileges on the store's collection, revoking anything else it holds (a
-// privilege a newer version dropped, or one granted by hand).
+// privilege a newer version dropped, or one granted by hand), but for those on the
+// store's scratch copy: a restore drill in progress keeps them (DropScratch revokes
+// them when the drill ends).
 func ensureMilvusRole(ctx context.Context, c client.Client, names Names) error {
 	exists, err := milvusRoleExists(ctx, c, names.MilvusRole)
 	if err != nil {
@@ -268,7 +270,8 @@ func ensureMilvusRole(ctx context.Context, c client.Client, names Names) error {
 		}
 	}
 	if err := revokeMilvusGrants(ctx, c, names.MilvusRole, func(g entity.RoleGrants) bool {
-		return g.Object == "Collection" && g.ObjectName == names.Collection && slices.Contains(MilvusPrivileges, g.PrivilegeName)
+		return g.Object == "Collection" && (g.ObjectName == names.Collection || g.ObjectName == names.Scratch().Collection) &&
+			slices.Contains(MilvusPrivileges, g.PrivilegeName)
 	}); err != nil {
 		return err
 	}

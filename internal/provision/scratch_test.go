@@ -526,6 +526,14 @@ func TestScratchMilvus(t *testing.T) {
 	vectors := engine.Vectors{VectorEngine: engine.Milvus, MilvusAddress: m.Address, Collection: scratch.Collection}
 	ix := useScratch(t, worker, scratch, vectors, login)
 	checkStoreUntouched(t, admin, worker, names, own)
+	// The store's reconcile re-applies its own grants while the drill runs: those on
+	// the scratch copy stay.
+	if err := EnsureMilvusTenant(ctx, m, names, scratchOwner, milvusPassword, milvusPassword); err != nil {
+		t.Fatal(err)
+	}
+	if got := grantsOf(t, root, names.MilvusRole); !slices.Equal(got, want) {
+		t.Fatalf("after the store's EnsureMilvusTenant during a drill, role %s holds %v, want %v", names.MilvusRole, got, want)
+	}
 
 	// Over a used copy: the collection is made again, empty, and usable.
 	ensureScratch(t, admin, &m, names, EngineMilvus)

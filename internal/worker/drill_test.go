@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/minio/minio-go/v7"
@@ -17,9 +18,12 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/memory/service"
+	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/snapshot"
 	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
 // scratchSchema makes an empty, migrated scratch copy with PostgreSQL-embedded vectors
@@ -228,4 +232,110 @@ func readAll(t *testing.T, r io.ReadCloser) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestDrillOnEveryEngine runs the drill as the operator does, on each engine: the
+// store provisioned as the operator provisions it, its scratch copy made by
+// provision.EnsureScratch as the backend's admin, the drill run with the store's worker
+// login (and on Milvus its own Milvus user) and the copy dropped after.
+func TestDrillOnEveryEngine(t *testing.T) {
+	f := newFixture(t) // MinIO, and the bucket
+	for _, eng := range []string{engine.Postgres, engine.PGVector, engine.Milvus} {
+		t.Run(eng, func(t *testing.T) {
+			ctx := context.Background()
+			const dim = 32
+			s := provisionEngineStore(t, eng, dim)
+			if eng == engine.PGVector {
+				s.vectors.ExactBelow = 50 // scopes of 300 answer from the HNSW index
+			}
+			rng := rand.New(rand.NewPCG(11, uint64(len(eng))))
+			var items []memory.Item
+			for _, scope := range []string{"user:1", "user:2", "user:3", "user:gone"} {
+				for i := range 300 {
+					c, _ := json.Marshal(map[string]string{"text": moveText(rng, i)})
+					items = append(items, memory.Item{MemoryType: memory.Episodic, Scope: scope, Content: c, Source: "drill@1", BaseScore: 0.5})
+				}
+			}
+			m := s.memoryService(t)
+			if _, err := m.Write(ctx, items, service.WriteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Forget(ctx, "user:gone", "asked to", "test"); err != nil {
+				t.Fatal(err)
+			}
+			prefix := "drills/" + testutil.UniqueName(eng+"-") + "/"
+			snap := SnapshotConfig{
+				StoreNamespace: "team", StoreName: "src", Tenant: "src", SnapshotName: "nightly",
+				Schema: s.names.Schema, Vectors: s.vectors, EmbeddingModel: embed.HashingModel, Dimension: dim, Metric: "COSINE",
+				Destination: Destination{Endpoint: f.s3cfg.Endpoint, Insecure: true, Bucket: f.bucket, Prefix: prefix},
+				IncludeEmbeddings: true, Unencrypted: true, CompressionLevel: 1,
+			}
+			if _, err := RunSnapshot(ctx, snap, Secrets{PostgresURI: s.workerURI, S3AccessKey: f.s3cfg.AccessKey, S3SecretKey: f.s3cfg.SecretKey, Milvus: s.login},
+				RunOptions{Now: time.Now()}); err != nil {
+				t.Fatalf("snapshot: %v", err)
+			}
+
+			admin, root := engineAdmins(t, eng)
+			owner := "engines/" + s.names.Tenant
+			scratch, err := provision.EnsureScratch(ctx, admin, root, s.names, owner, s.spec, eng, pgvector.Params{})
+			t.Cleanup(func() { _ = provision.DropScratch(context.Background(), admin, root, s.names, owner) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if root != nil && root.Username != "" {
+				deadline := time.Now().Add(time.Minute)
+				for {
+					err := provision.ScratchMilvusReady(ctx, *root, s.names, owner, s.login.Password)
+					if err == nil || !errors.Is(err, provision.ErrMilvusTenantPending) || time.Now().After(deadline) {
+						if err != nil {
+							t.Fatal(err)
+						}
+						break
+					}
+					time.Sleep(time.Second)
+				}
+			}
+			vectors := s.vectors
+			if eng == engine.Milvus {
+				vectors.Collection = scratch.Collection
+			}
+			cfg := DrillConfig{RestoreConfig: RestoreConfig{
+				RestoreNamespace: "team", RestoreName: "drill", Source: snap.Destination, Unencrypted: true,
+				TargetNamespace: "team", TargetName: "src", Tenant: "src", Schema: scratch.Schema,
+				Vectors: vectors, EmbeddingModel: embed.HashingModel, Dimension: dim, Metric: "COSINE", Embedder: "Hashing",
+			}}
+			sum, err := RunDrill(ctx, cfg, RestoreSecrets{PostgresURI: s.workerURI, SourceS3AccessKey: f.s3cfg.AccessKey,
+				SourceS3SecretKey: f.s3cfg.SecretKey, Milvus: s.login}, RunOptions{Now: time.Now()})
+			if err != nil {
+				t.Fatalf("drill: %v (%+v)", err, sum)
+			}
+			r := sum.Recall
+			t.Logf("%s: %d memories, recall@10 %.3f (min %.3f) over %d searches", eng, sum.Memories, r.Mean, r.Min, r.Queries)
+			if !sum.Passed || sum.Memories != 900 || sum.ScratchTombstones != 1 || r.Queries != 15 || r.Exact != (eng == engine.Postgres) || r.Mean < 0.95 {
+				t.Fatalf("summary = %+v", sum)
+			}
+			if err := provision.DropScratch(ctx, admin, root, s.names, owner); err != nil {
+				t.Fatal(err)
+			}
+			// The store itself: as it was.
+			if got := topTexts(t, m, "user:1", "coffee", 10); len(got) != 10 {
+				t.Fatalf("the store answers %d results after the drill", len(got))
+			}
+		})
+	}
+}
+
+// engineAdmins are the admin logins of eng's servers: PostgreSQL's, and the Milvus
+// server's (nil but for Milvus).
+func engineAdmins(t *testing.T, eng string) (provision.PostgresConn, *provision.MilvusConn) {
+	pg := testutil.PostgresParts(t)
+	if eng == engine.PGVector {
+		pg = testutil.PGVectorParts(t)
+	}
+	admin := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	if eng != engine.Milvus {
+		return admin, nil
+	}
+	m := testutil.MilvusAuth(t)
+	return admin, &provision.MilvusConn{Address: m.Addr, Username: m.User, Password: m.Password}
 }
