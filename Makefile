@@ -189,6 +189,7 @@ undeploy: ## Remove the operator deployed with `make deploy`.
 helm: helm-bin ## Lint and render the Helm chart.
 	$(HELM) lint charts/memory-operator
 	$(HELM) template memory-operator charts/memory-operator --namespace memory-operator-system >/dev/null
+	$(HELM) template memory-operator charts/memory-operator --namespace memory-operator-system --set metrics.prometheusRule.enabled=true >/dev/null
 
 ##@ Tools
 

@@ -75,7 +75,7 @@ func runManager(args []string) int {
 		return 1
 	}
 	if workerImage == "" {
-		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots, MemoryRestores, archival runs and gateways will wait until the operator is restarted with one")
+		log.Info("No --worker-image (or $WORKER_IMAGE): MemorySnapshots, MemoryRestores, archival runs, restore drills and gateways will wait until the operator is restarted with one")
 	}
 	c, reader, scheme, recorder := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme(), mgr.GetEventRecorder("memory-operator")
 	reconcilers := []struct {
@@ -94,6 +94,8 @@ func runManager(args []string) int {
 			Clock: clock.RealClock{}}},
 		{"Archival", &controllers.ArchivalReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
 			Clock: clock.RealClock{}, WorkerImage: workerImage}},
+		{"RestoreDrill", &controllers.RestoreDrillReconciler{Client: c, APIReader: reader, Scheme: scheme, Recorder: recorder,
+			Clock: clock.RealClock{}, WorkerImage: workerImage, OperatorNamespace: operatorNS}},
 	}
 	for _, rc := range reconcilers {
 		if err := rc.r.SetupWithManager(mgr); err != nil {

@@ -33,7 +33,12 @@ const (
 // whatever restarts happen. A store name too long for a Job name is cut and followed by
 // the store's UID prefix, so two long names sharing a start do not collide.
 func archiveJobName(store *memoryv1alpha1.MemoryStore, slot time.Time) string {
-	suffix := archiveJobInfix + slot.UTC().Format(slotFormat)
+	return slotJobName(store, archiveJobInfix, slot)
+}
+
+// slotJobName is "<store><infix><yyyymmddhhmm>", cut as archiveJobName says.
+func slotJobName(store *memoryv1alpha1.MemoryStore, infix string, slot time.Time) string {
+	suffix := infix + slot.UTC().Format(slotFormat)
 	name := store.Name
 	if len(name)+len(suffix) > maxJobName {
 		uid := "-" + uidPrefix(store)

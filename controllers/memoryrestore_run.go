@@ -169,6 +169,16 @@ func (r *MemoryRestoreReconciler) resolveSource(ctx context.Context, restore *me
 		}
 		return restoreSourcePlan{}, err
 	}
+	return packageOfSnapshot(ctx, r.resolver(), snap, src.Unencrypted, packageKeyRef(src))
+}
+
+// packageOfSnapshot is the source plan of a restore of snap's package, opened with key
+// (nil when unencrypted says the restore expects a plaintext package): a snapshot still
+// running is waited for, one that failed or whose encryption is not what the restore
+// expects fails it.
+func packageOfSnapshot(ctx context.Context, resolver packageResolver, snap *memoryv1alpha1.MemorySnapshot,
+	unencrypted bool, key *corev1.SecretKeySelector) (restoreSourcePlan, error) {
+	name := snap.Name
 	switch {
 	case !snap.DeletionTimestamp.IsZero():
 		return restoreSourcePlan{}, stepErrorf(memoryv1alpha1.ReasonSnapshotNotFound, "MemorySnapshot %s is being deleted", name)
@@ -179,7 +189,7 @@ func (r *MemoryRestoreReconciler) resolveSource(ctx context.Context, restore *me
 		return restoreSourcePlan{}, &runFailure{reason: memoryv1alpha1.ReasonSnapshotFailed,
 			message: fmt.Sprintf("MemorySnapshot %s failed (%s); nothing to restore", name, completedReason(snap.Status.Conditions))}
 	}
-	if enc := snap.Spec.Encryption; enc.Unencrypted != src.Unencrypted {
+	if enc := snap.Spec.Encryption; enc.Unencrypted != unencrypted {
 		msg := fmt.Sprintf("MemorySnapshot %s is encrypted; set source.keySecret to its key", name)
 		if enc.Unencrypted {
 			msg = fmt.Sprintf("MemorySnapshot %s is not encrypted; set source.unencrypted: true", name)
@@ -191,7 +201,7 @@ func (r *MemoryRestoreReconciler) resolveSource(ctx context.Context, restore *me
 		return restoreSourcePlan{}, &runFailure{reason: memoryv1alpha1.ReasonFailed,
 			message: fmt.Sprintf("MemorySnapshot %s records no usable package: %v", name, err)}
 	}
-	refs, err := r.resolver().refs(ctx, snap, nil)
+	refs, err := resolver.refs(ctx, snap, nil)
 	if err != nil {
 		return restoreSourcePlan{}, err
 	}
@@ -200,7 +210,7 @@ func (r *MemoryRestoreReconciler) resolveSource(ctx context.Context, restore *me
 			Bucket: loc.Bucket, Prefix: loc.Prefix},
 		// The snapshot's own credentials: the Secret its Job wrote the package with.
 		Credentials:    refs.creds,
-		Key:            packageKeyRef(src),
+		Key:            key,
 		Snapshot:       name,
 		ManifestSHA256: snap.Status.ManifestSHA256,
 	}, nil

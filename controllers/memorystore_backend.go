@@ -38,11 +38,18 @@ type resolvedBackend struct {
 // live in the operator's namespace, or its inline spec, whose Secrets live in the
 // store's namespace) and reads their credentials.
 func (r *MemoryStoreReconciler) resolveBackend(ctx context.Context, store *memoryv1alpha1.MemoryStore) (*resolvedBackend, error) {
+	return resolveStoreBackend(ctx, r.Client, r.APIReader, r.OperatorNamespace, store)
+}
+
+// resolveStoreBackend is resolveBackend for any controller: c reads the
+// ClusterMemoryBackend, secrets the Secrets (straight from the API server), and a
+// ClusterMemoryBackend's Secrets are in operatorNS.
+func resolveStoreBackend(ctx context.Context, c, secrets client.Reader, operatorNS string, store *memoryv1alpha1.MemoryStore) (*resolvedBackend, error) {
 	var spec memoryv1alpha1.BackendSpec
 	secretNS := store.Namespace
 	if name := store.Spec.Backend.ClusterBackend; name != "" {
 		cb := &memoryv1alpha1.ClusterMemoryBackend{}
-		if err := r.Get(ctx, types.NamespacedName{Name: name}, cb); err != nil {
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, cb); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, stepErrorf(memoryv1alpha1.ReasonBackendNotFound, "ClusterMemoryBackend %q not found", name)
 			}
@@ -53,7 +60,7 @@ func (r *MemoryStoreReconciler) resolveBackend(ctx context.Context, store *memor
 				"ClusterMemoryBackend %q does not allow namespace %q", name, store.Namespace)
 		}
 		spec = cb.Spec.BackendSpec
-		secretNS = r.OperatorNamespace
+		secretNS = operatorNS
 	} else {
 		spec = memoryv1alpha1.BackendSpec{
 			Postgres:      *store.Spec.Backend.Postgres,
@@ -63,7 +70,7 @@ func (r *MemoryStoreReconciler) resolveBackend(ctx context.Context, store *memor
 		}
 	}
 
-	return resolveBackendSpec(ctx, r.APIReader, spec, secretNS)
+	return resolveBackendSpec(ctx, secrets, spec, secretNS)
 }
 
 // resolveBackendSpec reads the credentials of a backend spec from its Secrets in

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,12 @@ func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memo
 	// dropped, and a store of the same name created again does not find it owned by
 	// this one (garbage collection would remove it, but later).
 	if _, err := r.deleteGatewayObjects(ctx, store); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// A restore drill's scratch copy is never data: it goes whatever the policy, and
+	// before the store's roles, which hold grants on it.
+	if err := r.dropScratch(ctx, store); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -184,4 +191,33 @@ func (r *MemoryStoreReconciler) deleteMilvus(ctx context.Context, store *memoryv
 		deleted = append(deleted, "Milvus collection "+names.Collection)
 	}
 	return deleted, nil
+}
+
+// dropScratch drops the scratch copy a restore drill may have left: one must go when a
+// drill was running (its copy holds up to a store's size); otherwise there is none
+// unless the operator stopped between making one and recording it, and a backend
+// that does not answer does not hold the deletion back for that.
+func (r *MemoryStoreReconciler) dropScratch(ctx context.Context, store *memoryv1alpha1.MemoryStore) error {
+	st := store.Status.RestoreDrill
+	if st == nil || store.Status.Postgres == nil {
+		return nil
+	}
+	err := func() error {
+		rb, err := r.resolveBackend(ctx, store)
+		if err != nil {
+			return err
+		}
+		names, err := provision.NamesFor(store.Spec.Tenant, rb.basePrefix())
+		if err != nil {
+			return err
+		}
+		return dropStoreScratch(ctx, store, rb, names)
+	}()
+	switch {
+	case err != nil && st.Active != nil:
+		return fmt.Errorf("dropping the restore drill's scratch copy %s: %w", st.Active.Scratch, err)
+	case err != nil:
+		logf.FromContext(ctx).Info("Could not check for a restore drill's scratch copy; deleting the store anyway", "error", err.Error())
+	}
+	return nil
 }

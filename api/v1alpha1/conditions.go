@@ -34,6 +34,11 @@ const (
 	// (invalid schedule, the store not Ready, a Secret missing, the last run failed).
 	ConditionArchival = "Archival"
 
+	// ConditionVerified is present while spec.restoreDrill is set: True when the last
+	// restore drill passed (its message names the snapshot and when), False when it
+	// failed or could not run, Unknown before the first drill ended.
+	ConditionVerified = "Verified"
+
 	// ConditionGatewayReady is present only while spec.gateway.enabled: True when every
 	// declared gateway replica is up to date and ready, False while it rolls out, is
 	// scaled to zero, or its configuration (keys, TLS Secret) is wrong. It never
@@ -85,6 +90,12 @@ const (
 	ReasonCleanupFailed      = "CleanupFailed"
 	ReasonNoConflict         = "NoConflict"
 	ReasonDependencyNotReady = "DependencyNotReady"
+
+	// Restore drills (ConditionVerified).
+	ReasonDrillPassed   = "DrillPassed"
+	ReasonDrillFailed   = "DrillFailed"
+	ReasonNotYetDrilled = "NotYetDrilled"
+	ReasonNoSnapshot    = "NoSnapshot"
 
 	ReasonInvalidSchedule      = "InvalidSchedule"
 	ReasonScheduled            = "Scheduled"

@@ -331,6 +331,12 @@ type MemoryStoreSpec struct {
 	// +optional
 	Archival *ArchivalSpec `json:"archival,omitempty"`
 
+	// RestoreDrill restores the store's latest successful snapshot into a scratch copy
+	// on a schedule, checks what came back and drops the copy; the Verified condition
+	// says which snapshot last proved it restores (see RestoreDrillSpec).
+	// +optional
+	RestoreDrill *RestoreDrillSpec `json:"restoreDrill,omitempty"`
+
 	// Gateway runs the memory gateway, the HTTP API agents call (native, LangGraph
 	// Store, MCP), for this store.
 	// +optional
@@ -377,6 +383,95 @@ type SnapshotSchedule struct {
 
 	// Template is stamped onto every MemorySnapshot the schedule creates.
 	Template SnapshotParameters `json:"template"`
+}
+
+// RestoreDrillSpec schedules restore drills. A drill restores the newest MemorySnapshot
+// of the store that succeeded into a scratch copy beside the store (schema drill_<tenant>
+// on the same PostgreSQL, collection drill_<tenant> on the same Milvus), never into the
+// store, and checks that the copy holds the manifest's memories and tombstones, that
+// every checksum verifies, that no memory a tombstone covers came back, and that
+// searches of the copy's index find the exact top 10 of sampled queries (at least
+// minRecall on approximate engines). The copy is dropped after every drill, also one
+// that failed or was killed, and costs at most one store's size meanwhile.
+type RestoreDrillSpec struct {
+	Schedule CronSchedule `json:"schedule"`
+
+	// Suspend starts no new drills; a running one finishes.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// RecallScopes is how many scopes the recall sample searches, five queries each.
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	RecallScopes *int32 `json:"recallScopes,omitempty"`
+
+	// MinRecall is the mean recall@10 the sample must reach on an approximate engine
+	// (PGVector, Milvus), a decimal between 0 and 1 (default "0.95"); the Postgres
+	// engine must find the exact top 10 every time.
+	// +kubebuilder:validation:Pattern=`^(0(\.[0-9]{1,4})?|1(\.0{1,4})?)$`
+	// +optional
+	MinRecall string `json:"minRecall,omitempty"`
+
+	// Job tunes the drill Jobs (deadline, resources).
+	// +optional
+	Job *JobOptions `json:"job,omitempty"`
+}
+
+// RestoreDrillStatus is the drills' bookkeeping and their last results.
+type RestoreDrillStatus struct {
+	// Since is when the operator first scheduled drills for the store: an alert on
+	// "no verified snapshot" counts from here until one is verified.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// +optional
+	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
+	// Active is the drill running now; its scratch copy exists until it ends.
+	// +optional
+	Active *ActiveDrill `json:"active,omitempty"`
+	// LastRun is the last drill that ended, passed or not.
+	// +optional
+	LastRun *DrillRun `json:"lastRun,omitempty"`
+	// LastVerified is the last drill that passed.
+	// +optional
+	LastVerified *DrillRun `json:"lastVerified,omitempty"`
+}
+
+// ActiveDrill is a drill in progress.
+type ActiveDrill struct {
+	Job      string      `json:"job"`
+	Snapshot string      `json:"snapshot"`
+	Scratch  string      `json:"scratch"`
+	Started  metav1.Time `json:"started"`
+}
+
+// DrillRun is one drill's result.
+type DrillRun struct {
+	Job      string `json:"job"`
+	Snapshot string `json:"snapshot"`
+	// SnapshotTime is when the snapshot's package was cut.
+	// +optional
+	SnapshotTime *metav1.Time `json:"snapshotTime,omitempty"`
+	Started      metav1.Time  `json:"started"`
+	Finished     metav1.Time  `json:"finished"`
+	Passed       bool         `json:"passed"`
+	// Memories and Tombstones came back (the manifest's counts when Passed).
+	// +optional
+	Memories int64 `json:"memories,omitempty"`
+	// +optional
+	Tombstones int64 `json:"tombstones,omitempty"`
+	// Recall is the recall sample's mean recall@10, a decimal string, and Searches
+	// how many searches it made.
+	// +optional
+	Recall string `json:"recall,omitempty"`
+	// +optional
+	Searches int32 `json:"searches,omitempty"`
+	// Message says what failed, or what was checked.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // SnapshotScheduleStatus is the schedule's bookkeeping: the next run is computed from
@@ -516,6 +611,10 @@ type MemoryStoreStatus struct {
 	// +optional
 	Archival *ArchivalStatus `json:"archival,omitempty"`
 
+	// RestoreDrill is the restore drills' state and their last results.
+	// +optional
+	RestoreDrill *RestoreDrillStatus `json:"restoreDrill,omitempty"`
+
 	// Gateway is the gateway's state, while spec.gateway.enabled.
 	// +optional
 	Gateway *GatewayStatus `json:"gateway,omitempty"`
@@ -552,6 +651,7 @@ type ReceivedRestore struct {
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.status.connectionSecret`,priority=1
 // +kubebuilder:printcolumn:name="Archival",type=string,JSONPath=`.status.conditions[?(@.type=="Archival")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Archived",type=integer,JSONPath=`.status.archival.lastRun.archived`,priority=1
+// +kubebuilder:printcolumn:name="Verified",type=string,JSONPath=`.status.conditions[?(@.type=="Verified")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.status.conditions[?(@.type=="GatewayReady")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.gateway) || !self.spec.gateway.enabled || self.metadata.name.matches('^[a-z]([-a-z0-9]{0,53}[a-z0-9])?$')",message="a store with a gateway needs a name of at most 55 lowercase letters, digits and '-', starting with a letter: its Service is named <name>-gateway"
