@@ -73,6 +73,8 @@ import (
 
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
 )
 
 func main() {
@@ -358,7 +360,11 @@ func (e *env) benchSnapshot(ctx context.Context, items, rssItems int) error {
 			return err
 		}
 		fmt.Printf("\nworker peak RSS at %d memories: %.1f MiB (target < 256 MiB), wall %.2fs\n", rssItems, m.rssMiB, m.wall.Seconds())
-		if err := e.benchRestoreMemory(ctx, big, e.lastPrefix, rssItems); err != nil {
+		pkg := e.lastPrefix
+		if err := e.benchRestoreMemory(ctx, big, pkg, rssItems); err != nil {
+			return err
+		}
+		if err := e.benchDrill(ctx, pkg, rssItems); err != nil {
 			return err
 		}
 	}
@@ -553,6 +559,39 @@ func (e *env) restore(name, pkg, target, mapFile string) (measurement, error) {
 		"--dimension=8", "--metric=COSINE", "--embedder=Hashing", "--embeddings=Defer",
 		"--unmapped=Keep", "--conflict-policy=KeepNewer",
 		"--map-file="+mapFile, "--map-format=csv", "--types=working,episodic,semantic,procedural")
+}
+
+// benchDrill runs a restore drill of the large package (restore into a scratch copy,
+// then its checks and recall sample) beside a plain restore of the same package into
+// an empty store with the same settings: the ratio is what the drill's checks cost.
+func (e *env) benchDrill(ctx context.Context, pkg string, items int) error {
+	if err := e.freshSchemas(ctx, "bench_drill_ref", "drill_bench"); err != nil {
+		return err
+	}
+	spec := vector.Spec{Dimension: 8, Metric: vector.Cosine}
+	for _, schema := range []string{"bench_drill_ref", "drill_bench"} {
+		if err := pgindex.Ensure(ctx, e.pool, schema, spec); err != nil {
+			return err
+		}
+	}
+	common := []string{"--source-endpoint=" + e.s3Endpoint, "--source-insecure", "--source-bucket=bench", "--source-prefix=" + pkg,
+		"--vector-engine=Postgres", "--embedding-model=memory-operator/hashing-v1", "--dimension=8", "--metric=COSINE",
+		"--embedder=Hashing", "--embeddings=Reuse", "--unmapped=Keep", "--conflict-policy=KeepNewer", "--skip-sessions"}
+	restore, err := e.measure(fmt.Sprintf("memory-operator restore, %d memories", items), e.bin,
+		append([]string{"restore", "--schema=bench_drill_ref", "--detail-key=" + pkg + "restores/bench-drill/detail.jsonl.zst"}, common...)...)
+	if err != nil {
+		return err
+	}
+	drill, err := e.measure(fmt.Sprintf("memory-operator drill, %d memories", items), e.bin,
+		append([]string{"drill", "--schema=drill_bench"}, common...)...)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n%-60s %9.2fs %9.1f MiB\n%-60s %9.2fs %9.1f MiB\n", restore.name, restore.wall.Seconds(), restore.rssMiB,
+		drill.name, drill.wall.Seconds(), drill.rssMiB)
+	fmt.Printf("ratio drill / restore: %.2fx   (target <= 1.2x); drill peak RSS %.1f MiB (target < 256 MiB)\n", drill.wall.Seconds()/restore.wall.Seconds(), drill.rssMiB)
+	_, err = e.pool.Exec(ctx, `DROP SCHEMA drill_bench CASCADE; DROP SCHEMA bench_drill_ref CASCADE`)
+	return err
 }
 
 // benchRounds is how many times each side of a timed comparison runs; medians compare.
