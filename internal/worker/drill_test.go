@@ -267,7 +267,7 @@ func TestDrillOnEveryEngine(t *testing.T) {
 			snap := SnapshotConfig{
 				StoreNamespace: "team", StoreName: "src", Tenant: "src", SnapshotName: "nightly",
 				Schema: s.names.Schema, Vectors: s.vectors, EmbeddingModel: embed.HashingModel, Dimension: dim, Metric: "COSINE",
-				Destination: Destination{Endpoint: f.s3cfg.Endpoint, Insecure: true, Bucket: f.bucket, Prefix: prefix},
+				Destination:       Destination{Endpoint: f.s3cfg.Endpoint, Insecure: true, Bucket: f.bucket, Prefix: prefix},
 				IncludeEmbeddings: true, Unencrypted: true, CompressionLevel: 1,
 			}
 			if _, err := RunSnapshot(ctx, snap, Secrets{PostgresURI: s.workerURI, S3AccessKey: f.s3cfg.AccessKey, S3SecretKey: f.s3cfg.SecretKey, Milvus: s.login},
