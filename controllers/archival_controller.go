@@ -4,7 +4,6 @@ import (
 	"context"
 
 	batchv1 "k8s.io/api/batch/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -14,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -51,30 +49,8 @@ type ArchivalReconciler struct {
 // Jobs and records the archival's state (its condition and status.archival, nothing
 // else of the store's status). A store that is gone, or going, loses its metrics.
 func (r *ArchivalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	store := &memoryv1alpha1.MemoryStore{}
-	if err := r.Get(ctx, req.NamespacedName, store); err != nil {
-		if apierrors.IsNotFound(err) {
-			forgetArchivalMetrics(req.Namespace, req.Name)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !store.DeletionTimestamp.IsZero() {
-		// Its Jobs go with it (owner references); a run's result no longer has a place.
-		forgetArchivalMetrics(store.Namespace, store.Name)
-		return ctrl.Result{}, nil
-	}
-
-	want := currentArchivalState(store)
-	result, err := r.reconcileArchival(ctx, store, &want)
-	if perr := r.patchArchivalStatus(ctx, store, want); perr != nil {
-		logf.FromContext(ctx).Error(perr, "Failed to record the archival's status")
-		if err == nil {
-			return ctrl.Result{}, perr
-		}
-		return result, err
-	}
-	r.announce(store, want)
-	return result, err
+	return storePart[archivalState]{what: "archival", forget: forgetArchivalMetrics, current: currentArchivalState,
+		reconcile: r.reconcileArchival, patch: r.patchArchivalStatus, announce: r.announce}.run(ctx, r.Client, req)
 }
 
 // SetupWithManager watches stores (spec changes, the Ready condition changing, and

@@ -76,29 +76,9 @@ const (
 // Reconcile follows the drill in progress, starts the slot that is due and records the
 // drills' state (the Verified condition and status.restoreDrill, nothing else).
 func (r *RestoreDrillReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	store := &memoryv1alpha1.MemoryStore{}
-	if err := r.Get(ctx, req.NamespacedName, store); err != nil {
-		if apierrors.IsNotFound(err) {
-			forgetDrillMetrics(req.Namespace, req.Name)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !store.DeletionTimestamp.IsZero() {
-		// The store's deletion drops a scratch copy left behind (reconcileDelete).
-		forgetDrillMetrics(store.Namespace, store.Name)
-		return ctrl.Result{}, nil
-	}
-	want := currentDrillState(store)
-	result, err := r.reconcileDrill(ctx, store, &want)
-	if perr := r.patchDrillStatus(ctx, store, want); perr != nil {
-		logf.FromContext(ctx).Error(perr, "Failed to record the restore drill's status")
-		if err == nil {
-			return ctrl.Result{}, perr
-		}
-		return result, err
-	}
-	r.announce(store, want)
-	return result, err
+	// A store's deletion drops a scratch copy a drill left (reconcileDelete).
+	return storePart[drillState]{what: "restore drill", forget: forgetDrillMetrics, current: currentDrillState,
+		reconcile: r.reconcileDrill, patch: r.patchDrillStatus, announce: r.announce}.run(ctx, r.Client, req)
 }
 
 // SetupWithManager watches stores (spec changes, Ready changes), the drill Jobs they

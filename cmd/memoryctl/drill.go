@@ -43,6 +43,15 @@ func (d *drillFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&d.recallScopes, "recall-scopes", 0, fmt.Sprintf("with --restore: scopes the recall sample searches (default %d)", worker.DefaultDrillScopes))
 }
 
+// check refuses, before anything is opened, a drill of a package that is not in
+// object storage.
+func (d drillFlags) check(where string) error {
+	if d.restore && !strings.HasPrefix(where, "s3://") {
+		return errNotS3Drill
+	}
+	return nil
+}
+
 // runDrill is `memoryctl verify --restore`: the restore drill by hand. The package is
 // restored into a schema of its own (drill_memoryctl_<random>) with PostgreSQL-embedded,
 // exact vectors, checked, and the schema is dropped whatever happened, also on an

@@ -373,8 +373,8 @@ func runRead(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	if len(rest) != 1 {
 		return fmt.Errorf("%s takes one package location, a directory or s3://BUCKET/PREFIX/ (got %d arguments besides flags)", cmd, len(rest))
 	}
-	if df.restore && !strings.HasPrefix(rest[0], "s3://") {
-		return errNotS3Drill
+	if err := df.check(rest[0]); err != nil {
+		return err
 	}
 	key, err := of.key()
 	if err != nil {

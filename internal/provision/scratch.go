@@ -93,57 +93,15 @@ func drillOwner(owner string) milvus.Owner { return milvus.Owner{ID: owner + "/d
 func EnsureScratch(ctx context.Context, admin PostgresConn, m *MilvusConn, names Names, owner string, spec vector.Spec,
 	engine string, pgv pgvector.Params) (Names, error) {
 	scratch := names.Scratch()
-	what := "PostgreSQL " + admin.Endpoint()
-	if err := spec.Validate(); err != nil {
-		return scratch, fail(ReasonBackendError, "vector spec: %v", err)
+	if err := validateScratch(names, spec, engine, m, pgv); err != nil {
+		return scratch, err
 	}
-	switch engine {
-	case EnginePostgres:
-	case EnginePGVector:
-		if err := pgvector.ValidateSpec(spec); err != nil {
-			return scratch, fail(ReasonEngineUnavailable, "vector spec for the PGVector engine: %v", err)
-		}
-		if err := pgv.WithDefaults().Validate(); err != nil {
-			return scratch, fail(ReasonBackendError, "%v", err)
-		}
-	case EngineMilvus:
-		if m == nil {
-			return scratch, fail(ReasonEngineUnavailable, "the Milvus engine needs a Milvus server for the scratch copy of %s", names.Schema)
-		}
-	default:
-		return scratch, fail(ReasonBackendError, "unknown vector engine %q: want %s, %s or %s", engine, EnginePostgres, EnginePGVector, EngineMilvus)
-	}
-	if err := pgstore.ValidateSchema(scratch.Schema); err != nil {
-		return scratch, fail(ReasonBackendError, "scratch copy of %s: %v", names.Schema, err)
-	}
-	if err := milvus.ValidCollectionName(scratch.Collection); err != nil {
-		return scratch, fail(ReasonBackendError, "scratch copy of %s: %v", names.Schema, err)
-	}
-
 	pool, err := OpenPool(ctx, admin)
 	if err != nil {
 		return scratch, err
 	}
 	defer pool.Close()
-	// The store's schema must be owner's: its worker role is then the store's.
-	switch own, msg, err := SchemaOwnership(ctx, admin, names, owner); {
-	case err != nil:
-		return scratch, err
-	case own == NoSchema:
-		return scratch, fail(ReasonBackendError, "%s: schema %s does not exist; a store's scratch copy is made after the store (EnsurePostgres)",
-			what, names.Schema)
-	case own == OwnedByOther:
-		return scratch, fail(ReasonTenantConflict, "%s", msg)
-	}
-	var worker bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, names.WorkerRole).Scan(&worker); err != nil {
-		return scratch, classify(what, err)
-	}
-	if !worker {
-		return scratch, fail(ReasonBackendError, "%s: role %s does not exist; a store's scratch copy is made after its roles (EnsurePostgres)",
-			what, names.WorkerRole)
-	}
-	if _, err := scratchMark(ctx, pool, scratch.Schema, owner); err != nil {
+	if err := scratchPreflight(ctx, pool, admin, names, owner); err != nil {
 		return scratch, err
 	}
 	var mc client.Client
@@ -158,30 +116,8 @@ func EnsureScratch(ctx context.Context, admin PostgresConn, m *MilvusConn, names
 	}
 
 	// Every mark is ours or absent: start over.
-	if err := recreateScratchSchema(ctx, pool, scratch.Schema, owner); err != nil {
+	if err := buildScratchSchema(ctx, pool, admin, names, owner, spec, engine, pgv); err != nil {
 		return scratch, err
-	}
-	if _, err := pgstore.Migrate(ctx, pool, scratch.Schema); err != nil {
-		return scratch, classify(what+": migrating schema "+scratch.Schema, err)
-	}
-	var ext *pgvector.Extension
-	switch engine {
-	case EnginePostgres:
-		if err := pgindex.Ensure(ctx, pool, scratch.Schema, spec); err != nil {
-			return scratch, classify(fmt.Sprintf("%s: vectors in schema %s", what, scratch.Schema), err)
-		}
-	case EnginePGVector:
-		e, err := pgvector.EnsureExtension(ctx, pool)
-		if err != nil {
-			return scratch, classifyPGVector(what+" (database "+admin.Database+")", err)
-		}
-		ext = &e
-		if err := pgvector.Ensure(ctx, pool, scratch.Schema, spec, pgv); err != nil {
-			return scratch, classifyPGVector(fmt.Sprintf("%s: vectors in schema %s", what, scratch.Schema), err)
-		}
-	}
-	if err := grantScratchWorker(ctx, pool, admin.Database, scratch, ext); err != nil {
-		return scratch, classify(what+": granting "+names.WorkerRole+" the scratch copy "+scratch.Schema, err)
 	}
 	if engine == EngineMilvus {
 		if err := recreateScratchCollection(ctx, mc, *m, scratch, owner, spec); err != nil {
@@ -189,6 +125,98 @@ func EnsureScratch(ctx context.Context, admin PostgresConn, m *MilvusConn, names
 		}
 	}
 	return scratch, nil
+}
+
+// validateScratch checks EnsureScratch's arguments before anything is reached.
+func validateScratch(names Names, spec vector.Spec, engine string, m *MilvusConn, pgv pgvector.Params) error {
+	scratch := names.Scratch()
+	if err := spec.Validate(); err != nil {
+		return fail(ReasonBackendError, "vector spec: %v", err)
+	}
+	switch engine {
+	case EnginePostgres:
+	case EnginePGVector:
+		if err := pgvector.ValidateSpec(spec); err != nil {
+			return fail(ReasonEngineUnavailable, "vector spec for the PGVector engine: %v", err)
+		}
+		if err := pgv.WithDefaults().Validate(); err != nil {
+			return fail(ReasonBackendError, "%v", err)
+		}
+	case EngineMilvus:
+		if m == nil {
+			return fail(ReasonEngineUnavailable, "the Milvus engine needs a Milvus server for the scratch copy of %s", names.Schema)
+		}
+	default:
+		return fail(ReasonBackendError, "unknown vector engine %q: want %s, %s or %s", engine, EnginePostgres, EnginePGVector, EngineMilvus)
+	}
+	if err := pgstore.ValidateSchema(scratch.Schema); err != nil {
+		return fail(ReasonBackendError, "scratch copy of %s: %v", names.Schema, err)
+	}
+	if err := milvus.ValidCollectionName(scratch.Collection); err != nil {
+		return fail(ReasonBackendError, "scratch copy of %s: %v", names.Schema, err)
+	}
+	return nil
+}
+
+// scratchPreflight checks, before anything is touched, that the store's schema is
+// owner's (its worker role is then the store's), that the role exists, and that the
+// scratch schema is absent or marked as owner's drill.
+func scratchPreflight(ctx context.Context, pool *pgxpool.Pool, admin PostgresConn, names Names, owner string) error {
+	what := "PostgreSQL " + admin.Endpoint()
+	switch own, msg, err := SchemaOwnership(ctx, admin, names, owner); {
+	case err != nil:
+		return err
+	case own == NoSchema:
+		return fail(ReasonBackendError, "%s: schema %s does not exist; a store's scratch copy is made after the store (EnsurePostgres)",
+			what, names.Schema)
+	case own == OwnedByOther:
+		return fail(ReasonTenantConflict, "%s", msg)
+	}
+	var worker bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, names.WorkerRole).Scan(&worker); err != nil {
+		return classify(what, err)
+	}
+	if !worker {
+		return fail(ReasonBackendError, "%s: role %s does not exist; a store's scratch copy is made after its roles (EnsurePostgres)",
+			what, names.WorkerRole)
+	}
+	_, err := scratchMark(ctx, pool, names.Scratch().Schema, owner)
+	return err
+}
+
+// buildScratchSchema makes the scratch schema afresh: marked, migrated, with the
+// engine's vectors table when the vectors live in PostgreSQL, and the worker role's
+// grants.
+func buildScratchSchema(ctx context.Context, pool *pgxpool.Pool, admin PostgresConn, names Names, owner string, spec vector.Spec,
+	engine string, pgv pgvector.Params) error {
+	scratch := names.Scratch()
+	what := "PostgreSQL " + admin.Endpoint()
+	if err := recreateScratchSchema(ctx, pool, scratch.Schema, owner); err != nil {
+		return err
+	}
+	if _, err := pgstore.Migrate(ctx, pool, scratch.Schema); err != nil {
+		return classify(what+": migrating schema "+scratch.Schema, err)
+	}
+	var ext *pgvector.Extension
+	switch engine {
+	case EnginePostgres:
+		if err := pgindex.Ensure(ctx, pool, scratch.Schema, spec); err != nil {
+			return classify(fmt.Sprintf("%s: vectors in schema %s", what, scratch.Schema), err)
+		}
+	case EnginePGVector:
+		e, err := pgvector.EnsureExtension(ctx, pool)
+		if err != nil {
+			return classifyPGVector(what+" (database "+admin.Database+")", err)
+		}
+		ext = &e
+		if err := pgvector.Ensure(ctx, pool, scratch.Schema, spec, pgv); err != nil {
+			return classifyPGVector(fmt.Sprintf("%s: vectors in schema %s", what, scratch.Schema), err)
+		}
+	}
+	if err := grantScratchWorker(ctx, pool, admin.Database, scratch, ext); err != nil {
+		return classify(what+": granting "+names.WorkerRole+" the scratch copy "+scratch.Schema, err)
+	}
+	return nil
 }
 
 // DropScratch removes the scratch copy of the store whose names (the store's) and
