@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"k8s.io/utils/ptr"
 	"strconv"
 	"testing"
 	"time"
@@ -103,6 +104,9 @@ func (f backendFixture) inlineStore(namespace, name, tenant string, dim int32, w
 				ObjectStorage: f.objectStorageSpec("s3-creds", "memory-test"),
 			},
 			Vector: memoryv1alpha1.VectorSpec{Dimension: dim},
+			// The tests of deletion with reclaimPolicy Delete are about what is dropped;
+			// memorystore_prechange_test.go tests the snapshot taken first.
+			PreChangeSnapshot: &memoryv1alpha1.PreChangeSnapshotSpec{Enabled: ptr.To(false)},
 		},
 	}
 	if withMilvus {

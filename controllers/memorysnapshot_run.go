@@ -73,7 +73,11 @@ func (r *MemorySnapshotReconciler) startJob(ctx context.Context, snap *memoryv1a
 			"The operator has no worker image: start it with --worker-image or $WORKER_IMAGE")
 		return ctrl.Result{}, nil
 	}
-	store, backend, err := readyStore(ctx, r.Client, snap.Namespace, snap.Spec.StoreRef.Name)
+	// A snapshot taken before a store's deletion reads a store no longer Ready.
+	store, backend, deleting, err := preChangeStore(ctx, r.Client, snap)
+	if err == nil && !deleting {
+		store, backend, err = readyStore(ctx, r.Client, snap.Namespace, snap.Spec.StoreRef.Name)
+	}
 	if err != nil {
 		return r.waitOn(snap, err)
 	}

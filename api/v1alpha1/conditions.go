@@ -91,6 +91,12 @@ const (
 	ReasonNoConflict         = "NoConflict"
 	ReasonDependencyNotReady = "DependencyNotReady"
 
+	// A destructive change waits for its pre-change snapshot (ConditionReady while the
+	// store is deleted): to succeed, after it failed, or for a template to write it with.
+	ReasonPreChangeSnapshot            = "PreChangeSnapshot"
+	ReasonPreChangeSnapshotFailed      = "PreChangeSnapshotFailed"
+	ReasonPreChangeSnapshotUnavailable = "PreChangeSnapshotUnavailable"
+
 	// Restore drills (ConditionVerified).
 	ReasonDrillPassed   = "DrillPassed"
 	ReasonDrillFailed   = "DrillFailed"

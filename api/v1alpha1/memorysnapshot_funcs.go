@@ -12,6 +12,9 @@ const (
 	LabelStore     = "memory.amemory.io/store"
 	LabelSnapshot  = "memory.amemory.io/snapshot"
 	LabelScheduled = "memory.amemory.io/scheduled"
+	// LabelPreChange marks a snapshot the operator took before a destructive change
+	// of its store; the value says which (Delete).
+	LabelPreChange = "memory.amemory.io/pre-change"
 )
 
 // SetCondition records a condition for the current generation.

@@ -45,6 +45,25 @@ func (s *MemoryStore) ReclaimPolicyOrDefault() ReclaimPolicy {
 	return s.Spec.ReclaimPolicy
 }
 
+// PreChangeSnapshotEnabled says whether destructive changes wait for a snapshot
+// (spec.preChangeSnapshot.enabled, default true).
+func (s *MemoryStore) PreChangeSnapshotEnabled() bool {
+	p := s.Spec.PreChangeSnapshot
+	return p == nil || p.Enabled == nil || *p.Enabled
+}
+
+// PreChangeTemplate is how a pre-change snapshot is written: spec.preChangeSnapshot
+// .template, else the snapshot schedule's template; nil when the store has neither.
+func (s *MemoryStore) PreChangeTemplate() *SnapshotParameters {
+	if p := s.Spec.PreChangeSnapshot; p != nil && p.Template != nil {
+		return p.Template
+	}
+	if sc := s.Spec.SnapshotSchedule; sc != nil {
+		return &sc.Template
+	}
+	return nil
+}
+
 // MetricOrDefault treats an unset metric as COSINE.
 func (s *MemoryStore) MetricOrDefault() VectorMetric {
 	if s.Spec.Vector.Metric == "" {

@@ -327,6 +327,14 @@ type MemoryStoreSpec struct {
 	// +optional
 	SnapshotSchedule *SnapshotSchedule `json:"snapshotSchedule,omitempty"`
 
+	// PreChangeSnapshot makes the operator snapshot the store, and wait until the
+	// snapshot succeeded, before it destroys data: deleting the store with
+	// reclaimPolicy Delete. On by default, written as spec.snapshotSchedule.template
+	// says unless a template is given here; a store with neither waits (reason
+	// PreChangeSnapshotUnavailable) until one is set or enabled is false.
+	// +optional
+	PreChangeSnapshot *PreChangeSnapshotSpec `json:"preChangeSnapshot,omitempty"`
+
 	// Archival archives low-score memories on a cron schedule (see ArchivalSpec).
 	// +optional
 	Archival *ArchivalSpec `json:"archival,omitempty"`
@@ -383,6 +391,31 @@ type SnapshotSchedule struct {
 
 	// Template is stamped onto every MemorySnapshot the schedule creates.
 	Template SnapshotParameters `json:"template"`
+}
+
+// PreChangeSnapshotSpec configures the snapshot taken before a destructive change.
+type PreChangeSnapshotSpec struct {
+	// Enabled (default true): false lets destructive changes go ahead without a
+	// snapshot.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Template is stamped onto the snapshot (destination, encryption, ...); default
+	// spec.snapshotSchedule.template.
+	// +optional
+	Template *SnapshotParameters `json:"template,omitempty"`
+}
+
+// PreChangeSnapshotStatus is the snapshot a destructive change waits for, or waited
+// for last.
+type PreChangeSnapshotStatus struct {
+	// Snapshot is the MemorySnapshot's name (in the store's namespace).
+	Snapshot string `json:"snapshot"`
+	// Change is what it precedes: Delete.
+	Change string `json:"change"`
+	// Succeeded is true once it succeeded and the change could go ahead.
+	// +optional
+	Succeeded bool `json:"succeeded,omitempty"`
 }
 
 // RestoreDrillSpec schedules restore drills. A drill restores the newest MemorySnapshot
@@ -614,6 +647,11 @@ type MemoryStoreStatus struct {
 	// RestoreDrill is the restore drills' state and their last results.
 	// +optional
 	RestoreDrill *RestoreDrillStatus `json:"restoreDrill,omitempty"`
+
+	// PreChangeSnapshot is the snapshot a destructive change waits for (deletion with
+	// reclaimPolicy Delete), once one was needed.
+	// +optional
+	PreChangeSnapshot *PreChangeSnapshotStatus `json:"preChangeSnapshot,omitempty"`
 
 	// Gateway is the gateway's state, while spec.gateway.enabled.
 	// +optional

@@ -70,6 +70,7 @@ spec:
   backend: {clusterBackend: e2e-engines}
   vector: {dimension: 64, index: {exactSearchBelow: 2}}
   reclaimPolicy: Delete
+  preChangeSnapshot: {enabled: false}   # flow_test.go checks the snapshot before deletion
   gateway: {enabled: true, keys: [{name: agent}]}
 ---
 apiVersion: memory.amemory.io/v1alpha1
@@ -80,6 +81,7 @@ spec:
   backend: {clusterBackend: e2e-engines}
   vector: {dimension: 64, engine: Milvus}
   reclaimPolicy: Delete
+  preChangeSnapshot: {enabled: false}
   gateway: {enabled: true, keys: [{name: agent}]}
 `, tenantNS))
 	want := map[string]string{"vec-pg": "PGVector", "vec-milvus": "Milvus"}

@@ -615,8 +615,26 @@ func (s *suite) scrape(url string) string {
 func (s *suite) deleteWithBothReclaimPolicies() {
 	t := s.t
 	acme, v2 := s.store("acme"), s.store("acme-v2")
+	// acme (reclaimPolicy Delete) is snapshotted before its data goes: a real Job on
+	// the cluster, written as the store now says (the previous chart's store had no
+	// such setting).
+	s.run("", s.kubectl, "patch", "memorystore", "acme", "-n", tenantNS, "--type=merge", "-p",
+		`{"spec":{"preChangeSnapshot":{"template":{"destination":{"credentialsSecret":{"name":"s3-credentials"}},"encryption":{"keySecret":{"name":"snapshot-key","key":"key"}}}}}}`)
 	for _, name := range []string{"acme", "acme-v2"} {
-		s.run("", s.kubectl, "delete", "memorystore", name, "-n", tenantNS, "--timeout=90s")
+		s.run("", s.kubectl, "delete", "memorystore", name, "-n", tenantNS, "--timeout=180s")
+	}
+	preDelete := &memoryv1.MemorySnapshot{}
+	var snaps memoryv1.MemorySnapshotList
+	if err := s.kube.List(s.ctx, &snaps, crclient.InNamespace(tenantNS), crclient.MatchingLabels{memoryv1.LabelPreChange: "Delete"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range snaps.Items {
+		if snaps.Items[i].Spec.StoreRef.Name == "acme" {
+			preDelete = &snaps.Items[i]
+		}
+	}
+	if preDelete.Name == "" || preDelete.Status.Phase != "Succeeded" || preDelete.Status.Items == 0 {
+		t.Fatalf("no succeeded snapshot of acme before its deletion: %+v", preDelete.Status)
 	}
 	for _, name := range []string{"acme", "acme-v2"} {
 		err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: name}, &memoryv1.MemoryStore{})
