@@ -172,6 +172,7 @@ spec:
 $(backend_yaml)
   vector: {dimension: 384}
   reclaimPolicy: Delete
+  preChangeSnapshot: {enabled: false} # the demo drops this copy at once; acme is snapshotted before its deletion
 ---
 apiVersion: memory.amemory.io/v1alpha1
 kind: MemoryRestore
@@ -221,8 +222,16 @@ SQL
 }
 
 demo_delete() {
-	say "Deleting the store (reclaimPolicy: Delete drops schema, role, collection and prefix)"
-	kubectl -n "$NS" delete memorystore acme --timeout=60s
+	local job
+	say "Deleting the store: a snapshot of it first (preChangeSnapshot), then reclaimPolicy: Delete drops schema, role, collection and prefix"
+	kubectl -n "$NS" patch memorystore acme --type merge \
+		-p '{"spec":{"preChangeSnapshot":{"template":{"encryption":{"keySecret":{"name":"snapshot-key","key":"key"}}}}}}' >/dev/null
+	kubectl -n "$NS" delete memorystore acme --wait=false
+	job=$(wait_for_job memory.amemory.io/store=acme memorysnapshots pre-delete)
+	kubectl -n "$NS" get memorystore acme -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}: {.status.conditions[?(@.type=="Ready")].message}{"\n"}'
+	run_job "$NS" "$job"
+	kubectl -n "$NS" wait memorystore/acme --for=delete --timeout=120s >/dev/null || failed memorystore acme
+	kubectl -n "$NS" get memorysnapshots -l memory.amemory.io/pre-change=Delete
 	local i events=""
 	for i in $(seq 1 20); do # Events are recorded a moment after what they announce
 		events=$(kubectl -n "$NS" get events --field-selector reason=Reclaimed,involvedObject.name=acme -o jsonpath='{range .items[*]}{.reason}: {.message}{"\n"}{end}')
