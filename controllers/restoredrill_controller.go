@@ -248,7 +248,9 @@ func (r *RestoreDrillReconciler) start(ctx context.Context, store *memoryv1alpha
 		m = rb.milvus
 	}
 	active := &memoryv1alpha1.ActiveDrill{Snapshot: snap.Name, Scratch: names.Scratch().Schema, Started: metav1.Time{Time: r.Clock.Now()}}
-	// Recorded before the copy is made: whatever happens next, the copy is dropped.
+	// Set before the copy is made, so that every way out of here drops it; should the
+	// operator stop before the status is written, the next drill (EnsureScratch starts
+	// over) or the store's deletion drops what it left.
 	st.Active, st.LastScheduleTime = active, &metav1.Time{Time: slot}
 	if _, err := provision.EnsureScratch(ctx, rb.postgres, m, names, ownerOf(store), spec, v.Engine, pgvectorParams(store)); err != nil {
 		return r.abandon(ctx, store, want, fmt.Sprintf("The scratch copy could not be made: %v", err))
@@ -445,8 +447,9 @@ func setVerifiedCondition(store *memoryv1alpha1.MemoryStore, want *drillState) {
 	case run == nil && (want.condition == nil || want.condition.Reason == memoryv1alpha1.ReasonNotYetDrilled ||
 		want.condition.Reason == memoryv1alpha1.ReasonInvalidSchedule):
 		want.setCondition(store, metav1.ConditionUnknown, memoryv1alpha1.ReasonNotYetDrilled, "No restore drill has ended yet")
-	case run == nil:
-		// NoSnapshot or NotConfigured, set where it was found.
+	case run == nil, want.condition != nil && want.condition.Reason == memoryv1alpha1.ReasonNoSnapshot &&
+		!run.Finished.After(want.condition.LastTransitionTime.Time):
+		// NoSnapshot or NotConfigured, set where it was found, until a drill ends.
 	case run.Passed:
 		at := "its cut time unknown"
 		if run.SnapshotTime != nil {

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -200,6 +201,25 @@ func TestRestoreDrillEndToEndThroughTheWorker(t *testing.T) {
 	g.Expect(schemaExists(t, scratch)).To(BeFalse())
 	v, _ = metricValue(g, "memory_operator_restore_drills_total", storeLabels(store, "result", "failed"))
 	g.Expect(v).To(Equal(2.0))
+
+	// The store's snapshots gone: the slot says so, and keeps saying so until a drill
+	// ends (the last drill's result does not come back over it).
+	g.Expect(k8sClient.Delete(context.Background(), getSnapshot(g, client.ObjectKeyFromObject(snap)))).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(context.Background(), client.ObjectKeyFromObject(snap), &memoryv1alpha1.MemorySnapshot{}))
+	}).Should(BeTrue())
+	slot = slot.AddDate(0, 0, 1)
+	clk.SetTime(slot.Add(time.Minute))
+	reconcileDrill(t, r, store)
+	reconcileDrill(t, r, store)
+	_, c = drillOf(g, store)
+	g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonNoSnapshot))
+	snap = newSnapshot(ns, "nightly-2", store.Name, nil)
+	create(t, snap)
+	snapJob = waitForJob(t, snap)
+	runWorker(t, snapJob)
+	completeJob(t, snapJob)
+	waitSnapshotCondition(t, client.ObjectKeyFromObject(snap), memoryv1alpha1.ConditionCompleted, metav1.ConditionTrue, memoryv1alpha1.ReasonSucceeded)
 
 	// A store deleted while its drill runs takes the scratch copy with it.
 	slot = slot.AddDate(0, 0, 1)
