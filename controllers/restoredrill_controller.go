@@ -439,17 +439,22 @@ func recordDrillSummary(run *memoryv1alpha1.DrillRun, sum worker.DrillSummary) {
 
 func parseRecall(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
 
-// setVerifiedCondition says what the last drill found (Unknown before any ended).
+// setVerifiedCondition says what the last drill found, once one ended: set when a
+// drill ends, it stays until the next one ends or a slot finds no snapshot to drill
+// (NoSnapshot); before any drill ended it is Unknown.
 func setVerifiedCondition(store *memoryv1alpha1.MemoryStore, want *drillState) {
 	st := want.ensureStatus()
 	run := st.LastRun
+	if c := want.condition; want.finished == nil && c != nil {
+		switch c.Reason {
+		case memoryv1alpha1.ReasonDrillPassed, memoryv1alpha1.ReasonDrillFailed, memoryv1alpha1.ReasonNoSnapshot:
+			c.ObservedGeneration = store.Generation
+			return
+		}
+	}
 	switch {
-	case run == nil && (want.condition == nil || want.condition.Reason == memoryv1alpha1.ReasonNotYetDrilled ||
-		want.condition.Reason == memoryv1alpha1.ReasonInvalidSchedule):
+	case run == nil:
 		want.setCondition(store, metav1.ConditionUnknown, memoryv1alpha1.ReasonNotYetDrilled, "No restore drill has ended yet")
-	case run == nil, want.condition != nil && want.condition.Reason == memoryv1alpha1.ReasonNoSnapshot &&
-		!run.Finished.After(want.condition.LastTransitionTime.Time):
-		// NoSnapshot or NotConfigured, set where it was found, until a drill ends.
 	case run.Passed:
 		at := "its cut time unknown"
 		if run.SnapshotTime != nil {
