@@ -336,6 +336,9 @@ func TestGuaranteeStoreThatLostATenantConflictIsDeletable(t *testing.T) {
 
 	second := f.inlineStore(ns, "claimant", tenant, 8, true)
 	second.Spec.ReclaimPolicy = memoryv1alpha1.ReclaimDelete
+	// The default, a snapshot before deletion: a store that owns nothing has nothing
+	// to snapshot and goes at once.
+	second.Spec.PreChangeSnapshot = nil
 	create(t, second)
 	waitForCondition(t, client.ObjectKeyFromObject(second), memoryv1alpha1.ConditionReady,
 		metav1.ConditionFalse, memoryv1alpha1.ReasonTenantConflict)

@@ -12,6 +12,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/provision"
 )
 
 // A snapshot before anything destructive: the operator snapshots a store, and waits
@@ -43,9 +44,27 @@ func (r *MemoryStoreReconciler) preChangeSnapshot(ctx context.Context, store *me
 	if !store.PreChangeSnapshotEnabled() {
 		return nil
 	}
+	// A store that never got as far as a worker login never served agents nor took a
+	// restore: it holds nothing to lose, and no Job could read it.
+	if st := store.Status; st.Postgres == nil || st.Vector == nil || st.WorkerSecret == "" {
+		return nil
+	}
+	// Nor does a store whose schema is another's (it lost a TenantConflict): its
+	// deletion drops nothing.
+	rb, err := r.resolveBackend(ctx, store)
+	if err != nil {
+		return err
+	}
+	names, err := provision.NamesFor(store.Spec.Tenant, rb.basePrefix())
+	if err != nil {
+		return err
+	}
+	if own, _, err := provision.SchemaOwnership(ctx, rb.postgres, names, ownerOf(store)); err != nil || own != provision.OwnedByUs {
+		return err
+	}
 	name := preChangeSnapshotName(store, change)
 	snap := &memoryv1alpha1.MemorySnapshot{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: store.Namespace, Name: name}, snap)
+	err = r.Get(ctx, client.ObjectKey{Namespace: store.Namespace, Name: name}, snap)
 	if apierrors.IsNotFound(err) {
 		// The cache may lag behind a snapshot made a moment ago.
 		err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: store.Namespace, Name: name}, snap)
