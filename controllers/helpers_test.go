@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"k8s.io/utils/ptr"
 	"strconv"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"

@@ -45,22 +45,10 @@ func (r *MemoryStoreReconciler) reconcileDelete(ctx context.Context, store *memo
 	if store.ReclaimPolicyOrDefault() == memoryv1alpha1.ReclaimDelete {
 		// Nothing is dropped before a snapshot of it succeeded (unless the store says
 		// otherwise); agents reach it no more, so the snapshot is its last state.
+		if wait, err := r.waitForPreChangeSnapshot(ctx, store, changeDelete); wait || err != nil {
+			return ctrl.Result{RequeueAfter: preChangeRecheck}, err
+		}
 		original := store.DeepCopy()
-		if err := r.preChangeSnapshot(ctx, store, changeDelete); err != nil {
-			var se *stepError
-			if !errors.As(err, &se) {
-				return ctrl.Result{}, err
-			}
-			store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionFalse, se.reason, "Deleting: "+se.message)
-			if perr := r.patchStatus(ctx, original, store); perr != nil {
-				log.Error(perr, "Failed to record status")
-			}
-			return ctrl.Result{RequeueAfter: preChangeRecheck}, nil
-		}
-		if p := store.Status.PreChangeSnapshot; p != nil && p.Succeeded && (original.Status.PreChangeSnapshot == nil || !original.Status.PreChangeSnapshot.Succeeded) {
-			r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, "PreChangeSnapshotSucceeded", changeDelete,
-				"MemorySnapshot %s succeeded: deleting the store's data", p.Snapshot)
-		}
 		reclaimed, err := r.deleteBackends(ctx, store)
 		if err != nil {
 			reason := memoryv1alpha1.ReasonCleanupFailed

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,8 +31,8 @@ const changeDelete = "Delete"
 func preChangeSnapshotName(store *memoryv1alpha1.MemoryStore, change string) string {
 	suffix := "-pre-" + strings.ToLower(change) + "-" + uidPrefix(store)
 	name := store.Name
-	if max := validation.DNS1123SubdomainMaxLength; len(name)+len(suffix) > max {
-		name = strings.TrimRight(name[:max-len(suffix)], ".-")
+	if limit := validation.DNS1123SubdomainMaxLength; len(name)+len(suffix) > limit {
+		name = strings.TrimRight(name[:limit-len(suffix)], ".-")
 	}
 	return name + suffix
 }
@@ -141,4 +142,32 @@ func preChangeStore(ctx context.Context, c client.Reader, snap *memoryv1alpha1.M
 		return nil, effectiveBackend{}, false, err
 	}
 	return store, backend, true, nil
+}
+
+// waitForPreChangeSnapshot holds a destructive change back until its snapshot
+// succeeded: wait is true (and the store's Ready condition says why, written now)
+// while it must wait.
+func (r *MemoryStoreReconciler) waitForPreChangeSnapshot(ctx context.Context, store *memoryv1alpha1.MemoryStore, change string) (wait bool, err error) {
+	original := store.DeepCopy()
+	err = r.preChangeSnapshot(ctx, store, change)
+	var se *stepError
+	switch {
+	case errors.As(err, &se):
+		store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionFalse, se.reason, "Deleting: "+se.message)
+		if perr := r.patchStatus(ctx, original, store); perr != nil {
+			logf.FromContext(ctx).Error(perr, "Failed to record status")
+		}
+		return true, nil
+	case err != nil:
+		return true, err
+	}
+	if p := store.Status.PreChangeSnapshot; p != nil && p.Succeeded && (original.Status.PreChangeSnapshot == nil || !original.Status.PreChangeSnapshot.Succeeded) {
+		// Recorded, so that a change retried after a backend error says it once.
+		if err := r.patchStatus(ctx, original, store); err != nil {
+			return true, err
+		}
+		r.Recorder.Eventf(store, nil, corev1.EventTypeNormal, "PreChangeSnapshotSucceeded", change,
+			"MemorySnapshot %s succeeded: the store's data is %s now", p.Snapshot, changedWord(change))
+	}
+	return false, nil
 }
