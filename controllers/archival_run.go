@@ -145,11 +145,16 @@ func setArchivalCondition(store *memoryv1alpha1.MemoryStore, want *archivalState
 
 // archiveJobs lists the archive Jobs the store controls.
 func (r *ArchivalReconciler) archiveJobs(ctx context.Context, store *memoryv1alpha1.MemoryStore) ([]batchv1.Job, error) {
+	return storeJobs(ctx, r.Client, store, archiveContainer)
+}
+
+// storeJobs are the store's worker Jobs of a component (archive, drill), by name.
+// They are listed by component rather than by store label: a store name longer than
+// a label value has no label, and ownership is what counts.
+func storeJobs(ctx context.Context, c client.Reader, store *memoryv1alpha1.MemoryStore, component string) ([]batchv1.Job, error) {
 	var list batchv1.JobList
-	// Listed by component rather than by store label: a store name longer than a label
-	// value has no label, and ownership is what counts.
-	if err := r.List(ctx, &list, client.InNamespace(store.Namespace),
-		client.MatchingLabels{"app.kubernetes.io/component": archiveContainer, labelManagedBy: managedBy}); err != nil {
+	if err := c.List(ctx, &list, client.InNamespace(store.Namespace),
+		client.MatchingLabels{"app.kubernetes.io/component": component, labelManagedBy: managedBy}); err != nil {
 		return nil, err
 	}
 	var jobs []batchv1.Job

@@ -6,8 +6,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
 )
@@ -61,18 +59,7 @@ func (s archivalState) applyTo(store *memoryv1alpha1.MemoryStore) {
 // write the rest of the same status, so the patch carries only what changed, under an
 // optimistic lock; on a conflict the store is read again and the same fields re-applied.
 func (r *ArchivalReconciler) patchArchivalStatus(ctx context.Context, store *memoryv1alpha1.MemoryStore, want archivalState) error {
-	attempt := 0
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if attempt++; attempt > 1 {
-			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(store), store); err != nil {
-				return err
-			}
-		}
-		original := store.DeepCopy()
-		want.applyTo(store)
-		_, err := patchStatusIfChanged(ctx, r.Client, original, store, original.Status, store.Status)
-		return err
-	})
+	return patchStorePart(ctx, r.Client, r.APIReader, store, want.applyTo)
 }
 
 // announce emits, once the status is written, the Event of a run that ended

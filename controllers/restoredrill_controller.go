@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -144,22 +142,13 @@ func (s *drillState) setCondition(store *memoryv1alpha1.MemoryStore, status meta
 // patchDrillStatus writes the Verified condition and status.restoreDrill, only what
 // changed, under an optimistic lock (other reconcilers write the rest of the status).
 func (r *RestoreDrillReconciler) patchDrillStatus(ctx context.Context, store *memoryv1alpha1.MemoryStore, want drillState) error {
-	attempt := 0
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if attempt++; attempt > 1 {
-			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(store), store); err != nil {
-				return err
-			}
-		}
-		original := store.DeepCopy()
+	return patchStorePart(ctx, r.Client, r.APIReader, store, func(s *memoryv1alpha1.MemoryStore) {
 		if want.condition == nil {
-			meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionVerified)
+			meta.RemoveStatusCondition(&s.Status.Conditions, memoryv1alpha1.ConditionVerified)
 		} else {
-			meta.SetStatusCondition(&store.Status.Conditions, *want.condition)
+			meta.SetStatusCondition(&s.Status.Conditions, *want.condition)
 		}
-		store.Status.RestoreDrill = want.status.DeepCopy()
-		_, err := patchStatusIfChanged(ctx, r.Client, original, store, original.Status, store.Status)
-		return err
+		s.Status.RestoreDrill = want.status.DeepCopy()
 	})
 }
 
@@ -518,26 +507,9 @@ func dropStoreScratch(ctx context.Context, store *memoryv1alpha1.MemoryStore, rb
 	return provision.DropScratch(ctx, rb.postgres, m, names, ownerOf(store))
 }
 
-// drillJobs are the store's drill Jobs, oldest first.
-func (r *RestoreDrillReconciler) drillJobs(ctx context.Context, store *memoryv1alpha1.MemoryStore) ([]batchv1.Job, error) {
-	var list batchv1.JobList
-	if err := r.List(ctx, &list, client.InNamespace(store.Namespace),
-		client.MatchingLabels{"app.kubernetes.io/component": drillContainer, labelManagedBy: managedBy}); err != nil {
-		return nil, err
-	}
-	var jobs []batchv1.Job
-	for _, j := range list.Items {
-		if metav1.IsControlledBy(&j, store) {
-			jobs = append(jobs, j)
-		}
-	}
-	sort.Slice(jobs, func(i, k int) bool { return jobs[i].Name < jobs[k].Name })
-	return jobs, nil
-}
-
 // pruneJobs deletes finished drill Jobs beyond the newest keep.
 func (r *RestoreDrillReconciler) pruneJobs(ctx context.Context, store *memoryv1alpha1.MemoryStore, keep int) error {
-	jobs, err := r.drillJobs(ctx, store)
+	jobs, err := storeJobs(ctx, r.Client, store, drillContainer)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -51,4 +52,24 @@ func (p storePart[S]) run(ctx context.Context, c client.Reader, req ctrl.Request
 	}
 	p.announce(store, want)
 	return result, err
+}
+
+// patchStorePart writes one part of the store's status, which apply sets on a store,
+// and nothing else: other reconcilers write the rest of the same status, so the
+// patch carries only what changed, under an optimistic lock; on a conflict the store
+// is read again (through reader) and the part applied again.
+func patchStorePart(ctx context.Context, c client.Client, reader client.Reader, store *memoryv1alpha1.MemoryStore,
+	apply func(*memoryv1alpha1.MemoryStore)) error {
+	attempt := 0
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if attempt++; attempt > 1 {
+			if err := reader.Get(ctx, client.ObjectKeyFromObject(store), store); err != nil {
+				return err
+			}
+		}
+		original := store.DeepCopy()
+		apply(store)
+		_, err := patchStatusIfChanged(ctx, c, original, store, original.Status, store.Status)
+		return err
+	})
 }

@@ -435,33 +435,44 @@ func revokeScratchGrants(ctx context.Context, c client.Client, scratch Names) er
 // the server has authentication.
 func recreateScratchCollection(ctx context.Context, c client.Client, m MilvusConn, scratch Names, owner string, spec vector.Spec) error {
 	what := fmt.Sprintf("Milvus %s: collection %s", m.Address, scratch.Collection)
-	dOwner := drillOwner(owner)
-	exists, err := milvus.CheckOwner(ctx, c, scratch.Collection, dOwner)
+	role, err := clearScratchCollection(ctx, c, m, scratch, owner)
 	if err != nil {
-		return classify(what, err)
+		return err
 	}
-	role, err := scratchMilvusRole(ctx, c, m, scratch)
-	if err != nil {
-		return classify(what+": role "+scratch.MilvusRole, err)
-	}
-	if role {
-		// All of them, also any granted by hand: the grants below are the only ones.
-		if err := revokeScratchGrants(ctx, c, scratch); err != nil {
-			return classify(what+": revoking the privileges of role "+scratch.MilvusRole, err)
-		}
-	}
-	if exists {
-		if err := milvus.DropCollection(ctx, c, scratch.Collection, dOwner); err != nil {
-			return classify(what+": dropping the leftover copy", err)
-		}
-	}
-	if _, err := milvus.EnsureCollection(ctx, c, scratch.Collection, spec, dOwner); err != nil {
+	if _, err := milvus.EnsureCollection(ctx, c, scratch.Collection, spec, drillOwner(owner)); err != nil {
 		return classify(what, err)
 	}
 	if !role {
 		return nil
 	}
 	return classify(what, grantScratchCollection(ctx, c, scratch))
+}
+
+// clearScratchCollection revokes every grant of the store's Milvus role on the scratch
+// collection's name (also any granted by hand), then drops the collection if it has
+// owner's drill mark; role says whether the store has a Milvus role.
+func clearScratchCollection(ctx context.Context, c client.Client, m MilvusConn, scratch Names, owner string) (role bool, err error) {
+	what := fmt.Sprintf("Milvus %s: collection %s", m.Address, scratch.Collection)
+	dOwner := drillOwner(owner)
+	exists, err := milvus.CheckOwner(ctx, c, scratch.Collection, dOwner)
+	if err != nil {
+		return false, classify(what, err)
+	}
+	if role, err = scratchMilvusRole(ctx, c, m, scratch); err != nil {
+		return false, classify(what+": role "+scratch.MilvusRole, err)
+	}
+	// The grants first: from here on the store's user cannot use the copy.
+	if role {
+		if err := revokeScratchGrants(ctx, c, scratch); err != nil {
+			return false, classify(what+": revoking the privileges of role "+scratch.MilvusRole, err)
+		}
+	}
+	if exists {
+		if err := milvus.DropCollection(ctx, c, scratch.Collection, dOwner); err != nil {
+			return false, classify(what+": dropping", err)
+		}
+	}
+	return role, nil
 }
 
 // grantScratchCollection grants the store's Milvus role MilvusPrivileges on the
@@ -480,32 +491,11 @@ func grantScratchCollection(ctx context.Context, c client.Client, scratch Names)
 // collection and drops it, if it has owner's drill mark (or is gone: grants left on
 // the name go too).
 func dropScratchCollection(ctx context.Context, m MilvusConn, scratch Names, owner string) error {
-	what := fmt.Sprintf("Milvus %s: collection %s", m.Address, scratch.Collection)
 	c, err := ConnectMilvus(ctx, m)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = c.Close() }()
-	dOwner := drillOwner(owner)
-	exists, err := milvus.CheckOwner(ctx, c, scratch.Collection, dOwner)
-	if err != nil {
-		return classify(what, err)
-	}
-	role, err := scratchMilvusRole(ctx, c, m, scratch)
-	if err != nil {
-		return classify(what+": role "+scratch.MilvusRole, err)
-	}
-	// The grants first: from here on the store's user cannot use the copy.
-	if role {
-		if err := revokeScratchGrants(ctx, c, scratch); err != nil {
-			return classify(what+": revoking the privileges of role "+scratch.MilvusRole, err)
-		}
-	}
-	if !exists {
-		return nil
-	}
-	if err := milvus.DropCollection(ctx, c, scratch.Collection, dOwner); err != nil {
-		return classify(what+": dropping", err)
-	}
-	return nil
+	_, err = clearScratchCollection(ctx, c, m, scratch, owner)
+	return err
 }

@@ -283,17 +283,10 @@ func TestDrillOnEveryEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 			if root != nil && root.Username != "" {
-				deadline := time.Now().Add(time.Minute)
-				for {
+				testutil.Eventually(t, "the scratch collection's grants applied", func() (bool, error) {
 					err := provision.ScratchMilvusReady(ctx, *root, s.names, owner, s.login.Password)
-					if err == nil || !errors.Is(err, provision.ErrMilvusTenantPending) || time.Now().After(deadline) {
-						if err != nil {
-							t.Fatal(err)
-						}
-						break
-					}
-					time.Sleep(time.Second)
-				}
+					return !errors.Is(err, provision.ErrMilvusTenantPending), err
+				})
 			}
 			vectors := s.vectors
 			if eng == engine.Milvus {
@@ -323,19 +316,4 @@ func TestDrillOnEveryEngine(t *testing.T) {
 			}
 		})
 	}
-}
-
-// engineAdmins are the admin logins of eng's servers: PostgreSQL's, and the Milvus
-// server's (nil but for Milvus).
-func engineAdmins(t *testing.T, eng string) (provision.PostgresConn, *provision.MilvusConn) {
-	pg := testutil.PostgresParts(t)
-	if eng == engine.PGVector {
-		pg = testutil.PGVectorParts(t)
-	}
-	admin := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
-	if eng != engine.Milvus {
-		return admin, nil
-	}
-	m := testutil.MilvusAuth(t)
-	return admin, &provision.MilvusConn{Address: m.Addr, Username: m.User, Password: m.Password}
 }

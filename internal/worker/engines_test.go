@@ -92,11 +92,7 @@ func provisionEngineStores(t *testing.T, eng string, dim, n int) []*engineStore 
 // test's goroutine (t only registers cleanups and reads the services' settings).
 func provisionEngineStoreE(t *testing.T, eng string, dim int) (*engineStore, error) {
 	ctx := context.Background()
-	pg := testutil.PostgresParts(t)
-	if eng == engine.PGVector {
-		pg = testutil.PGVectorParts(t)
-	}
-	admin := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	admin, root := engineAdmins(t, eng)
 	tenant := testutil.UniqueName("mv")
 	names, err := provision.NamesFor(tenant, "memory-operator")
 	if err != nil {
@@ -115,18 +111,16 @@ func provisionEngineStoreE(t *testing.T, eng string, dim int) (*engineStore, err
 	case engine.PGVector:
 		_, err = provision.EnsurePGVector(ctx, admin, names, s.spec, pgvector.Params{})
 	case engine.Milvus:
-		m := testutil.MilvusAuth(t)
-		root := provision.MilvusConn{Address: m.Addr, Username: m.User, Password: m.Password}
-		s.vectors.MilvusAddress, s.vectors.Collection = m.Addr, names.Collection
-		if _, err = provision.EnsureVectors(ctx, admin, &root, names, milvus.Owner{ID: owner}, s.spec); err != nil {
+		s.vectors.MilvusAddress, s.vectors.Collection = root.Address, names.Collection
+		if _, err = provision.EnsureVectors(ctx, admin, root, names, milvus.Owner{ID: owner}, s.spec); err != nil {
 			return nil, err
 		}
 		t.Cleanup(func() {
-			_ = provision.DeleteMilvusTenant(context.Background(), root, names, milvus.Owner{ID: owner})
-			_ = provision.DeleteVectors(context.Background(), admin, &root, names, milvus.Owner{ID: owner})
+			_ = provision.DeleteMilvusTenant(context.Background(), *root, names, milvus.Owner{ID: owner})
+			_ = provision.DeleteVectors(context.Background(), admin, root, names, milvus.Owner{ID: owner})
 		})
 		s.login = engine.Login{Username: names.MilvusUser, Password: testutil.UniqueName("milvus-pw-")}
-		err = ensureMilvusTenant(ctx, root, names, owner, s.login.Password)
+		err = ensureMilvusTenant(ctx, *root, names, owner, s.login.Password)
 	}
 	if err != nil {
 		return nil, err
@@ -143,6 +137,21 @@ func provisionEngineStoreE(t *testing.T, eng string, dim int) (*engineStore, err
 	s.workerURI = as(names.WorkerRole, pw.Worker)
 	s.adminURI = admin.URL(nil)
 	return s, nil
+}
+
+// engineAdmins are the admin logins of eng's servers: PostgreSQL's, and the Milvus
+// server's (nil but for Milvus).
+func engineAdmins(t *testing.T, eng string) (provision.PostgresConn, *provision.MilvusConn) {
+	pg := testutil.PostgresParts(t)
+	if eng == engine.PGVector {
+		pg = testutil.PGVectorParts(t)
+	}
+	admin := provision.PostgresConn{Host: pg.Host, Port: pg.PortNumber, Database: "postgres", SSLMode: "disable", User: pg.User, Password: pg.Password}
+	if eng != engine.Milvus {
+		return admin, nil
+	}
+	m := testutil.MilvusAuth(t)
+	return admin, &provision.MilvusConn{Address: m.Addr, Username: m.User, Password: m.Password}
 }
 
 // ensureMilvusTenant makes the store's Milvus user, waiting (as the operator's
