@@ -19,6 +19,7 @@ Usage:
   memory-operator restore [flags]   import a package into a store (what restore Jobs run)
   memory-operator archive [flags]   archive low-score memories, purge expired ones (what archival Jobs run)
   memory-operator drill [flags]     restore a snapshot into a store's scratch copy and check it (what restore drill Jobs run)
+  memory-operator reembed [flags]   fill a new index generation with another embedding model (what embedding switch Jobs run)
   memory-operator gateway [flags]   serve a store's memory API to its agents (what gateway Deployments run)
   memory-operator version           print the version
 
@@ -65,6 +66,8 @@ func dispatch(cmd string, args []string) int {
 		return runArchiveWorker(args)
 	case "drill":
 		return runDrillWorker(args)
+	case "reembed":
+		return runReembedWorker(args)
 	case "gateway":
 		return runGateway(args)
 	case "version", "--version":

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -144,6 +145,38 @@ func runDrillWorker(args []string) int {
 	msg, merr := sum.TerminationMessage()
 	if merr != nil {
 		return fail("drill", merr, 1)
+	}
+	fmt.Println(string(msg))
+	writeTerminationLog(string(msg))
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// runReembedWorker is `memory-operator reembed`: the process an embedding switch's
+// Job runs. Its summary goes to stdout and the termination log whether it succeeded
+// or not (exit 0 when the new index is complete and passed its check).
+func runReembedWorker(args []string) int {
+	cfg, err := worker.ParseReembedArgs(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return fail("reembed", err, 2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	defer reportPeakMemory("reembed")
+
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	sum, err := worker.RunReembed(ctx, cfg, worker.ReembedSecretsFromEnv(), log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "memory-operator reembed: %v\n", err)
+	}
+	msg, merr := sum.TerminationMessage()
+	if merr != nil {
+		return fail("reembed", merr, 1)
 	}
 	fmt.Println(string(msg))
 	writeTerminationLog(string(msg))

@@ -14,10 +14,14 @@ type RolesFlags struct {
 }
 
 // Register adds the flags to fs; def is --embedder-roles's default.
-func (f *RolesFlags) Register(fs *flag.FlagSet, def Convention) {
-	fs.StringVar(&f.convention, "embedder-roles", def.FlagValue(), "how queries and passages reach the model: auto (probe the server), input-type, prefix or none")
-	fs.StringVar(&f.query, "embedder-query-prefix", "", "with prefix: prepended to queries (default: the model family's)")
-	fs.StringVar(&f.passage, "embedder-passage-prefix", "", "with prefix: prepended to passages (default: the model family's)")
+func (f *RolesFlags) Register(fs *flag.FlagSet, def Convention) { f.RegisterPrefixed(fs, "", def) }
+
+// RegisterPrefixed adds the flags with their names after prefix ("serving-":
+// --serving-embedder-roles), for a process that embeds for two stores or models.
+func (f *RolesFlags) RegisterPrefixed(fs *flag.FlagSet, prefix string, def Convention) {
+	fs.StringVar(&f.convention, prefix+"embedder-roles", def.FlagValue(), "how queries and passages reach the model: auto (probe the server), input-type, prefix or none")
+	fs.StringVar(&f.query, prefix+"embedder-query-prefix", "", "with prefix: prepended to queries (default: the model family's)")
+	fs.StringVar(&f.passage, prefix+"embedder-passage-prefix", "", "with prefix: prepended to passages (default: the model family's)")
 }
 
 // Roles is what the flags say, checked and Normalized (none is the zero Roles); the
@@ -44,16 +48,19 @@ func (f *RolesFlags) Roles() (Roles, error) {
 
 // RolesArgs renders r as the flags (nothing for the zero Roles, which the flags'
 // default stands for).
-func RolesArgs(r Roles) []string {
+func RolesArgs(r Roles) []string { return RolesArgsPrefixed("", r) }
+
+// RolesArgsPrefixed renders r as the flags RegisterPrefixed(prefix) parses.
+func RolesArgsPrefixed(prefix string, r Roles) []string {
 	if r.Convention == "" {
 		return nil
 	}
-	args := []string{"--embedder-roles=" + r.Convention.FlagValue()}
+	args := []string{"--" + prefix + "embedder-roles=" + r.Convention.FlagValue()}
 	if r.QueryPrefix != "" {
-		args = append(args, "--embedder-query-prefix="+r.QueryPrefix)
+		args = append(args, "--"+prefix+"embedder-query-prefix="+r.QueryPrefix)
 	}
 	if r.PassagePrefix != "" {
-		args = append(args, "--embedder-passage-prefix="+r.PassagePrefix)
+		args = append(args, "--"+prefix+"embedder-passage-prefix="+r.PassagePrefix)
 	}
 	return args
 }

@@ -106,8 +106,11 @@ func grantPGVector(ctx context.Context, pool *pgxpool.Pool, names Names, ext pgv
 }
 
 // grantEngineTables grants role its EngineTablePrivileges on those tables of schema
-// that exist.
+// that exist, and its vectors privileges on the index generations' tables.
 func grantEngineTables(ctx context.Context, tx pgx.Tx, schema, kind, role string) error {
+	if err := grantGenerationTables(ctx, tx, schema, kind, role); err != nil {
+		return err
+	}
 	for _, table := range slices.Sorted(maps.Keys(EngineTablePrivileges)) {
 		privs := EngineTablePrivileges[table][kind]
 		if len(privs) == 0 {

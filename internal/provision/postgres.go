@@ -268,6 +268,11 @@ var Privileges = map[string]map[string][]string{
 		"term_pending":      {"SELECT", "INSERT", "DELETE"},
 		"store_meta":        {"SELECT"},
 		"schema_migrations": {"SELECT"},
+		// A re-embed Job fills an index generation (pgstore's generations.go): it
+		// reads its generation, saves its place, and clears the changes it caught
+		// up on. Only the operator's admin adds, cuts over and drops generations.
+		"index_generations":  {"SELECT", "UPDATE (backfill_after, backfill_done, embedded, embed_rate, progress_at)"},
+		"generation_pending": {"SELECT", "DELETE"},
 	},
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector"
 )
 
 // provisioned is a store's schema and roles on the test server, removed afterwards.
@@ -73,6 +74,9 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 			// Scope versions: written by SECURITY DEFINER triggers, read through
 			// scope_version(); no role touches the tables.
 			"scope_versions": "", "scope_versions_owed": "",
+			// Index generations: recorded by a SECURITY DEFINER trigger; an
+			// embedding switch's generation table is the vectors table's twin.
+			"index_generations": "", "generation_pending": "", "vectors_g2": crud,
 		},
 		names.WorkerRole: {
 			"memories": crud, "vectors": crud, "tombstones": "SELECT,INSERT", "audit_log": "SELECT,INSERT",
@@ -81,7 +85,14 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 			"memory_terms": "SELECT,INSERT,DELETE", "term_docs": "SELECT,INSERT,DELETE", "term_pending": "SELECT,INSERT,DELETE",
 			"sessions": "", "session_turns": "",
 			"scope_versions": "", "scope_versions_owed": "",
+			// index_generations: and UPDATE of the backfill's progress columns.
+			"index_generations": "SELECT", "generation_pending": "SELECT,DELETE", "vectors_g2": crud,
 		},
+	}
+	// A switch's generation table keeps its grants through every later reconcile
+	// (the second check below comes after one).
+	if err := EnsureGenerationTable(ctx, admin, names, 2, vector.Spec{Dimension: 8, Metric: vector.Cosine}); err != nil {
+		t.Fatal(err)
 	}
 	check := func(t *testing.T) {
 		t.Helper()
@@ -94,8 +105,8 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(tables) != 18 {
-			t.Fatalf("schema %s has tables %v; this test knows 18", names.Schema, tables)
+		if len(tables) != 21 {
+			t.Fatalf("schema %s has tables %v; this test knows 21", names.Schema, tables)
 		}
 		for role, perTable := range want {
 			for _, table := range tables {

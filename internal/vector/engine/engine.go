@@ -46,35 +46,44 @@ type Vectors struct {
 	VectorEngine string
 	// MilvusAddress (host:port) and Collection locate a Milvus engine's collection.
 	MilvusAddress, Collection string
+	// VectorTable is the Postgres engine's table in the store's schema ("": its
+	// vectors table); an index generation has a table of its own.
+	VectorTable string
 	// EfSearch and ExactBelow tune the PGVector engine's searches (0: its defaults):
 	// the HNSW candidate list size, and the scope size up to which a search is exact.
 	EfSearch, ExactBelow int
 }
 
 // Register adds the flags of v to fs.
-func (v *Vectors) Register(fs *flag.FlagSet) {
-	fs.StringVar(&v.VectorEngine, "vector-engine", Postgres, "Postgres, PGVector or Milvus")
-	fs.StringVar(&v.MilvusAddress, "milvus-address", "", "Milvus host:port (Milvus engine)")
-	fs.StringVar(&v.Collection, "collection", "", "Milvus collection (Milvus engine)")
-	fs.IntVar(&v.EfSearch, "hnsw-ef-search", 0, "HNSW candidate list size of a search (PGVector engine; 0: default)")
-	fs.IntVar(&v.ExactBelow, "exact-search-below", 0, "scope size up to which searches are exact (PGVector engine; 0: default)")
+func (v *Vectors) Register(fs *flag.FlagSet) { v.RegisterPrefixed(fs, "") }
+
+// RegisterPrefixed adds the flags with their names after prefix ("serving-":
+// --serving-vector-engine), for a process that uses two indexes of a store.
+func (v *Vectors) RegisterPrefixed(fs *flag.FlagSet, prefix string) {
+	fs.StringVar(&v.VectorEngine, prefix+"vector-engine", Postgres, "Postgres, PGVector or Milvus")
+	fs.StringVar(&v.MilvusAddress, prefix+"milvus-address", "", "Milvus host:port (Milvus engine)")
+	fs.StringVar(&v.Collection, prefix+"collection", "", "Milvus collection (Milvus engine)")
+	fs.StringVar(&v.VectorTable, prefix+"vector-table", "", "table of the vectors in the store's schema (Postgres engine; default: vectors)")
+	fs.IntVar(&v.EfSearch, prefix+"hnsw-ef-search", 0, "HNSW candidate list size of a search (PGVector engine; 0: default)")
+	fs.IntVar(&v.ExactBelow, prefix+"exact-search-below", 0, "scope size up to which searches are exact (PGVector engine; 0: default)")
 }
 
 // Args renders v as the flags Register parses.
-func (v Vectors) Args() []string {
-	args := []string{"--vector-engine=" + v.VectorEngine}
-	if v.MilvusAddress != "" {
-		args = append(args, "--milvus-address="+v.MilvusAddress)
+func (v Vectors) Args() []string { return v.ArgsPrefixed("") }
+
+// ArgsPrefixed renders v as the flags RegisterPrefixed(prefix) parses.
+func (v Vectors) ArgsPrefixed(prefix string) []string {
+	args := []string{"--" + prefix + "vector-engine=" + v.VectorEngine}
+	opt := func(name, value string) {
+		if value != "" && value != "0" {
+			args = append(args, "--"+prefix+name+"="+value)
+		}
 	}
-	if v.Collection != "" {
-		args = append(args, "--collection="+v.Collection)
-	}
-	if v.EfSearch > 0 {
-		args = append(args, "--hnsw-ef-search="+strconv.Itoa(v.EfSearch))
-	}
-	if v.ExactBelow > 0 {
-		args = append(args, "--exact-search-below="+strconv.Itoa(v.ExactBelow))
-	}
+	opt("milvus-address", v.MilvusAddress)
+	opt("collection", v.Collection)
+	opt("vector-table", v.VectorTable)
+	opt("hnsw-ef-search", strconv.Itoa(max(v.EfSearch, 0)))
+	opt("exact-search-below", strconv.Itoa(max(v.ExactBelow, 0)))
 	return args
 }
 
@@ -97,10 +106,21 @@ func (v Vectors) ValidateEngine() error {
 	default:
 		return fmt.Errorf("--vector-engine %q: want Postgres, PGVector or Milvus", v.VectorEngine)
 	}
+	if v.VectorTable != "" && v.VectorTable != pgindex.Table && v.VectorEngine != Postgres {
+		return fmt.Errorf("--vector-table is for the Postgres engine; %s keeps its index where --collection says", v.VectorEngine)
+	}
 	if v.EfSearch < 0 || v.ExactBelow < 0 {
 		return errors.New("--hnsw-ef-search and --exact-search-below must not be negative")
 	}
 	return nil
+}
+
+// table is the Postgres engine's table.
+func (v Vectors) table() string {
+	if v.VectorTable == "" {
+		return pgindex.Table
+	}
+	return v.VectorTable
 }
 
 // InSchema reports whether the vectors are the schema's own vectors table (the
@@ -141,7 +161,7 @@ func (v Vectors) Open(ctx context.Context, pool *pgxpool.Pool, schema string, sp
 	case PGVector:
 		return openPGVector(pool, schema, spec, v), func() {}, nil
 	default:
-		return pgindex.New(pool, schema, spec), func() {}, nil
+		return pgindex.NewTable(pool, schema, v.table(), spec), func() {}, nil
 	}
 }
 

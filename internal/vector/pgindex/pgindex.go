@@ -29,6 +29,9 @@ import (
 	"github.com/amemory/memory-operator/internal/vector"
 )
 
+// Table is the table of a store's schema that holds its vectors (generation 1's).
+const Table = "vectors"
+
 // Keys in store_meta.
 const (
 	MetaDimension = "vector.dimension"
@@ -79,6 +82,72 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, schema string, spec vector.
 	})
 }
 
+// EnsureTable creates table in schema, shaped and indexed like the vectors table and
+// with its scope-version triggers, unless it exists: the table of an index generation
+// (pgstore's generations.go), whose spec is the generation's rather than
+// store_meta's. It runs as the schema's owner (the operator's admin); an existing
+// table holding vectors of another dimension is refused (wrapping
+// vector.ErrDimensionMismatch), never changed.
+func EnsureTable(ctx context.Context, admin *pgxpool.Pool, schema, table string, spec vector.Spec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if table == Table {
+		return fmt.Errorf("pgindex: %q is the store's own vectors table", table)
+	}
+	t := pgx.Identifier{schema, table}.Sanitize()
+	return pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			var other int
+			err := tx.QueryRow(ctx, `SELECT octet_length(embedding) FROM `+t+` WHERE octet_length(embedding) <> $1 LIMIT 1`, storedBytes(spec.Dimension)).Scan(&other)
+			switch {
+			case err == nil:
+				return vector.DimensionError("vectors in "+t, spec.Dimension, other/4)
+			case !errors.Is(err, pgx.ErrNoRows):
+				return fmt.Errorf("check existing vectors in %s: %w", t, err)
+			}
+			return nil
+		}
+		stmts := []string{
+			`CREATE TABLE ` + t + ` (LIKE ` + pgx.Identifier{schema, Table}.Sanitize() + ` INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES INCLUDING STORAGE)`,
+		}
+		for _, ev := range []struct{ event, ref string }{
+			{"INSERT", "NEW TABLE AS changed"},
+			{"UPDATE", "OLD TABLE AS changed_old NEW TABLE AS changed"},
+			{"DELETE", "OLD TABLE AS changed"},
+		} {
+			fn := "scope_versions_note"
+			if ev.event == "UPDATE" {
+				fn = "scope_versions_note_update"
+			}
+			stmts = append(stmts, `CREATE TRIGGER `+pgx.Identifier{table + "_scope_versions_" + strings.ToLower(ev.event[:3])}.Sanitize()+
+				` AFTER `+ev.event+` ON `+t+` REFERENCING `+ev.ref+` FOR EACH STATEMENT EXECUTE FUNCTION `+pgx.Identifier{schema, fn}.Sanitize()+`()`)
+		}
+		for _, q := range stmts {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return fmt.Errorf("creating %s: %w", t, err)
+			}
+		}
+		return nil
+	})
+}
+
+// DropTable drops an index generation's table, if it exists (as the schema's owner).
+// The store's own vectors table is never dropped.
+func DropTable(ctx context.Context, admin *pgxpool.Pool, schema, table string) error {
+	if table == Table {
+		return fmt.Errorf("pgindex: %q is the store's own vectors table", table)
+	}
+	if _, err := admin.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{schema, table}.Sanitize()); err != nil {
+		return fmt.Errorf("dropping %s.%s: %w", schema, table, err)
+	}
+	return nil
+}
+
 // RecordSpec records spec in schema's store_meta unless a spec is recorded there,
 // then checks the recorded one against spec: another dimension gives a wrapped
 // vector.ErrDimensionMismatch, another metric a wrapped vector.ErrMetricMismatch (the
@@ -116,6 +185,7 @@ func RecordSpec(ctx context.Context, tx pgx.Tx, schema string, spec vector.Spec)
 type Index struct {
 	pool   *pgxpool.Pool
 	schema string
+	name   string // the table's bare name
 	table  string // sanitized, schema-qualified
 	spec   vector.Spec
 	// insertsMet is set once a COPY of new entries met existing rows (insertNew).
@@ -126,7 +196,13 @@ var _ vector.Index = (*Index)(nil)
 
 // New returns an index on schema's vectors table (see Ensure). It does not query.
 func New(pool *pgxpool.Pool, schema string, spec vector.Spec) *Index {
-	return &Index{pool: pool, schema: schema, table: pgx.Identifier{schema, "vectors"}.Sanitize(), spec: spec}
+	return NewTable(pool, schema, Table, spec)
+}
+
+// NewTable returns an index on another table of schema shaped like vectors: an
+// index generation's (EnsureTable). It does not query.
+func NewTable(pool *pgxpool.Pool, schema, table string, spec vector.Spec) *Index {
+	return &Index{pool: pool, schema: schema, name: table, table: pgx.Identifier{schema, table}.Sanitize(), spec: spec}
 }
 
 // Spec reports the index's dimension and metric.
@@ -226,7 +302,7 @@ func (ix *Index) insertNew(ctx context.Context, tx pgx.Tx, entries []vector.Entr
 	if err != nil {
 		return false, err
 	}
-	_, err = sp.CopyFrom(ctx, pgx.Identifier{ix.schema, "vectors"}, vectorCols, ix.copyRows(entries))
+	_, err = sp.CopyFrom(ctx, pgx.Identifier{ix.schema, ix.name}, vectorCols, ix.copyRows(entries))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == uniqueViolation {
 		ix.insertsMet.Store(true)

@@ -1,0 +1,289 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/memory"
+)
+
+// Index generations (tables index_generations and generation_pending, migration 13)
+// let a store change its embedding model while it serves. Generation 1 is the index
+// the store was made with; a model switch adds generation 2 (then 3, ...) in another
+// table or collection, in state Building:
+//
+//   - from the moment the generation is committed, every statement that changes
+//     memories records their IDs for it in generation_pending (a trigger), whoever
+//     writes;
+//   - its re-embed worker waits until every write that may have missed that record
+//     has ended (WaitForEarlierWriters), then walks every memory in memory_id order
+//     (the backfill, resumable from backfill_after) and then the recorded changes,
+//     bringing the generation's vector of each memory in line with its row. A change
+//     recorded while the worker reads is done again by the next round, so the last
+//     vector written always follows the last change;
+//   - at the cutover the new generation becomes Serving and the old one Retained:
+//     changes are now recorded for the old one, which a rollback catches up the same
+//     way, until it is dropped.
+
+// Generation states.
+const (
+	GenerationServing  = "serving"
+	GenerationBuilding = "building"
+	GenerationRetained = "retained"
+)
+
+// ErrNoGeneration is returned for a generation the store does not have.
+var ErrNoGeneration = errors.New("pgstore: no such index generation")
+
+// Generation is one index generation of a store.
+type Generation struct {
+	Number int
+	State  string
+	// Model and Dimension are the embedding model of its vectors; Embedder is a
+	// digest of the whole embedder spec that made them (the operator's), and
+	// Location the table or collection holding them.
+	Model     string
+	Dimension int
+	Embedder  string
+	Location  string
+	ChangedAt time.Time
+	// BackfillAfter is the last memory_id the backfill finished ("" before the
+	// first); BackfillDone says it walked every memory. Embedded counts the
+	// memories it embedded.
+	BackfillAfter string
+	BackfillDone  bool
+	Embedded      int64
+	// Rate is the backfill's last measured pace (memories a second) and ProgressAt
+	// when it was saved (zero before the first save).
+	Rate       float64
+	ProgressAt time.Time
+}
+
+const generationCols = `generation, state, model, dimension, embedder, location, changed_at, backfill_after, backfill_done, embedded, embed_rate, progress_at`
+
+func scanGeneration(r pgx.Row) (Generation, error) {
+	var g Generation
+	var at *time.Time
+	err := r.Scan(&g.Number, &g.State, &g.Model, &g.Dimension, &g.Embedder, &g.Location, &g.ChangedAt, &g.BackfillAfter, &g.BackfillDone, &g.Embedded, &g.Rate, &at)
+	if at != nil {
+		g.ProgressAt = *at
+	}
+	return g, err
+}
+
+func (s *Store) generations() string {
+	return pgx.Identifier{s.schema, "index_generations"}.Sanitize()
+}
+
+func (s *Store) generationPending() string {
+	return pgx.Identifier{s.schema, "generation_pending"}.Sanitize()
+}
+
+// Generations lists the store's index generations by number (none before the
+// store's first switch: generation 1 is implied).
+func (s *Store) Generations(ctx context.Context) ([]Generation, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+generationCols+` FROM `+s.generations()+` ORDER BY generation`)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: generations: %w", err)
+	}
+	gs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Generation, error) { return scanGeneration(r) })
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: generations: %w", err)
+	}
+	return gs, nil
+}
+
+// GenerationByNumber returns generation n, or an error wrapping ErrNoGeneration.
+func (s *Store) GenerationByNumber(ctx context.Context, n int) (Generation, error) {
+	g, err := scanGeneration(s.pool.QueryRow(ctx, `SELECT `+generationCols+` FROM `+s.generations()+` WHERE generation = $1`, n))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return g, fmt.Errorf("%w: %d in schema %s", ErrNoGeneration, n, s.schema)
+	}
+	if err != nil {
+		return g, fmt.Errorf("pgstore: generation %d: %w", n, err)
+	}
+	return g, nil
+}
+
+// StartGeneration records a new generation in state Building, and the serving one
+// (as serving) when the store has none recorded yet. It runs as the store's admin:
+// no store role may add or move generations. Starting one that exists changes
+// nothing and returns it as it is.
+func StartGeneration(ctx context.Context, admin *pgxpool.Pool, schema string, serving, next Generation) (Generation, error) {
+	s := New(admin, schema)
+	var out Generation
+	err := pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+s.generations()+` IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.generations()+` (generation, state, model, dimension, embedder, location)
+			SELECT $1, 'serving', $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM `+s.generations()+` WHERE state = 'serving')`,
+			serving.Number, serving.Model, serving.Dimension, serving.Embedder, serving.Location); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.generations()+` (generation, state, model, dimension, embedder, location)
+			VALUES ($1, 'building', $2, $3, $4, $5) ON CONFLICT (generation) DO NOTHING`,
+			next.Number, next.Model, next.Dimension, next.Embedder, next.Location); err != nil {
+			return err
+		}
+		var err error
+		out, err = scanGeneration(tx.QueryRow(ctx, `SELECT `+generationCols+` FROM `+s.generations()+` WHERE generation = $1`, next.Number))
+		return err
+	})
+	if err != nil {
+		return out, fmt.Errorf("pgstore: starting index generation %d in schema %s: %w", next.Number, schema, err)
+	}
+	return out, nil
+}
+
+// CutOver makes generation n the serving one and the serving one retained, in one
+// transaction (as the store's admin). From its commit, changes are recorded for the
+// retained generation and no longer for n; those recorded for n before are left for
+// its worker, which finishes them and stops.
+func CutOver(ctx context.Context, admin *pgxpool.Pool, schema string, n int) error {
+	s := New(admin, schema)
+	err := pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE `+s.generations()+` SET state = 'retained', changed_at = now() WHERE state = 'serving' AND generation <> $1`, n); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE `+s.generations()+` SET state = 'serving', changed_at = now() WHERE generation = $1`, n)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("%w: %d", ErrNoGeneration, n)
+		}
+		// Changes recorded for n before now stay: its worker finishes them.
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: cutting over to index generation %d in schema %s: %w", n, schema, err)
+	}
+	return nil
+}
+
+// DropGeneration forgets a generation that is not serving, with its recorded
+// changes (as the store's admin; its index is the caller's to drop).
+func DropGeneration(ctx context.Context, admin *pgxpool.Pool, schema string, n int) error {
+	s := New(admin, schema)
+	if _, err := admin.Exec(ctx, `DELETE FROM `+s.generations()+` WHERE generation = $1 AND state <> 'serving'`, n); err != nil {
+		return fmt.Errorf("pgstore: dropping index generation %d in schema %s: %w", n, schema, err)
+	}
+	return nil
+}
+
+// WaitForEarlierWriters returns once every transaction that had written when it was
+// called has ended. A worker calls it after its generation started recording
+// changes and before it reads memories: a write whose statement ran before that
+// record was visible left no record, and must be committed (or rolled back) before
+// the backfill reads, so that the backfill sees it.
+func (s *Store) WaitForEarlierWriters(ctx context.Context, poll time.Duration) error {
+	// A transaction ID of its own marks the moment: every ID below it was handed
+	// out before, to a writer that may still run. (A snapshot's xmax is no such
+	// mark: it is one past the last ID to complete, and running ones may lie above.)
+	var mark string
+	if err := s.pool.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&mark); err != nil {
+		return fmt.Errorf("pgstore: waiting for earlier writers: %w", err)
+	}
+	for {
+		var done bool
+		if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::xid8`, mark).Scan(&done); err != nil {
+			return fmt.Errorf("pgstore: waiting for earlier writers: %w", err)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgstore: waiting for transactions older than %s to end: %w", mark, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// BackfillPage returns up to limit memories after the memory_id after, in memory_id
+// order, archived ones included (the caller keeps those out of the index).
+func (s *Store) BackfillPage(ctx context.Context, after string, limit int) ([]memory.Item, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+memoryCols+` FROM `+s.t.memories+` WHERE memory_id > $1 ORDER BY memory_id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: backfill page: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (memory.Item, error) { return scanItem(r) })
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: backfill page: %w", err)
+	}
+	return items, nil
+}
+
+// SaveBackfill records the backfill's progress of generation n: the last memory_id
+// done, whether it is complete, how many memories it embedded in all and at what
+// pace lately (memories a second).
+func (s *Store) SaveBackfill(ctx context.Context, n int, after string, done bool, embedded int64, rate float64) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE `+s.generations()+` SET backfill_after = $2, backfill_done = $3, embedded = $4,
+		embed_rate = $5, progress_at = now() WHERE generation = $1`, n, after, done, embedded, rate)
+	if err != nil {
+		return fmt.Errorf("pgstore: saving the backfill of generation %d: %w", n, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %d in schema %s", ErrNoGeneration, n, s.schema)
+	}
+	return nil
+}
+
+// GenerationChanges returns up to limit recorded changes of generation n, oldest
+// record first.
+func (s *Store) GenerationChanges(ctx context.Context, n, limit int) ([]PendingRef, error) {
+	rows, err := s.pool.Query(ctx, `SELECT memory_id, seq FROM `+s.generationPending()+` WHERE generation = $1 ORDER BY seq LIMIT $2`, n, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: changes of generation %d: %w", n, err)
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingRef, error) {
+		var p PendingRef
+		return p, r.Scan(&p.MemoryID, &p.Seq)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: changes of generation %d: %w", n, err)
+	}
+	return refs, nil
+}
+
+// GenerationChangesDone removes the records of refs whose sequence number still
+// matches: a memory changed again meanwhile keeps its newer record.
+func (s *Store) GenerationChangesDone(ctx context.Context, n int, refs []PendingRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	ids, seqs := make([]string, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		ids[i], seqs[i] = r.MemoryID, r.Seq
+	}
+	_, err := s.pool.Exec(ctx, `DELETE FROM `+s.generationPending()+` p USING unnest($2::text[], $3::bigint[]) AS d(memory_id, seq)
+		WHERE p.generation = $1 AND p.memory_id = d.memory_id AND p.seq = d.seq`, n, ids, seqs)
+	if err != nil {
+		return fmt.Errorf("pgstore: clearing changes of generation %d: %w", n, err)
+	}
+	return nil
+}
+
+// GenerationBacklog counts the recorded changes of generation n not yet done.
+func (s *Store) GenerationBacklog(ctx context.Context, n int) (int64, error) {
+	var c int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.generationPending()+` WHERE generation = $1`, n).Scan(&c); err != nil {
+		return 0, fmt.Errorf("pgstore: backlog of generation %d: %w", n, err)
+	}
+	return c, nil
+}
+
+// IndexedCount counts the memories an index must hold: live, not archived.
+func (s *Store) IndexedCount(ctx context.Context) (int64, error) {
+	var c int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.t.memories+` WHERE archived_at IS NULL`).Scan(&c); err != nil {
+		return 0, fmt.Errorf("pgstore: counting memories: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,44 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/vector"
+)
+
+// Reindex brings the index entries of items (memories as read from the store) and
+// of gone (IDs of memories no longer stored) in line with the store: a live memory's
+// vector is embedded and written, an archived or gone memory's vector deleted. Like
+// every write it reads the memories back afterwards and redoes those that changed
+// meanwhile. A memory whose text the input limit refuses gets no vector (as the
+// gateway never indexes it); their IDs are returned.
+//
+// It is how a re-embed worker fills an index of another model (pgstore's index
+// generations): Memory is then built over that index and model.
+func (m *Memory) Reindex(ctx context.Context, items []memory.Item, gone []string) (refused []string, err error) {
+	ops := make([]indexOp, 0, len(items)+len(gone))
+	for _, it := range items {
+		op := opFor(it.MemoryID, it)
+		if op.item != nil {
+			if _, err := m.embedText(op.id, *op.item); errors.Is(err, embed.ErrTextTooLong) {
+				refused = append(refused, op.id)
+				op = indexOp{id: op.id}
+			}
+		}
+		ops = append(ops, op)
+	}
+	for _, id := range gone {
+		ops = append(ops, indexOp{id: id})
+	}
+	if err := m.sync(ctx, ops); err != nil {
+		return refused, fmt.Errorf("memory service: reindex: %w", err)
+	}
+	return refused, nil
+}
+
+// Index is the vector index the memory layer writes and searches.
+func (m *Memory) Index() vector.Index { return m.index }
