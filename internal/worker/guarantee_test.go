@@ -523,6 +523,8 @@ func TestGuaranteeNothingWrittenBeforeThePackageVerifies(t *testing.T) {
 // vectors, agent and worker roles), with the two roles' connection URIs.
 type provisionedStore struct {
 	schema, workerRole, agentURI, workerURI string
+	names                                   provision.Names
+	adminConn                               provision.PostgresConn
 }
 
 func provisionStore(t *testing.T) provisionedStore {
@@ -549,7 +551,8 @@ func provisionStore(t *testing.T) provisionedStore {
 	agent, worker := admin, admin
 	agent.User, agent.Password = names.Role, "agent-pw"
 	worker.User, worker.Password = names.WorkerRole, "worker-pw"
-	return provisionedStore{schema: names.Schema, workerRole: names.WorkerRole, agentURI: agent.URL(nil), workerURI: worker.URL(nil)}
+	return provisionedStore{schema: names.Schema, workerRole: names.WorkerRole, agentURI: agent.URL(nil), workerURI: worker.URL(nil),
+		names: names, adminConn: admin}
 }
 
 // agentMemory is the memory service as an agent has it: the agent role's login.

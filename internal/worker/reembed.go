@@ -286,7 +286,8 @@ func (r *reembed) verify(ctx context.Context, pool *pgxpool.Pool, sec ReembedSec
 }
 
 // missingVectors counts (in r.sum.Missing) the live memories, but those whose text
-// the input limit refuses, without a vector in the new index, and names the first.
+// the input limit refuses and those whose change is still to be caught up on,
+// without a vector in the new index, and names the first.
 func (r *reembed) missingVectors(ctx context.Context) ([]string, error) {
 	fetcher, ok := r.mem.Index().(engine.Fetcher)
 	if !ok {
@@ -319,12 +320,28 @@ func (r *reembed) missingVectors(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading back the vectors of generation %d: %w", r.gen.Number, err)
 		}
+		var absent []string
 		for _, id := range ids {
 			if v, ok := vecs[id]; !ok || len(v) != r.cfg.Embedder.Dimension {
-				r.sum.Missing++
-				if len(named) < maxNamedMissing {
-					named = append(named, id)
-				}
+				absent = append(absent, id)
+			}
+		}
+		if len(absent) == 0 {
+			continue
+		}
+		// A memory written since the last catch-up has its change recorded: the
+		// next one writes its vector. Only one without is missing.
+		owed, err := r.store.GenerationChanged(ctx, r.gen.Number, absent)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range absent {
+			if owed[id] {
+				continue
+			}
+			r.sum.Missing++
+			if len(named) < maxNamedMissing {
+				named = append(named, id)
 			}
 		}
 	}

@@ -270,6 +270,24 @@ func (s *Store) GenerationChangesDone(ctx context.Context, n int, refs []Pending
 	return nil
 }
 
+// GenerationChanged returns which of ids have a change recorded for generation n
+// not yet done.
+func (s *Store) GenerationChanged(ctx context.Context, n int, ids []string) (map[string]bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT memory_id FROM `+s.generationPending()+` WHERE generation = $1 AND memory_id = ANY($2::text[])`, n, ids)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: changes of generation %d: %w", n, err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: changes of generation %d: %w", n, err)
+	}
+	out := make(map[string]bool, len(found))
+	for _, id := range found {
+		out[id] = true
+	}
+	return out, nil
+}
+
 // GenerationBacklog counts the recorded changes of generation n not yet done.
 func (s *Store) GenerationBacklog(ctx context.Context, n int) (int64, error) {
 	var c int64

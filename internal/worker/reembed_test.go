@@ -1,0 +1,388 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/memory/service"
+	"github.com/amemory/memory-operator/internal/provision"
+	"github.com/amemory/memory-operator/internal/testutil"
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
+)
+
+// switchEnv is a provisioned store (hashing, 8 dimensions) whose generation 2, a
+// table of 16-dimensional hashing vectors, a re-embed fills.
+type switchEnv struct {
+	store provisionedStore
+	admin *pgxpool.Pool
+	agent *service.Memory
+	pg    *pgstore.Store // as the admin, to read what the test checks
+}
+
+var spec16 = vector.Spec{Dimension: 16, Metric: vector.Cosine}
+
+func newSwitchEnv(t *testing.T) *switchEnv {
+	t.Helper()
+	s := provisionStore(t)
+	admin, err := pgxpool.New(t.Context(), testutil.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	return &switchEnv{store: s, admin: admin, agent: agentMemory(t, s), pg: pgstore.New(admin, s.schema)}
+}
+
+// start makes generation 2 as the operator does: its table, then its record.
+func (e *switchEnv) start(t *testing.T) {
+	t.Helper()
+	if err := provision.EnsureGenerationTable(t.Context(), e.store.adminConn, e.store.names, 2, spec16); err != nil {
+		t.Fatal(err)
+	}
+	serving := pgstore.Generation{Number: 1, Model: embed.NewHashing(8).Model(), Dimension: 8, Location: pgindex.Table}
+	next := pgstore.Generation{Number: 2, Model: embed.NewHashing(16).Model(), Dimension: 16, Location: provision.GenerationTable(2)}
+	if _, err := pgstore.StartGeneration(t.Context(), e.admin, e.store.schema, serving, next); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// config is the re-embed of generation 2 with the hashing embedder at 16
+// dimensions, compared with the serving generation.
+func (e *switchEnv) config() ReembedConfig {
+	return ReembedConfig{
+		StoreNamespace: "team-a", StoreName: "bot", Tenant: "bot", Schema: e.store.schema, Generation: 2,
+		Vectors:  engine.Vectors{VectorEngine: engine.Postgres, VectorTable: provision.GenerationTable(2)},
+		Embedder: EmbedderSettings{Type: "Hashing", Dimension: 16, Metric: "COSINE"},
+		Batch:    100, Poll: 20 * time.Millisecond,
+		Serving: &ServingIndex{Vectors: engine.Vectors{VectorEngine: engine.Postgres},
+			Embedder: EmbedderSettings{Type: "Hashing", Dimension: 8, Metric: "COSINE"}},
+		SampleScopes: 10, SampleQueries: 5, Tolerance: DefaultSwitchTolerance,
+	}
+}
+
+func (e *switchEnv) secrets() ReembedSecrets { return ReembedSecrets{PostgresURI: e.store.workerURI} }
+
+func (e *switchEnv) seed(t *testing.T, scopes, perScope int) {
+	t.Helper()
+	var items []memory.Item
+	for s := range scopes {
+		for i := range perScope {
+			items = append(items, memoryOf("", fmt.Sprintf("user:%d", s), fmt.Sprintf("user %d fact %d: likes colour %d and city %d", s, i, i*7%13, i*3%11), testNow))
+		}
+	}
+	for start := 0; start < len(items); start += 500 {
+		if _, err := e.agent.RememberBatch(t.Context(), items[start:min(start+500, len(items))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkGeneration holds generation 2's table to the store: exactly the live,
+// unarchived memories, each with the 16-dimensional hashing vector of its text
+// (the hashing embedder is deterministic, so the expected vector is known).
+func (e *switchEnv) checkGeneration(t *testing.T) int {
+	t.Helper()
+	ctx := t.Context()
+	rows, err := e.admin.Query(ctx, `SELECT memory_id FROM `+pgx.Identifier{e.store.schema, "memories"}.Sanitize()+` WHERE archived_at IS NULL ORDER BY memory_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, err := e.pg.GetMany(ctx, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := pgindex.NewTable(e.admin, e.store.schema, provision.GenerationTable(2), spec16)
+	got, err := idx.Fetch(ctx, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	if err := e.admin.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{e.store.schema, provision.GenerationTable(2)}.Sanitize()).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if total != int64(len(live)) {
+		t.Errorf("generation 2 holds %d vectors for %d live memories", total, len(live))
+	}
+	h := embed.NewHashing(16)
+	for _, it := range items {
+		want, err := h.Embed(ctx, embed.Passage, []string{it.EmbeddingText()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !closeVec(got[it.MemoryID], vector.Normalize(want[0])) {
+			t.Errorf("%s (%q): generation 2 has %v, not the vector of its text", it.MemoryID, it.EmbeddingText(), got[it.MemoryID])
+		}
+	}
+	return len(live)
+}
+
+// TestReembedFollowsEveryWriteUntilTheCutover: agents keep writing (new memories,
+// new values of kept slots, deletions, forgotten users) through the whole re-embed
+// and its catch-up; after the cutover, the new generation holds exactly the vectors
+// of the memories as they are, with the new model.
+func TestReembedFollowsEveryWriteUntilTheCutover(t *testing.T) {
+	e := newSwitchEnv(t)
+	e.seed(t, 20, 100)
+	e.start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	stop := make(chan struct{})
+	var writes atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				scope := fmt.Sprintf("user:%d", rng.IntN(24)) // some new users too
+				var err error
+				switch rng.IntN(10) {
+				case 0, 1, 2, 3:
+					_, err = e.agent.Remember(ctx, memoryOf("", scope, fmt.Sprintf("writer %d says %d", w, i), testNow))
+				case 4, 5, 6:
+					it := memoryOf("", scope, fmt.Sprintf("writer %d slot value %d", w, i), testNow)
+					it.Key = fmt.Sprintf("pref-%d", rng.IntN(5))
+					_, err = e.agent.Remember(ctx, it)
+				case 7, 8:
+					var ids []string
+					if ids, err = e.pg.SampleMemories(ctx, scope, 1); err == nil && len(ids) == 1 {
+						if _, err = e.agent.Delete(ctx, ids[0], "test"); errors.Is(err, pgstore.ErrNotFound) {
+							err = nil
+						}
+					}
+				case 9:
+					if rng.IntN(8) == 0 {
+						_, err = e.agent.Forget(ctx, scope, "asked", "test")
+					}
+				}
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+				writes.Add(1)
+			}
+		}()
+	}
+
+	type result struct {
+		sum ReembedSummary
+		err error
+	}
+	done := make(chan result, 1)
+	cfg := e.config()
+	cfg.Follow = true
+	go func() {
+		sum, err := RunReembed(ctx, cfg, e.secrets(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- result{sum, err}
+	}()
+	testutil.Eventually(t, "the backfill to finish", func() (bool, error) {
+		select {
+		case r := <-done:
+			t.Fatalf("the worker stopped before the cutover: %v (%+v)", r.err, r.sum)
+		default:
+		}
+		g, err := e.pg.GenerationByNumber(ctx, 2)
+		return g.BackfillDone, err
+	})
+	// Writers go on a while after the backfill: the worker follows them.
+	mark := writes.Load()
+	testutil.Eventually(t, "writes after the backfill", func() (bool, error) { return writes.Load() >= mark+60, nil })
+	close(stop)
+	wg.Wait()
+	testutil.Eventually(t, "the catch-up", func() (bool, error) {
+		select {
+		case r := <-done:
+			t.Fatalf("the worker stopped before the cutover: %v (%+v)", r.err, r.sum)
+		default:
+		}
+		n, err := e.pg.GenerationBacklog(ctx, 2)
+		return n == 0, err
+	})
+	if err := pgstore.CutOver(ctx, e.admin, e.store.schema, 2); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("the worker did not stop after the cutover")
+	}
+	if r.err != nil {
+		t.Fatalf("RunReembed: %v (%+v)", r.err, r.sum)
+	}
+	live := e.checkGeneration(t)
+	s := r.sum
+	if !s.Verified || !s.Serving || s.Missing != 0 || s.Embedded < 2000 || s.Changes == 0 || s.Recall < 0.9 || s.ServingRecall < 0 {
+		t.Errorf("summary %+v", s)
+	}
+	t.Logf("%d writes during the re-embed; %d live memories; summary %+v", writes.Load(), live, s)
+	if writes.Load() < 50 {
+		t.Errorf("only %d writes ran during the re-embed: the test proves little", writes.Load())
+	}
+}
+
+// hashingServer is an OpenAI-compatible embedder serving the hashing embedder's
+// vectors, which refuses every request once it embedded breakAfter texts (0: never)
+// or while broken is set. It counts the texts it embedded.
+type hashingServer struct {
+	*httptest.Server
+	broken     atomic.Bool
+	breakAfter atomic.Int64
+	texts      atomic.Int64
+}
+
+func newHashingServer(t *testing.T, dim int) *hashingServer {
+	h := &hashingServer{}
+	emb := embed.NewHashing(dim)
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Input []string `json:"input"`
+		}
+		if n := h.breakAfter.Load(); n > 0 && h.texts.Load() >= n {
+			h.broken.Store(true)
+		}
+		if h.broken.Load() || json.NewDecoder(r.Body).Decode(&req) != nil {
+			http.Error(w, `{"error":{"message":"model unloaded"}}`, http.StatusBadRequest)
+			return
+		}
+		vecs, _ := emb.Embed(r.Context(), embed.Passage, req.Input)
+		type datum struct {
+			Index     int       `json:"index"`
+			Embedding []float32 `json:"embedding"`
+		}
+		out := struct {
+			Data []datum `json:"data"`
+		}{}
+		for i, v := range vecs {
+			out.Data = append(out.Data, datum{i, v})
+		}
+		h.texts.Add(int64(len(req.Input)))
+		_ = json.NewEncoder(w).Encode(out)
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+// TestReembedResumesWhereItStopped: a re-embed whose embedder fails half way keeps
+// its place; the next run embeds only what is left, and the generation ends
+// complete.
+func TestReembedResumesWhereItStopped(t *testing.T) {
+	e := newSwitchEnv(t)
+	e.seed(t, 10, 100)
+	e.start(t)
+	srv := newHashingServer(t, 16)
+	cfg := e.config()
+	cfg.Embedder = EmbedderSettings{Type: "OpenAI", Endpoint: srv.URL, Model: embed.NewHashing(16).Model(), Dimension: 16, Metric: "COSINE"}
+	cfg.Serving = nil
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	srv.breakAfter.Store(400)
+	sum, err := RunReembed(t.Context(), cfg, e.secrets(), log)
+	if err == nil || !strings.Contains(err.Error(), "model unloaded") {
+		t.Fatalf("first run: %v, want the embedder's refusal (%+v)", err, sum)
+	}
+	g, err := e.pg.GenerationByNumber(t.Context(), 2)
+	if err != nil || g.BackfillDone || g.BackfillAfter == "" || g.Embedded < 300 || g.Embedded >= 1000 {
+		t.Fatalf("after the failure the generation is %+v, %v; want its place kept part way", g, err)
+	}
+	first := srv.texts.Load()
+	srv.breakAfter.Store(0)
+	srv.broken.Store(false)
+	sum, err = RunReembed(t.Context(), cfg, e.secrets(), log)
+	if err != nil || !sum.Verified || sum.Embedded != 1000 {
+		t.Fatalf("second run: %+v, %v", sum, err)
+	}
+	// The second run embeds what was left (plus the sample's queries), not all.
+	if again := srv.texts.Load() - first; again > 1000-g.Embedded+int64(cfg.SampleScopes*cfg.SampleQueries)+int64(cfg.Batch) {
+		t.Errorf("the second run embedded %d texts; %d were left", again, 1000-g.Embedded)
+	}
+	e.checkGeneration(t)
+}
+
+// TestReembedRefusesWhatItMustNotFill: the serving generation, and a generation
+// recorded for another model than the worker was given.
+func TestReembedRefusesWhatItMustNotFill(t *testing.T) {
+	e := newSwitchEnv(t)
+	e.start(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	other := e.config()
+	other.Embedder.Dimension, other.Vectors.VectorTable = 8, pgindex.Table
+	if _, err := RunReembed(t.Context(), other, e.secrets(), log); err == nil || !strings.Contains(err.Error(), "is for memory-operator/hashing") {
+		t.Fatalf("another model: %v", err)
+	}
+	if err := pgstore.CutOver(t.Context(), e.admin, e.store.schema, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RunReembed(t.Context(), e.config(), e.secrets(), log); err == nil || !strings.Contains(err.Error(), "serves already") {
+		t.Fatalf("the serving generation: %v", err)
+	}
+	missing := e.config()
+	missing.Generation = 5
+	if _, err := RunReembed(t.Context(), missing, e.secrets(), log); !errors.Is(err, pgstore.ErrNoGeneration) {
+		t.Fatalf("a generation that does not exist: %v", err)
+	}
+}
+
+// The reembed worker's arguments round-trip, the serving generation's included.
+func TestReembedArgsRoundTrip(t *testing.T) {
+	c := ReembedConfig{
+		StoreNamespace: "ns", StoreName: "s", Tenant: "t", Schema: "mem_t", Generation: 3,
+		Vectors: engine.Vectors{VectorEngine: engine.Milvus, MilvusAddress: "milvus:19530", Collection: "mem_t_g3"},
+		Embedder: EmbedderSettings{Type: "OpenAI", Endpoint: "http://e5:8080", Model: "e5", Dimension: 384, Metric: "COSINE",
+			Roles: embed.Roles{Convention: embed.ConventionInputType}, MaxInputBytes: 4096, Overflow: "Truncate"},
+		Rate: 50, Batch: 64, Follow: true, Poll: time.Second,
+		Serving: &ServingIndex{Vectors: engine.Vectors{VectorEngine: engine.Milvus, MilvusAddress: "milvus:19530", Collection: "mem_t"},
+			Embedder: EmbedderSettings{Type: "Hashing", Dimension: 256, Metric: "COSINE"}},
+		SampleScopes: 7, SampleQueries: 3, Tolerance: 0.1,
+	}
+	got, err := ParseReembedArgs(c.Args(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(c)
+	b, _ := json.Marshal(got)
+	if string(a) != string(b) {
+		t.Fatalf("round trip:\n%s\n%s", a, b)
+	}
+	for _, bad := range [][]string{
+		{"--schema=mem_t", "--generation=1"},
+		{"--schema=mem_t", "--generation=2", "--rate=-1"},
+		{"--schema=mem_t", "--generation=2", "--embedder=OpenAI"},
+		{"--schema=mem_t", "--generation=2", "--vector-engine=Milvus"},
+		{"--schema=mem_t", "--generation=2", "--dimension=16", "--embedder-roles=auto"},
+	} {
+		if _, err := ParseReembedArgs(bad, io.Discard); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}
