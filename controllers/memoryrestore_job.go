@@ -155,11 +155,11 @@ func restoreConfig(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alpha1
 		cfg.Vectors, cfg.EmbeddingModel = storeVectors(target, in.MilvusAddress), v.EmbeddingModel
 		cfg.Dimension, cfg.Metric = int(v.Dimension), v.Metric
 	}
-	if e := target.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI {
+	if e := servingEmbedder(target); e.Type == memoryv1alpha1.EmbedderOpenAI {
 		cfg.Embedder, cfg.EmbedderEndpoint = string(e.Type), e.Endpoint
 	}
 	// The store's embedder input limit, as its gateway applies it.
-	maxBytes, overflow := target.Spec.Embedder.InputLimitOrDefault()
+	maxBytes, overflow := servingEmbedder(target).InputLimitOrDefault()
 	cfg.EmbedderMaxInputBytes, cfg.EmbedderOverflow = int(maxBytes), string(overflow)
 	cfg.EmbedderRoles = storeRoles(target)
 	if m := spec.Mapping; m != nil {
@@ -231,9 +231,7 @@ func buildRestoreJob(restore *memoryv1alpha1.MemoryRestore, target *memoryv1alph
 		ref := imp.Postgres.URISecret
 		env = append(env, secretEnv(worker.EnvImportPostgresURI, ref.Name, ref.Key))
 	}
-	if e := target.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
-		env = append(env, secretEnv(worker.EnvEmbedderAPIKey, e.APIKeySecret.Name, e.APIKeySecret.Key))
-	}
+	env = append(env, embedderAPIKeyEnv(target, worker.EnvEmbedderAPIKey)...)
 	labels := map[string]string{}
 	setLabelIfValid(labels, memoryv1alpha1.LabelRestore, restore.Name)
 	setLabelIfValid(labels, memoryv1alpha1.LabelStore, target.Name)

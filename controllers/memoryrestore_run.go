@@ -247,7 +247,7 @@ func (r *MemoryRestoreReconciler) checkInputs(ctx context.Context, restore *memo
 			return err
 		}
 	}
-	if e := target.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
+	if e := servingEmbedder(target); e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
 		if _, err := secretValues(ctx, r.APIReader, target.Namespace, e.APIKeySecret.Name, e.APIKeySecret.Key); err != nil {
 			return err
 		}

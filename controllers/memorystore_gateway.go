@@ -243,7 +243,7 @@ func (r *MemoryStoreReconciler) ensureGatewayKeys(ctx context.Context, store *me
 // environment: the store role's URI and the embedder's token.
 func (r *MemoryStoreReconciler) gatewaySecretDigest(ctx context.Context, store *memoryv1alpha1.MemoryStore, info connectionInfo) (string, error) {
 	values := []string{agentURI(info)}
-	if e := store.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
+	if e := servingEmbedder(store); e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
 		v, err := secretStrings(ctx, r.APIReader, store.Namespace, e.APIKeySecret.Name, e.APIKeySecret.Key)
 		if err != nil {
 			return "", err

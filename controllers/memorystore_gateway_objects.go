@@ -184,7 +184,7 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		minSim = &f
 	}
 	rate, burst := g.RateLimitOrDefault()
-	maxInput, overflow := store.Spec.Embedder.InputLimitOrDefault()
+	maxInput, overflow := servingEmbedder(store).InputLimitOrDefault()
 	cfg := gateway.Config{
 		StoreNamespace: store.Namespace,
 		StoreName:      store.Name,
@@ -221,7 +221,7 @@ func gatewayConfig(store *memoryv1alpha1.MemoryStore, milvusAddress string) (gat
 		cfg.Vectors, cfg.EmbeddingModel = storeVectors(store, milvusAddress), v.EmbeddingModel
 		cfg.Dimension, cfg.Metric = int(v.Dimension), v.Metric
 	}
-	if e := store.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI {
+	if e := servingEmbedder(store); e.Type == memoryv1alpha1.EmbedderOpenAI {
 		cfg.Embedder, cfg.EmbedderEndpoint = string(e.Type), e.Endpoint
 	}
 	cfg.ShortTerm = shortTermConfig(store)
@@ -297,9 +297,7 @@ func buildGatewayDeployment(store *memoryv1alpha1.MemoryStore, cfg gateway.Confi
 	env := []corev1.EnvVar{secretEnv(gateway.EnvPostgresURI, store.ConnectionSecretNameOrDefault(), keyURI)}
 	env = append(env, milvusLoginEnv(store, store.ConnectionSecretNameOrDefault())...)
 	env = append(env, redisLoginEnv(store, store.ConnectionSecretNameOrDefault())...)
-	if e := store.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
-		env = append(env, secretEnv(gateway.EnvEmbedderAPIKey, e.APIKeySecret.Name, e.APIKeySecret.Key))
-	}
+	env = append(env, embedderAPIKeyEnv(store, gateway.EnvEmbedderAPIKey)...)
 	var resources corev1.ResourceRequirements
 	if g.Resources != nil {
 		resources = *g.Resources.DeepCopy()

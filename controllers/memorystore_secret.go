@@ -123,10 +123,10 @@ func (r *MemoryStoreReconciler) ensureConnectionSecret(ctx context.Context, stor
 		keySSLMode:        agent.SSLMode,
 		keyURI:            agentURI(info),
 		keyVectorEngine:   info.engine,
-		keyDimension:      strconv.Itoa(int(store.Spec.Vector.Dimension)),
+		keyDimension:      strconv.Itoa(int(servingDimension(store))),
 		keyMetric:         string(store.MetricOrDefault()),
-		keyEmbedderType:   orDefault(string(store.Spec.Embedder.Type), string(memoryv1alpha1.EmbedderHashing)),
-		keyEmbedderURL:    store.Spec.Embedder.Endpoint,
+		keyEmbedderType:   orDefault(string(servingEmbedder(store).Type), string(memoryv1alpha1.EmbedderHashing)),
+		keyEmbedderURL:    servingEmbedder(store).Endpoint,
 		keyEmbeddingModel: info.model,
 	}
 	if m := info.backend.milvus; m != nil && info.engine == provision.EngineMilvus {

@@ -62,8 +62,10 @@ func (r *MemoryStoreReconciler) storesForSecret(ctx context.Context, obj client.
 // readsOwnSecret reports whether the store reads the Secret name of its own namespace
 // besides its backends': the embedder's token, the gateway's certificate.
 func readsOwnSecret(s *memoryv1alpha1.MemoryStore, name string) bool {
-	if ref := s.Spec.Embedder.APIKeySecret; ref != nil && ref.Name == name {
-		return true
+	for _, ref := range embedderAPIKeyRefs(s) {
+		if ref.Name == name {
+			return true
+		}
 	}
 	return s.Spec.Gateway != nil && s.Spec.Gateway.TLS != nil && s.Spec.Gateway.TLS.SecretName == name
 }

@@ -574,7 +574,7 @@ func buildDrillJob(store *memoryv1alpha1.MemoryStore, scratch provision.Names, i
 		},
 	}
 	rc := restoreConfig(pseudo, store, restoreJobInputs{Image: in.Image, Source: in.Source, MilvusAddress: in.MilvusAddress})
-	rc.Schema = scratch.Schema
+	rc.Schema, rc.VectorTable = scratch.Schema, "" // the copy has its own vectors table
 	if rc.External() {
 		rc.Collection = scratch.Collection
 	}
@@ -595,9 +595,7 @@ func buildDrillJob(store *memoryv1alpha1.MemoryStore, scratch provision.Names, i
 	if k := in.Source.Key; k != nil {
 		env = append(env, secretEnv(worker.EnvSourceKey, k.Name, k.Key))
 	}
-	if e := store.Spec.Embedder; e.Type == memoryv1alpha1.EmbedderOpenAI && e.APIKeySecret != nil {
-		env = append(env, secretEnv(worker.EnvEmbedderAPIKey, e.APIKeySecret.Name, e.APIKeySecret.Key))
-	}
+	env = append(env, embedderAPIKeyEnv(store, worker.EnvEmbedderAPIKey)...)
 	labels := map[string]string{}
 	setLabelIfValid(labels, memoryv1alpha1.LabelStore, store.Name)
 	setLabelIfValid(labels, memoryv1alpha1.LabelSnapshot, in.Source.Snapshot)

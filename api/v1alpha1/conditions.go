@@ -45,6 +45,14 @@ const (
 	// changes Ready: the store serves its connection Secret whatever the gateway does.
 	ConditionGatewayReady = "GatewayReady"
 
+	// ConditionSwitching is True while the store switches embedding model (a re-embed
+	// into a new index generation, then the cutover), False once the last switch
+	// ended (reason SwitchCompleted, SwitchFailed, SwitchAbandoned) or none was ever
+	// needed (NotSwitching). A switch in progress keeps Ready=True (the store serves
+	// the current model) and sets Reconciling=True, so GitOps tools show the store as
+	// progressing; a failed one sets Stalled=True.
+	ConditionSwitching = "Switching"
+
 	// ConditionProgressing is True while a one-shot run (snapshot, restore) works.
 	ConditionProgressing = "Progressing"
 	// ConditionCompleted is True once a one-shot run ended; its reason says how.
@@ -56,6 +64,16 @@ const (
 
 // Condition reasons, CamelCase as Kubernetes expects.
 const (
+	// Embedding switch reasons (the Switching condition).
+	ReasonNotSwitching               = "NotSwitching"
+	ReasonReembedding                = "Reembedding"
+	ReasonCuttingOver                = "CuttingOver"
+	ReasonSwitchCompleted            = "SwitchCompleted"
+	ReasonSwitchFailed               = "SwitchFailed"
+	ReasonSwitchAbandoned            = "SwitchAbandoned"
+	ReasonSwitchSuspended            = "SwitchSuspended"
+	ReasonEmbeddingSwitchUnsupported = "EmbeddingSwitchUnsupported"
+
 	ReasonProvisioned          = "Provisioned"
 	ReasonProvisioning         = "Provisioning"
 	ReasonNotConfigured        = "NotConfigured"

@@ -172,7 +172,8 @@ type VectorSpec struct {
 	// Dimension of every embedding (384 for all-MiniLM-L6-v2).
 	// +kubebuilder:validation:Minimum=2
 	// +kubebuilder:validation:Maximum=32768
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="vector.dimension is immutable"
+	// A change is an embedding switch (status.embedding): the memories are
+	// re-embedded into a new index of this dimension while the store serves.
 	Dimension int32 `json:"dimension"`
 
 	// +kubebuilder:default=COSINE
@@ -314,9 +315,16 @@ type MemoryStoreSpec struct {
 
 	Vector VectorSpec `json:"vector"`
 
+	// Embedder is the model that makes the store's vectors. Changing it (or
+	// vector.dimension) on a provisioned store switches models in place: see
+	// EmbeddingSwitch and status.embedding.
 	// +kubebuilder:default={type: Hashing}
 	// +optional
 	Embedder EmbedderSpec `json:"embedder,omitempty"`
+
+	// EmbeddingSwitch tunes a switch of embedding model.
+	// +optional
+	EmbeddingSwitch *EmbeddingSwitchSpec `json:"embeddingSwitch,omitempty"`
 
 	// ReclaimPolicy: Retain (default) keeps the data when the MemoryStore is deleted.
 	// +kubebuilder:default=Retain
@@ -619,6 +627,10 @@ type MemoryStoreStatus struct {
 	// Embedder is the embedder's resolved roles and calibrated threshold.
 	// +optional
 	Embedder *EmbedderStatus `json:"embedder,omitempty"`
+	// Embedding is the serving embedding model, a switch to another one in
+	// progress, and the previous one kept for a rollback.
+	// +optional
+	Embedding *EmbeddingStatus `json:"embedding,omitempty"`
 
 	// ConnectionSecret is the Secret in this namespace that agents mount.
 	// +optional
@@ -683,7 +695,7 @@ type ReceivedRestore struct {
 // +kubebuilder:resource:shortName=ms;mstore,categories=memory
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.spec.tenant`
 // +kubebuilder:printcolumn:name="Vectors",type=string,JSONPath=`.status.vector.engine`
-// +kubebuilder:printcolumn:name="Dim",type=integer,JSONPath=`.spec.vector.dimension`
+// +kubebuilder:printcolumn:name="Dim",type=integer,JSONPath=`.status.vector.dimension`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.status.connectionSecret`,priority=1
@@ -691,6 +703,7 @@ type ReceivedRestore struct {
 // +kubebuilder:printcolumn:name="Archived",type=integer,JSONPath=`.status.archival.lastRun.archived`,priority=1
 // +kubebuilder:printcolumn:name="Verified",type=string,JSONPath=`.status.conditions[?(@.type=="Verified")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.status.conditions[?(@.type=="GatewayReady")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Switch",type=string,JSONPath=`.status.embedding.switch.phase`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.gateway) || !self.spec.gateway.enabled || self.metadata.name.matches('^[a-z]([-a-z0-9]{0,53}[a-z0-9])?$')",message="a store with a gateway needs a name of at most 55 lowercase letters, digits and '-', starting with a letter: its Service is named <name>-gateway"
 

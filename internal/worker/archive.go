@@ -50,7 +50,7 @@ func RunArchive(ctx context.Context, cfg ArchiveConfig, sec Secrets, ro RunOptio
 		}
 		a.key = k
 	}
-	pool, store, err := openStore(ctx, sec.PostgresURI, cfg.Schema)
+	pool, store, err := openStore(ctx, sec.PostgresURI, cfg.Schema, cfg.Vectors)
 	if err != nil {
 		return ArchiveSummary{}, err
 	}

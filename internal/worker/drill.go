@@ -209,7 +209,7 @@ func RunDrill(ctx context.Context, cfg DrillConfig, sec RestoreSecrets, ro RunOp
 	sum.PackageID, sum.CreatedAt = manifest.PackageID, manifest.CreatedAt
 	sum.Items, sum.Tombstones = manifest.Counts.Items, manifest.Tombstones.Count
 
-	pool, scratch, err := openStore(ctx, sec.PostgresURI, cfg.Schema)
+	pool, scratch, err := openStore(ctx, sec.PostgresURI, cfg.Schema, cfg.Vectors)
 	if err != nil {
 		return finish(fmt.Errorf("scratch copy: %w", err))
 	}

@@ -34,8 +34,10 @@ import (
 //  4. it checks that every memory that must be searchable has a vector in the new
 //     index and, given the serving generation, that the new model finds a sample
 //     of memories by their own text about as often as the serving one does;
-//  5. with Follow, it keeps catching up until the operator cuts over to the
-//     generation (or drops it), so that the new index never falls behind.
+//  5. it records that the generation passed (pgstore.MarkVerified), and with Follow
+//     keeps catching up until the operator cuts over to the generation (or drops
+//     it), so that the new index never falls behind; a run that finds the
+//     generation serving already only finishes the changes recorded before.
 
 // ErrSwitchCheckFailed is wrapped by RunReembed when the new index is complete but
 // fails its check: memories without a vector, or a sample recall too low.
@@ -112,7 +114,8 @@ func RunReembed(ctx context.Context, cfg ReembedConfig, sec ReembedSecrets, log 
 }
 
 func (r *reembed) run(ctx context.Context, sec ReembedSecrets) error {
-	pool, store, err := openStore(ctx, sec.PostgresURI, r.cfg.Schema)
+	// The store's own tables; the generation's vectors go through its index only.
+	pool, store, err := openStore(ctx, sec.PostgresURI, r.cfg.Schema, engine.Vectors{})
 	if err != nil {
 		return err
 	}
@@ -129,6 +132,15 @@ func (r *reembed) run(ctx context.Context, sec ReembedSecrets) error {
 		return err
 	}
 	defer closeIndex()
+	if r.gen.State == pgstore.GenerationServing {
+		// The cutover happened (this is a retried Job): only the changes recorded
+		// before it are left to do.
+		if err := r.catchUp(ctx, -1); err != nil {
+			return err
+		}
+		r.sum.Serving = true
+		return nil
+	}
 	if err := store.WaitForEarlierWriters(ctx, 50*time.Millisecond); err != nil {
 		return err
 	}
@@ -147,13 +159,11 @@ func (r *reembed) run(ctx context.Context, sec ReembedSecrets) error {
 	return nil
 }
 
-// checkGeneration refuses a generation that is not being filled, or whose model is
-// not the one this worker was given.
+// checkGeneration refuses a generation whose model is not the one this worker was
+// given.
 func (r *reembed) checkGeneration() error {
 	g := r.gen
 	switch {
-	case g.State == pgstore.GenerationServing:
-		return fmt.Errorf("index generation %d serves already: there is nothing to fill", g.Number)
 	case g.Model != r.sum.Model || g.Dimension != r.cfg.Embedder.Dimension:
 		return fmt.Errorf("index generation %d is for %s (dimension %d), not %s (dimension %d)",
 			g.Number, g.Model, g.Dimension, r.sum.Model, r.cfg.Embedder.Dimension)
@@ -282,7 +292,8 @@ func (r *reembed) verify(ctx context.Context, pool *pgxpool.Pool, sec ReembedSec
 		return err
 	}
 	r.sum.Verified = true
-	return nil
+	// The operator cuts over once it reads this.
+	return r.store.MarkVerified(ctx, r.gen.Number, r.sum.Recall, r.sum.ServingRecall)
 }
 
 // missingVectors counts (in r.sum.Missing) the live memories, but those whose text

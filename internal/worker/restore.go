@@ -46,7 +46,7 @@ func RunRestore(ctx context.Context, cfg RestoreConfig, sec RestoreSecrets, ro R
 	defer pkg.cleanup()
 	reader, manifestSHA := pkg.reader, pkg.manifestSHA
 
-	pool, target, err := openStore(ctx, sec.PostgresURI, cfg.Schema)
+	pool, target, err := openStore(ctx, sec.PostgresURI, cfg.Schema, cfg.Vectors)
 	if err != nil {
 		return sum, fmt.Errorf("target: %w", err)
 	}

@@ -77,7 +77,7 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 	if err != nil {
 		return nil, err
 	}
-	pool, store, err := openStore(ctx, sec.PostgresURI, cfg.Schema)
+	pool, store, err := openStore(ctx, sec.PostgresURI, cfg.Schema, cfg.Vectors)
 	if err != nil {
 		return nil, err
 	}
@@ -206,8 +206,10 @@ func writeCut(ctx context.Context, store *pgstore.Store, objects snapshot.Object
 // reconciles it, before it runs any Job for it.
 const requiredSchemaVersion = pgstore.LatestVersion
 
-// openStore connects to the store's PostgreSQL and checks its schema version.
-func openStore(ctx context.Context, uri, schema string) (*pgxpool.Pool, *pgstore.Store, error) {
+// openStore connects to the store's PostgreSQL and checks its schema version. The
+// store reads and writes in-schema vectors where vectors says (the Postgres engine's
+// serving index generation).
+func openStore(ctx context.Context, uri, schema string, vectors engine.Vectors) (*pgxpool.Pool, *pgstore.Store, error) {
 	if uri == "" {
 		return nil, nil, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
 	}
@@ -231,7 +233,7 @@ func openStore(ctx context.Context, uri, schema string) (*pgxpool.Pool, *pgstore
 		pool.Close()
 		return nil, nil, err
 	}
-	return pool, pgstore.New(pool, schema), nil
+	return pool, pgstore.New(pool, schema).WithVectorsTable(vectors.Table()), nil
 }
 
 // abort removes what a failed run uploaded. Best effort: without a manifest the

@@ -62,16 +62,26 @@ type Generation struct {
 	// when it was saved (zero before the first save).
 	Rate       float64
 	ProgressAt time.Time
+	// VerifiedAt is when its worker found it complete and passing its check (zero:
+	// not yet), with the sample's self-recall on it and on the serving generation
+	// (-1: not measured).
+	VerifiedAt            time.Time
+	Recall, ServingRecall float64
 }
 
-const generationCols = `generation, state, model, dimension, embedder, location, changed_at, backfill_after, backfill_done, embedded, embed_rate, progress_at`
+const generationCols = `generation, state, model, dimension, embedder, location, changed_at, backfill_after, backfill_done, embedded,
+	embed_rate, progress_at, verified_at, coalesce(recall, -1), coalesce(serving_recall, -1)`
 
 func scanGeneration(r pgx.Row) (Generation, error) {
 	var g Generation
-	var at *time.Time
-	err := r.Scan(&g.Number, &g.State, &g.Model, &g.Dimension, &g.Embedder, &g.Location, &g.ChangedAt, &g.BackfillAfter, &g.BackfillDone, &g.Embedded, &g.Rate, &at)
+	var at, verified *time.Time
+	err := r.Scan(&g.Number, &g.State, &g.Model, &g.Dimension, &g.Embedder, &g.Location, &g.ChangedAt, &g.BackfillAfter, &g.BackfillDone, &g.Embedded,
+		&g.Rate, &at, &verified, &g.Recall, &g.ServingRecall)
 	if at != nil {
 		g.ProgressAt = *at
+	}
+	if verified != nil {
+		g.VerifiedAt = *verified
 	}
 	return g, err
 }
@@ -121,8 +131,10 @@ func StartGeneration(ctx context.Context, admin *pgxpool.Pool, schema string, se
 		if _, err := tx.Exec(ctx, `LOCK TABLE `+s.generations()+` IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+s.generations()+` (generation, state, model, dimension, embedder, location)
-			SELECT $1, 'serving', $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM `+s.generations()+` WHERE state = 'serving')`,
+		// The serving generation is complete by definition: a rollback to it later
+		// catches up on changes only.
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.generations()+` (generation, state, model, dimension, embedder, location, backfill_done)
+			SELECT $1, 'serving', $2, $3, $4, $5, true WHERE NOT EXISTS (SELECT 1 FROM `+s.generations()+` WHERE state = 'serving')`,
 			serving.Number, serving.Model, serving.Dimension, serving.Embedder, serving.Location); err != nil {
 			return err
 		}
@@ -141,6 +153,31 @@ func StartGeneration(ctx context.Context, admin *pgxpool.Pool, schema string, se
 	return out, nil
 }
 
+// BeginCutover starts recording changes for the serving generation too (it becomes
+// retained), while n, about to serve, still gets them: in between, writers on either
+// generation (gateway pods before and after their rollout) leave records for the
+// other. CutOver ends it. Its verification is cleared, since a later rollback to it
+// must verify afresh.
+func BeginCutover(ctx context.Context, admin *pgxpool.Pool, schema string, n int) error {
+	s := New(admin, schema)
+	err := pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE `+s.generations()+` SET changed_at = now() WHERE generation = $1 AND state <> 'serving'`, n)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("%w: %d (or it serves already)", ErrNoGeneration, n)
+		}
+		_, err = tx.Exec(ctx, `UPDATE `+s.generations()+` SET state = 'retained', changed_at = now(), verified_at = NULL, recall = NULL, serving_recall = NULL
+			WHERE state = 'serving'`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: beginning the cutover to index generation %d in schema %s: %w", n, schema, err)
+	}
+	return nil
+}
+
 // CutOver makes generation n the serving one and the serving one retained, in one
 // transaction (as the store's admin). From its commit, changes are recorded for the
 // retained generation and no longer for n; those recorded for n before are left for
@@ -148,7 +185,8 @@ func StartGeneration(ctx context.Context, admin *pgxpool.Pool, schema string, se
 func CutOver(ctx context.Context, admin *pgxpool.Pool, schema string, n int) error {
 	s := New(admin, schema)
 	err := pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE `+s.generations()+` SET state = 'retained', changed_at = now() WHERE state = 'serving' AND generation <> $1`, n); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE `+s.generations()+` SET state = 'retained', changed_at = now(), verified_at = NULL, recall = NULL, serving_recall = NULL
+			WHERE state = 'serving' AND generation <> $1`, n); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, `UPDATE `+s.generations()+` SET state = 'serving', changed_at = now() WHERE generation = $1`, n)
@@ -231,6 +269,23 @@ func (s *Store) SaveBackfill(ctx context.Context, n int, after string, done bool
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("%w: %d in schema %s", ErrNoGeneration, n, s.schema)
+	}
+	return nil
+}
+
+// MarkVerified records that generation n is complete and passed its check, with
+// the sample's self-recall on it and on the serving generation (-1: not measured).
+func (s *Store) MarkVerified(ctx context.Context, n int, recall, servingRecall float64) error {
+	nullable := func(v float64) *float64 {
+		if v < 0 {
+			return nil
+		}
+		return &v
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE `+s.generations()+` SET verified_at = now(), recall = $2, serving_recall = $3 WHERE generation = $1`,
+		n, nullable(recall), nullable(servingRecall))
+	if err != nil {
+		return fmt.Errorf("pgstore: marking generation %d verified: %w", n, err)
 	}
 	return nil
 }

@@ -408,7 +408,10 @@ CREATE TABLE {{t "index_generations"}} (
 	backfill_done  boolean NOT NULL DEFAULT false,
 	embedded       bigint NOT NULL DEFAULT 0 CHECK (embedded >= 0),
 	embed_rate     double precision NOT NULL DEFAULT 0,
-	progress_at    timestamptz
+	progress_at    timestamptz,
+	verified_at    timestamptz,
+	recall         double precision,
+	serving_recall double precision
 );
 CREATE UNIQUE INDEX {{i "index_generations_serving_uq"}} ON {{t "index_generations"}} ((true)) WHERE state = 'serving';
 

@@ -85,6 +85,20 @@ func New(pool *pgxpool.Pool, schema string) *Store {
 	}
 }
 
+// WithVectorsTable returns the store over the same tables but for its vectors, kept
+// in table (the Postgres engine's serving index generation; "" or "vectors": the
+// schema's own vectors table). Exports read vectors from it, restores write them
+// there, and deletions and forgets remove them from it in their transaction.
+func (s *Store) WithVectorsTable(table string) *Store {
+	if table == "" {
+		table = "vectors"
+	}
+	c := New(s.pool, s.schema)
+	c.importBatch = s.importBatch
+	c.t.vectors = pgx.Identifier{s.schema, table}.Sanitize()
+	return c
+}
+
 // Schema returns the store's schema name.
 func (s *Store) Schema() string { return s.schema }
 

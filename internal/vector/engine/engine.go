@@ -115,8 +115,8 @@ func (v Vectors) ValidateEngine() error {
 	return nil
 }
 
-// table is the Postgres engine's table.
-func (v Vectors) table() string {
+// Table is the Postgres engine's table of vectors in the store's schema.
+func (v Vectors) Table() string {
 	if v.VectorTable == "" {
 		return pgindex.Table
 	}
@@ -161,7 +161,7 @@ func (v Vectors) Open(ctx context.Context, pool *pgxpool.Pool, schema string, sp
 	case PGVector:
 		return openPGVector(pool, schema, spec, v), func() {}, nil
 	default:
-		return pgindex.NewTable(pool, schema, v.table(), spec), func() {}, nil
+		return pgindex.NewTable(pool, schema, v.Table(), spec), func() {}, nil
 	}
 }
 
