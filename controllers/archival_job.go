@@ -38,7 +38,12 @@ func archiveJobName(store *memoryv1alpha1.MemoryStore, slot time.Time) string {
 
 // slotJobName is "<store><infix><yyyymmddhhmm>", cut as archiveJobName says.
 func slotJobName(store *memoryv1alpha1.MemoryStore, infix string, slot time.Time) string {
-	suffix := infix + slot.UTC().Format(slotFormat)
+	return suffixedJobName(store, infix+slot.UTC().Format(slotFormat))
+}
+
+// suffixedJobName is the store's name with suffix, shortened (with a piece of the
+// store's UID) to fit a Job name.
+func suffixedJobName(store *memoryv1alpha1.MemoryStore, suffix string) string {
 	name := store.Name
 	if len(name)+len(suffix) > maxJobName {
 		uid := "-" + uidPrefix(store)

@@ -416,6 +416,9 @@ func (r *ArchivalReconciler) resolveRun(ctx context.Context, store *memoryv1alph
 		}
 		return archiveJobInputs{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "MemoryStore %s is not Ready: %s", store.Name, why)
 	}
+	if cuttingOver(store) {
+		return archiveJobInputs{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "%s", cutoverWait(store))
+	}
 	threshold, halfLives, err := archivalParameters(store.Spec.Archival)
 	if err != nil {
 		return archiveJobInputs{}, err

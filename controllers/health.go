@@ -25,6 +25,12 @@ const (
 	// stalled: a terminal failure, or one only a human can fix: Stalled=True,
 	// Ready=False, no Reconciling.
 	stalled
+	// servingWorking: a store that serves while the operator works toward its spec
+	// (an embedding switch): Ready=True, Reconciling=True.
+	servingWorking
+	// servingStalled: a store that serves but cannot reach its spec without a human
+	// (a failed switch): Ready=True, Stalled=True.
+	servingStalled
 )
 
 // summary is the state with the reason and message all three conditions carry.
@@ -84,6 +90,18 @@ func setSummary(conditions *[]metav1.Condition, gen int64, s summary) {
 		set(memoryv1alpha1.ConditionReady, metav1.ConditionFalse)
 		set(memoryv1alpha1.ConditionStalled, metav1.ConditionTrue)
 		meta.RemoveStatusCondition(conditions, memoryv1alpha1.ConditionReconciling)
+	case servingWorking:
+		if c := meta.FindStatusCondition(*conditions, memoryv1alpha1.ConditionReady); c != nil {
+			c.ObservedGeneration = gen
+		}
+		set(memoryv1alpha1.ConditionReconciling, metav1.ConditionTrue)
+		meta.RemoveStatusCondition(conditions, memoryv1alpha1.ConditionStalled)
+	case servingStalled:
+		if c := meta.FindStatusCondition(*conditions, memoryv1alpha1.ConditionReady); c != nil {
+			c.ObservedGeneration = gen
+		}
+		set(memoryv1alpha1.ConditionStalled, metav1.ConditionTrue)
+		meta.RemoveStatusCondition(conditions, memoryv1alpha1.ConditionReconciling)
 	default:
 		set(memoryv1alpha1.ConditionReady, metav1.ConditionFalse)
 		set(memoryv1alpha1.ConditionReconciling, metav1.ConditionTrue)
@@ -130,7 +148,23 @@ func storeSummary(store *memoryv1alpha1.MemoryStore) summary {
 	case !store.DeletionTimestamp.IsZero():
 		return summary{state: working, reason: c.Reason, message: c.Message}
 	case c.Status == metav1.ConditionTrue:
-		return summary{state: done, reason: c.Reason, message: c.Message}
+		return switchSummary(store, summary{state: done, reason: c.Reason, message: c.Message})
 	}
 	return failing(c.Reason, c.Message)
+}
+
+// switchSummary is a Ready store's summary while its spec asks for another
+// embedding model than it serves: it serves (Ready stays True, so its snapshots
+// and Jobs go on) but its spec is not yet what runs. A switch under way is working
+// (Reconciling=True); one that failed or cannot run is stalled (Stalled=True).
+func switchSummary(store *memoryv1alpha1.MemoryStore, ready summary) summary {
+	c := meta.FindStatusCondition(store.Status.Conditions, memoryv1alpha1.ConditionSwitching)
+	switch {
+	case c == nil:
+	case c.Status == metav1.ConditionTrue:
+		return summary{state: servingWorking, reason: c.Reason, message: c.Message}
+	case c.Reason == memoryv1alpha1.ReasonSwitchFailed, c.Reason == memoryv1alpha1.ReasonEmbeddingSwitchUnsupported:
+		return summary{state: servingStalled, reason: c.Reason, message: c.Message}
+	}
+	return ready
 }

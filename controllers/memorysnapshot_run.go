@@ -148,6 +148,9 @@ func readyStore(ctx context.Context, c client.Reader, namespace, name string) (*
 	if !store.IsReady() || store.Status.Postgres == nil || store.Status.Vector == nil || store.Status.WorkerSecret == "" {
 		return nil, effectiveBackend{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "MemoryStore %s is not Ready; waiting for it", name)
 	}
+	if cuttingOver(store) {
+		return nil, effectiveBackend{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "%s", cutoverWait(store))
+	}
 	backend, err := storeBackend(ctx, c, store)
 	if err != nil {
 		return nil, effectiveBackend{}, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -46,6 +48,10 @@ type MemoryStoreReconciler struct {
 	OperatorNamespace string
 	// GatewayImage is the image the gateway Deployments run: the operator's own.
 	GatewayImage string
+	// CutoverGrace is how long an embedding switch's cutover waits, once every
+	// gateway pod serves the new index, for the pods replaced to end (0: the gateway
+	// pods' termination grace period). Tests shorten it.
+	CutoverGrace time.Duration
 }
 
 // +kubebuilder:rbac:groups=memory.amemory.io,resources=memorystores,verbs=get;list;watch;update;patch
@@ -56,6 +62,8 @@ type MemoryStoreReconciler struct {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one MemoryStore to its declared state: fetch, handle deletion, make
@@ -119,6 +127,10 @@ func (r *MemoryStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&memoryv1alpha1.MemoryRestore{}, handler.EnqueueRequestsFromMapFunc(storeOfRestore)).
 		Owns(&appsv1.Deployment{}, builder.WithPredicates(gatewayDeploymentChanged)).
 		Owns(&corev1.Service{}).
+		// The re-embed Job of an embedding switch (memorystore_switch.go).
+		Owns(&batchv1.Job{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()["app.kubernetes.io/component"] == reembedContainer
+		}))).
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](minRetryDelay, maxRetryDelay),
 		}).

@@ -149,7 +149,7 @@ func TestMemoryStoreCalibratesItsEmbedder(t *testing.T) {
 	g.Expect(got.Status.Embedder).NotTo(BeNil())
 	g.Expect(got.Status.Embedder.Roles).To(Equal(memoryv1alpha1.ResolvedRoles{Convention: memoryv1alpha1.RolesPrefix, QueryPrefix: "query: ", PassagePrefix: "passage: "}))
 	g.Expect(got.Status.Embedder.DedupThreshold).NotTo(BeEmpty())
-	g.Expect(got.Status.Embedder.CalibratedFor).To(Equal(embedderDigest(got)))
+	g.Expect(got.Status.Embedder.CalibratedFor).To(Equal(embedderDigest(got.Spec.Embedder, got.Spec.Vector.Dimension)))
 	calibratedAt := got.Status.Embedder.CalibratedAt
 
 	// A model of no known family: None, and the hashing vectors' calibration.
@@ -180,7 +180,7 @@ func TestMemoryStoreCalibratesItsEmbedder(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		s := getStore(g, client.ObjectKeyFromObject(e5))
 		g.Expect(s.Status.Embedder.Roles).To(Equal(memoryv1alpha1.ResolvedRoles{Convention: memoryv1alpha1.RolesPrefix, QueryPrefix: "q: ", PassagePrefix: "p: "}))
-		g.Expect(s.Status.Embedder.CalibratedFor).To(Equal(embedderDigest(s)))
+		g.Expect(s.Status.Embedder.CalibratedFor).To(Equal(embedderDigest(s.Spec.Embedder, s.Spec.Vector.Dimension)))
 	}, 60*time.Second).Should(Succeed())
 
 	// A server that fails the probe: CalibrationFailed, and no gateway with a guess.

@@ -654,7 +654,7 @@ func TestGatewaySampleIsValid(t *testing.T) {
 				_, err := gatewayConfig(got, "milvus.example:19530")
 				g.Expect(err).To(MatchError(ContainSubstring("not calibrated")))
 			}
-			got.Status.Embedder = &memoryv1alpha1.EmbedderStatus{Model: got.Spec.Embedder.Model, DedupThreshold: "0.9843", CalibratedFor: embedderDigest(got)}
+			got.Status.Embedder = &memoryv1alpha1.EmbedderStatus{Model: got.Spec.Embedder.Model, DedupThreshold: "0.9843", CalibratedFor: embedderDigest(got.Spec.Embedder, got.Spec.Vector.Dimension)}
 			cfg, err := gatewayConfig(got, "milvus.example:19530")
 			g.Expect(err).NotTo(HaveOccurred())
 			want := 0.9843

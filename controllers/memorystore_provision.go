@@ -16,7 +16,6 @@ import (
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/provision"
-	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
 )
 
@@ -76,11 +75,24 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	store.SetCondition(memoryv1alpha1.ConditionPostgresReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
 		fmt.Sprintf("Schema %s at version %d, roles %s (agents) and %s (Jobs)", names.Schema, pg.SchemaVersion, names.Role, names.WorkerRole))
 
+	// A change of embedding model is a switch (memorystore_switch.go): the store is
+	// provisioned with, and keeps serving, its serving generation meanwhile, and a
+	// switch's trouble never makes it less Ready.
+	var switchAgain time.Duration
+	var switchErr error
+	if store.Status.Vector != nil {
+		if switchAgain, switchErr = r.reconcileSwitch(ctx, store, rb, names, string(eng)); switchErr != nil {
+			store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionFalse, reasonOf(switchErr), "Embedding switch: "+switchErr.Error())
+		}
+	} else {
+		initEmbedding(store, string(eng), names)
+	}
+
 	embedder, err := r.embedder(ctx, store)
 	if err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionEmbedderReady, err)
 	}
-	spec := vector.Spec{Dimension: int(store.Spec.Vector.Dimension), Metric: vector.Metric(store.MetricOrDefault())}
+	spec := vectorSpec(store, servingDimension(store))
 	vec, err := r.ensureVectors(ctx, store, rb, names, eng, spec)
 	if errors.Is(err, provision.ErrMilvusTenantPending) {
 		// Milvus applies users and grants a few seconds late: wait, it is no failure.
@@ -90,8 +102,11 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	if err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionVectorReady, err)
 	}
+	if vec.Engine == provision.EnginePostgres {
+		vec.Collection = names.Schema + "." + store.Status.Embedding.Serving.Index
+	}
 	store.Status.Vector = &memoryv1alpha1.VectorStatus{
-		Engine: vec.Engine, Collection: vec.Collection, Dimension: store.Spec.Vector.Dimension,
+		Engine: vec.Engine, Collection: vec.Collection, Dimension: servingDimension(store),
 		Metric: string(spec.Metric), EmbeddingModel: embedder.Model(), MilvusUser: vec.milvusUser, Extension: vec.Extension,
 	}
 	message := fmt.Sprintf("%s index %s, dimension %d, metric %s", vec.Engine, vec.Collection, spec.Dimension, spec.Metric)
@@ -147,7 +162,14 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	store.SetCondition(memoryv1alpha1.ConditionDegraded, metav1.ConditionFalse, memoryv1alpha1.ReasonNoConflict, "Backends match the spec")
 	store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
 		fmt.Sprintf("Memory store for tenant %s is ready; agents mount Secret %s", store.Spec.Tenant, store.Status.ConnectionSecret))
-	return r.reconcileGateway(ctx, store, info)
+	res, err := r.reconcileGateway(ctx, store, info)
+	if err == nil && switchErr != nil {
+		err = switchErr
+	}
+	if switchAgain > 0 && (res.RequeueAfter == 0 || switchAgain < res.RequeueAfter) {
+		res.RequeueAfter = switchAgain
+	}
+	return res, err
 }
 
 // receivedRestore is the store's record of a restore, for status.
@@ -171,20 +193,38 @@ func receivedRestore(r *pgstore.ReceivedRestore) *memoryv1alpha1.ReceivedRestore
 // stops provisioning with CalibrationFailed: the gateway keeps what it had and is
 // never given an uncalibrated threshold.
 func (r *MemoryStoreReconciler) embedder(ctx context.Context, store *memoryv1alpha1.MemoryStore) (embed.Embedder, error) {
-	dim := int(store.Spec.Vector.Dimension)
-	e := store.Spec.Embedder
-	digest := embedderDigest(store)
-	fresh := store.Status.Embedder != nil && store.Status.Embedder.CalibratedFor == digest
+	e, dim := servingEmbedder(store), servingDimension(store)
+	emb, cal, err := r.embedderFor(ctx, store, e, dim, store.Status.Embedder)
+	if err != nil {
+		return nil, err
+	}
+	store.Status.Embedder = cal
+	if e.Type == memoryv1alpha1.EmbedderOpenAI {
+		store.SetCondition(memoryv1alpha1.ConditionEmbedderReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
+			fmt.Sprintf("Model %s answers with dimension %d; roles %s; dedup threshold %s", e.Model, dim, emb.Roles(), cal.DedupThreshold))
+	} else {
+		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionEmbedderReady)
+	}
+	return emb, nil
+}
+
+// embedderFor builds the embedder spec e makes at dimension dim, with its roles
+// resolved, and returns it with its calibration: cal when that was made for the same
+// spec, a fresh one otherwise.
+func (r *MemoryStoreReconciler) embedderFor(ctx context.Context, store *memoryv1alpha1.MemoryStore, e memoryv1alpha1.EmbedderSpec, dim32 int32,
+	cal *memoryv1alpha1.EmbedderStatus) (embed.Embedder, *memoryv1alpha1.EmbedderStatus, error) {
+	dim := int(dim32)
+	digest := embedderDigest(e, dim32)
+	fresh := cal != nil && cal.CalibratedFor == digest
 	var emb embed.Embedder
 	if e.Type == "" || e.Type == memoryv1alpha1.EmbedderHashing {
-		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionEmbedderReady)
 		emb = embed.NewHashing(dim)
 	} else {
 		var apiKey string
 		if ref := e.APIKeySecret; ref != nil {
 			v, err := secretStrings(ctx, r.APIReader, store.Namespace, ref.Name, ref.Key)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			apiKey = v[0]
 		}
@@ -194,35 +234,32 @@ func (r *MemoryStoreReconciler) embedder(ctx context.Context, store *memoryv1alp
 		// probing.
 		plain, err := embed.NewOpenAI(cfg)
 		if err != nil {
-			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
+			return nil, nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
 		}
 		if _, err := plain.Embed(ctx, embed.Passage, []string{"memory-operator readiness check"}); err != nil {
-			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
+			return nil, nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
 		}
 		switch cfg.Roles = declaredRoles(e); {
 		case fresh:
-			cfg.Roles = storeRoles(store)
+			cfg.Roles = calibratedRoles(cal)
 		case cfg.Roles.Convention == embed.ConventionAuto:
 			roles, err := embed.DetectRoles(ctx, cfg)
 			if err != nil {
-				return nil, stepErrorf(memoryv1alpha1.ReasonCalibrationFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
+				return nil, nil, stepErrorf(memoryv1alpha1.ReasonCalibrationFailed, "embedder %s at %s: %v", e.Model, e.Endpoint, err)
 			}
 			cfg.Roles = roles
 		}
 		if emb, err = embed.NewOpenAI(cfg); err != nil {
-			return nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
+			return nil, nil, stepErrorf(memoryv1alpha1.ReasonEmbedderFailed, "embedder: %v", err)
 		}
 	}
 	if !fresh {
-		if err := r.calibrate(ctx, store, emb, digest); err != nil {
-			return nil, err
+		var err error
+		if cal, err = r.calibrate(ctx, store, emb, digest); err != nil {
+			return nil, nil, err
 		}
 	}
-	if e.Type == memoryv1alpha1.EmbedderOpenAI {
-		store.SetCondition(memoryv1alpha1.ConditionEmbedderReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
-			fmt.Sprintf("Model %s answers with dimension %d; roles %s; dedup threshold %s", e.Model, dim, emb.Roles(), store.Status.Embedder.DedupThreshold))
-	}
-	return emb, nil
+	return emb, cal, nil
 }
 
 // stepFailed records a failed step on its condition and on Ready. Conflicts that only a

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 
 	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
@@ -10,6 +12,21 @@ import (
 // embed with: spec.embedder may already name another model that a switch is still
 // re-embedding for (memorystore_switch.go). A store provisioned before switches
 // existed, or not yet provisioned, serves what its spec says.
+
+// cuttingOver reports whether the store is between the two steps of a switch's
+// cutover: its status serves the new generation, which may still lag the last writes
+// of the old configuration by a few seconds. No Job starts meanwhile (a snapshot
+// would export those memories' vectors as they were); it lasts the gateway's
+// rollout.
+func cuttingOver(store *memoryv1alpha1.MemoryStore) bool {
+	e := store.Status.Embedding
+	return e != nil && e.Switch != nil && e.Switch.CutoverAt != nil
+}
+
+// cutoverWait is the message of a Job that waits for a cutover.
+func cutoverWait(store *memoryv1alpha1.MemoryStore) string {
+	return fmt.Sprintf("MemoryStore %s is cutting over to another embedding model (status.embedding.switch); waiting for it to end", store.Name)
+}
 
 // servingEmbedder is the embedder spec of the store's serving generation.
 func servingEmbedder(store *memoryv1alpha1.MemoryStore) memoryv1alpha1.EmbedderSpec {

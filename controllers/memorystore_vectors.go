@@ -9,6 +9,7 @@ import (
 	"github.com/amemory/memory-operator/internal/provision"
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
 	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
@@ -58,6 +59,10 @@ func storeVectors(store *memoryv1alpha1.MemoryStore, milvusAddress string) engin
 	}
 	out := engine.Vectors{VectorEngine: v.Engine}
 	switch v.Engine {
+	case engine.Postgres:
+		if e := store.Status.Embedding; e != nil && e.Serving.Index != "" && e.Serving.Index != pgindex.Table {
+			out.VectorTable = e.Serving.Index // a switch's generation serves
+		}
 	case engine.Milvus:
 		out.MilvusAddress, out.Collection = milvusAddress, v.Collection
 	case engine.PGVector:

@@ -224,6 +224,7 @@ func newReconciler(c client.Client, reader client.Reader) *MemoryStoreReconciler
 		Recorder:          testMgr.GetEventRecorder("memory-operator"),
 		OperatorNamespace: operatorNamespace,
 		GatewayImage:      testWorkerImage,
+		CutoverGrace:      time.Second,
 	}
 }
 

@@ -40,6 +40,9 @@ type EmbeddingSwitchSpec struct {
 	// one resumes where it stopped) and the store goes on serving the current model.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+	// Job tunes the re-embed Job (resources, deadline: none by default).
+	// +optional
+	Job *JobOptions `json:"job,omitempty"`
 }
 
 // EmbeddingGeneration is one index generation of the store: the embedder spec that
@@ -111,9 +114,12 @@ type EmbeddingSwitch struct {
 	// VerifiedAt is when the new generation passed its check.
 	// +optional
 	VerifiedAt *metav1.Time `json:"verifiedAt,omitempty"`
-	// CutoverAt is when the cutover began (the gateway moving to the new generation).
+	// CutoverAt is when the cutover began (the gateway moving to the new generation);
+	// GatewayMovedAt when every gateway pod served it.
 	// +optional
 	CutoverAt *metav1.Time `json:"cutoverAt,omitempty"`
+	// +optional
+	GatewayMovedAt *metav1.Time `json:"gatewayMovedAt,omitempty"`
 	// Message says what the switch waits for, or why it failed.
 	// +optional
 	Message string `json:"message,omitempty"`
@@ -123,7 +129,10 @@ type EmbeddingSwitch struct {
 // until RetainedUntil for a rollback.
 type PreviousGeneration struct {
 	EmbeddingGeneration `json:",inline"`
-	RetainedUntil       metav1.Time `json:"retainedUntil"`
+	// RetiredAt is when it stopped serving; RetainedUntil, when it is dropped
+	// (RetiredAt plus spec.embeddingSwitch.retainPrevious).
+	RetiredAt     metav1.Time `json:"retiredAt"`
+	RetainedUntil metav1.Time `json:"retainedUntil"`
 }
 
 // EmbeddingStatus is the store's embedding model: the generation searches use, a
@@ -141,4 +150,8 @@ type EmbeddingStatus struct {
 	// LastSwitch says how the last switch ended.
 	// +optional
 	LastSwitch string `json:"lastSwitch,omitempty"`
+	// HighestGeneration is the highest generation number ever used: a new
+	// generation takes the next, never one a dropped generation had.
+	// +optional
+	HighestGeneration int32 `json:"highestGeneration,omitempty"`
 }

@@ -54,16 +54,19 @@ func EnsureGenerationTable(ctx context.Context, admin PostgresConn, names Names,
 	return classify(what+": granting "+names.Role+" and "+names.WorkerRole, err)
 }
 
-// DropGenerationTable drops generation n's table, if it exists.
+// DropGenerationTable drops generation n's table, if it exists; generation 1's is
+// the schema's own vectors table, which is emptied instead (its migrations and
+// grants stay).
 func DropGenerationTable(ctx context.Context, admin PostgresConn, names Names, n int) error {
-	if n < 2 {
-		return fail(ReasonBackendError, "index generation %d: generation 1's table is the store's own", n)
-	}
 	pool, err := OpenPool(ctx, admin)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if n < 2 {
+		_, err := pool.Exec(ctx, `TRUNCATE `+pgx.Identifier{names.Schema, pgindex.Table}.Sanitize())
+		return classify("PostgreSQL "+admin.Endpoint(), err)
+	}
 	return classify("PostgreSQL "+admin.Endpoint(), pgindex.DropTable(ctx, pool, names.Schema, GenerationTable(n)))
 }
 

@@ -240,8 +240,8 @@ func (c ReembedConfig) check() error {
 	switch {
 	case c.Schema == "":
 		return errors.New("--schema is required")
-	case c.Generation < 2:
-		return errors.New("--generation must be 2 or more (generation 1 is the index the store was made with)")
+	case c.Generation < 1:
+		return errors.New("--generation must be 1 or more")
 	case c.Rate < 0 || c.Batch < 1 || c.Poll <= 0:
 		return errors.New("--rate must not be negative, --batch and --poll must be positive")
 	case c.Tolerance < 0 || c.Tolerance > 1 || c.SampleScopes < 0 || c.SampleQueries < 0:

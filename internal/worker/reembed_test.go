@@ -376,7 +376,7 @@ func TestReembedArgsRoundTrip(t *testing.T) {
 		t.Fatalf("round trip:\n%s\n%s", a, b)
 	}
 	for _, bad := range [][]string{
-		{"--schema=mem_t", "--generation=1"},
+		{"--schema=mem_t", "--generation=0"},
 		{"--schema=mem_t", "--generation=2", "--rate=-1"},
 		{"--schema=mem_t", "--generation=2", "--embedder=OpenAI"},
 		{"--schema=mem_t", "--generation=2", "--vector-engine=Milvus"},

@@ -148,6 +148,22 @@ func DropTable(ctx context.Context, admin *pgxpool.Pool, schema, table string) e
 	return nil
 }
 
+// ReplaceSpec records spec in schema's store_meta in place of the one recorded: the
+// shape of the serving index after an embedding switch (as the schema's owner).
+func ReplaceSpec(ctx context.Context, admin *pgxpool.Pool, schema string, spec vector.Spec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	meta := pgx.Identifier{schema, "store_meta"}.Sanitize()
+	_, err := admin.Exec(ctx, `INSERT INTO `+meta+` (key, value) VALUES ($1, $2), ($3, $4)
+		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`,
+		MetaDimension, strconv.Itoa(spec.Dimension), MetaMetric, string(spec.Metric))
+	if err != nil {
+		return fmt.Errorf("recording the vector spec of %s: %w", schema, err)
+	}
+	return nil
+}
+
 // RecordSpec records spec in schema's store_meta unless a spec is recorded there,
 // then checks the recorded one against spec: another dimension gives a wrapped
 // vector.ErrDimensionMismatch, another metric a wrapped vector.ErrMetricMismatch (the

@@ -1,0 +1,354 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	memoryv1alpha1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/embed"
+	"github.com/amemory/memory-operator/internal/gateway"
+	"github.com/amemory/memory-operator/internal/memory"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
+	"github.com/amemory/memory-operator/internal/memory/service"
+	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/engine"
+	"github.com/amemory/memory-operator/internal/vector/pgindex"
+	"github.com/amemory/memory-operator/internal/worker"
+)
+
+// agentLayer is the memory layer as the store's gateway has it now: its connection
+// Secret's login, the serving index and model.
+func agentLayer(t *testing.T, store *memoryv1alpha1.MemoryStore) *service.Memory {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), connectionSecret(t, store)["uri"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	v := storeVectors(store, "")
+	dim := int(store.Status.Vector.Dimension)
+	idx, _, err := v.Open(context.Background(), pool, store.Status.Postgres.Schema, vector.Spec{Dimension: dim, Metric: vector.Cosine}, engine.Login{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := service.New(pgstore.New(pool, store.Status.Postgres.Schema).WithVectorsTable(v.Table()), idx, embed.NewHashing(dim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func rememberAll(t *testing.T, m *service.Memory, prefix string, n int) {
+	t.Helper()
+	var items []memory.Item
+	for i := range n {
+		it := testItem("", fmt.Sprintf("user:%d", i%4), memory.Semantic, fmt.Sprintf(`{"fact":"%s %d likes %d"}`, prefix, i, i*7%11))
+		items = append(items, it)
+	}
+	if _, err := m.RememberBatch(context.Background(), items); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// switchOf is the store's embedding status and Switching condition.
+func switchOf(g Gomega, store client.Object) (*memoryv1alpha1.EmbeddingStatus, metav1.Condition, *memoryv1alpha1.MemoryStore) {
+	s := getStore(g, client.ObjectKeyFromObject(store))
+	var c metav1.Condition
+	if found := meta.FindStatusCondition(s.Status.Conditions, memoryv1alpha1.ConditionSwitching); found != nil {
+		c = *found
+	}
+	return s.Status.Embedding, c, s
+}
+
+func setStoreSpec(t *testing.T, store client.Object, mutate func(*memoryv1alpha1.MemoryStore)) {
+	t.Helper()
+	NewWithT(t).Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s := &memoryv1alpha1.MemoryStore{}
+		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(store), s); err != nil {
+			return err
+		}
+		mutate(s)
+		return k8sClient.Update(context.Background(), s)
+	})).To(Succeed())
+}
+
+// startReembedPod runs the reembed worker with the Job's arguments and Secrets, as
+// its pod would, in the background; the returned function waits for it and records
+// its end as the pod's and the Job's.
+func startReembedPod(t *testing.T, job *batchv1.Job) func() worker.ReembedSummary {
+	t.Helper()
+	var args []string
+	for _, c := range job.Spec.Template.Spec.Containers {
+		if c.Name == reembedContainer {
+			args = c.Args[1:]
+		}
+	}
+	cfg, err := worker.ParseReembedArgs(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	getenv := jobSecretEnv(t, job, worker.EnvPostgresURI, worker.EnvEmbedderAPIKey, worker.EnvServingEmbedderAPIKey)
+	sec := worker.ReembedSecrets{PostgresURI: getenv(worker.EnvPostgresURI)}
+	type result struct {
+		sum worker.ReembedSummary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := worker.RunReembed(context.Background(), cfg, sec, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		done <- result{sum, err}
+	}()
+	return func() worker.ReembedSummary {
+		r := <-done
+		msg, merr := r.sum.TerminationMessage()
+		if merr != nil {
+			t.Fatal(merr)
+		}
+		if r.err != nil {
+			finishedPod(t, job, 1, string(msg))
+			failJob(t, job, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+		} else {
+			finishedPod(t, job, 0, string(msg))
+			completeJob(t, job)
+		}
+		return r.sum
+	}
+}
+
+// rollOutServing waits until the gateway Deployment runs the serving generation
+// (its --dimension) and plays its rollout.
+func rollOutServing(t *testing.T, store *memoryv1alpha1.MemoryStore, dim int) {
+	t.Helper()
+	dep := waitGatewayDeployment(t, store, func(g Gomega, d *appsv1.Deployment) {
+		cfg, err := gateway.ParseArgs(d.Spec.Template.Spec.Containers[0].Args[1:], io.Discard)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cfg.Dimension).To(Equal(dim))
+	})
+	rollOut(t, dep)
+}
+
+// TestEmbeddingSwitchEndToEnd switches a store with a gateway from 8- to
+// 16-dimensional vectors while agents write, through the real worker: progress in
+// status, Switching and Reconciling while it runs with Ready kept, the cutover only
+// once the gateway serves the new index, the new index holding every memory's new
+// vector; then a rollback that re-embeds nothing, a switch that fails and one
+// abandoned, and the previous generation dropped when its time is up.
+func TestEmbeddingSwitchEndToEnd(t *testing.T) {
+	f := services(t)
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	f.adminSecrets(t, ns)
+	store := f.gatewayStore(ns, "bot", nil)
+	create(t, store)
+	store = waitReady(t, client.ObjectKeyFromObject(store))
+	rollOutServing(t, store, 8)
+	rememberAll(t, agentLayer(t, store), "before", 120)
+	emb, c, _ := switchOf(g, store)
+	g.Expect(emb.Serving.Generation).To(Equal(int32(1)))
+	g.Expect(emb.Serving.Index).To(Equal("vectors"))
+	g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonNotSwitching))
+
+	// The switch starts: a new generation, a Job, Switching and Reconciling while Ready.
+	setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 16 })
+	var job *batchv1.Job
+	g.Eventually(func(g Gomega) {
+		emb, c, s := switchOf(g, store)
+		g.Expect(emb.Switch).NotTo(BeNil())
+		g.Expect(emb.Switch.Phase).To(Equal(memoryv1alpha1.SwitchReembedding))
+		g.Expect(emb.Switch.Job).NotTo(BeEmpty())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(s.IsReady()).To(BeTrue())
+		g.Expect(meta.IsStatusConditionTrue(s.Status.Conditions, memoryv1alpha1.ConditionReconciling)).To(BeTrue())
+		g.Expect(s.Status.Vector.Dimension).To(Equal(int32(8)), "the store serves the old model meanwhile")
+		job = getJob(g, ns, emb.Switch.Job)
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	g.Expect(schemaTableExists(t, store.Status.Postgres.Schema, "vectors_g2")).To(BeTrue())
+	wait := startReembedPod(t, job)
+	// Agents go on writing through the old index; the worker follows them.
+	rememberAll(t, agentLayer(t, store), "during", 40)
+
+	g.Eventually(func(g Gomega) {
+		emb, c, _ := switchOf(g, store)
+		g.Expect(emb.Switch).NotTo(BeNil())
+		g.Expect(emb.Switch.Phase).To(Equal(memoryv1alpha1.SwitchCuttingOver))
+		g.Expect(emb.Switch.VerifiedAt).NotTo(BeNil())
+		g.Expect(emb.Serving.Generation).To(Equal(int32(2)))
+		g.Expect(emb.Previous.Generation).To(Equal(int32(1)))
+		g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonCuttingOver))
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	// Until the gateway serves the new index, the new generation does not serve.
+	gens, err := pgstore.New(pgAdminPool(t), store.Status.Postgres.Schema).Generations(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gens[1].State).To(Equal(pgstore.GenerationBuilding))
+	rollOutServing(t, store, 16)
+	sum := wait()
+	g.Expect(sum.Serving).To(BeTrue(), "%+v", sum)
+	g.Expect(sum.Verified).To(BeTrue(), "%+v", sum)
+	g.Eventually(func(g Gomega) {
+		emb, c, s := switchOf(g, store)
+		g.Expect(emb.Switch).To(BeNil())
+		g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonSwitchCompleted))
+		g.Expect(s.Status.Vector.Dimension).To(Equal(int32(16)))
+		g.Expect(meta.FindStatusCondition(s.Status.Conditions, memoryv1alpha1.ConditionReconciling)).To(BeNil())
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	store = getStore(g, client.ObjectKeyFromObject(store))
+	checkGenerationVectors(t, store, "vectors_g2", 16)
+	// The agents' connection Secret and later Jobs follow the serving generation.
+	g.Expect(connectionSecret(t, store)[keyDimension]).To(Equal("16"))
+	rememberAll(t, agentLayer(t, store), "after", 10)
+
+	// Back to 8 dimensions within the retention: only the changes since the cutover
+	// are re-embedded into generation 1.
+	setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 8 })
+	g.Eventually(func(g Gomega) {
+		emb, _, _ := switchOf(g, store)
+		g.Expect(emb.Switch).NotTo(BeNil())
+		g.Expect(emb.Switch.Rollback).To(BeTrue())
+		g.Expect(emb.Switch.Job).NotTo(BeEmpty())
+		job = getJob(g, ns, emb.Switch.Job)
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	wait = startReembedPod(t, job)
+	g.Eventually(func(g Gomega) {
+		emb, _, _ := switchOf(g, store)
+		g.Expect(emb.Serving.Generation).To(Equal(int32(1)))
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	rollOutServing(t, store, 8)
+	sum = wait()
+	g.Expect(sum.Embedded).To(Equal(int64(0)), "a rollback walks nothing: %+v", sum)
+	g.Expect(sum.Changes).To(BeNumerically(">=", 10), "%+v", sum)
+	g.Eventually(func(g Gomega) {
+		emb, c, _ := switchOf(g, store)
+		g.Expect(emb.Switch).To(BeNil())
+		g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonSwitchCompleted))
+		g.Expect(emb.Previous.Generation).To(Equal(int32(2)))
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	store = getStore(g, client.ObjectKeyFromObject(store))
+	checkGenerationVectors(t, store, "vectors", 8)
+
+	// Retention cut to nothing: the previous generation goes.
+	setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) {
+		s.Spec.EmbeddingSwitch = &memoryv1alpha1.EmbeddingSwitchSpec{RetainPrevious: &metav1.Duration{}}
+	})
+	g.Eventually(func(g Gomega) {
+		emb, _, _ := switchOf(g, store)
+		g.Expect(emb.Previous).To(BeNil())
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	g.Expect(schemaTableExists(t, store.Status.Postgres.Schema, "vectors_g2")).To(BeFalse())
+	gens, err = pgstore.New(pgAdminPool(t), store.Status.Postgres.Schema).Generations(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gens).To(HaveLen(1))
+	g.Expect(gens[0].Number).To(Equal(1))
+	g.Expect(gens[0].State).To(Equal(pgstore.GenerationServing))
+
+	// A switch whose Job fails: the store serves on, Stalled with Ready kept; set
+	// back, the switch is abandoned and its generation dropped.
+	setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 32 })
+	g.Eventually(func(g Gomega) {
+		emb, _, _ := switchOf(g, store)
+		g.Expect(emb.Switch).NotTo(BeNil())
+		g.Expect(emb.Switch.Job).NotTo(BeEmpty())
+		job = getJob(g, ns, emb.Switch.Job)
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	msg, _ := worker.ReembedSummary{Generation: 3, Error: "embedding with e5: model unloaded"}.TerminationMessage()
+	finishedPod(t, job, 1, string(msg))
+	failJob(t, job, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+	g.Eventually(func(g Gomega) {
+		emb, c, s := switchOf(g, store)
+		g.Expect(emb.Switch.Phase).To(Equal(memoryv1alpha1.SwitchFailed))
+		g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonSwitchFailed))
+		g.Expect(c.Message).To(ContainSubstring("model unloaded"))
+		g.Expect(s.IsReady()).To(BeTrue())
+		g.Expect(meta.IsStatusConditionTrue(s.Status.Conditions, memoryv1alpha1.ConditionStalled)).To(BeTrue())
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 8 })
+	g.Eventually(func(g Gomega) {
+		emb, c, s := switchOf(g, store)
+		g.Expect(emb.Switch).To(BeNil())
+		g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonSwitchAbandoned))
+		g.Expect(meta.FindStatusCondition(s.Status.Conditions, memoryv1alpha1.ConditionStalled)).To(BeNil())
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	g.Expect(schemaTableExists(t, store.Status.Postgres.Schema, "vectors_g3")).To(BeFalse())
+	g.Eventually(func() bool { return jobGone(ns, job.Name) }).WithTimeout(waitTimeout).Should(BeTrue())
+
+}
+
+func pgAdminPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), pgAdmin(t).Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func schemaTableExists(t *testing.T, schema, table string) bool {
+	t.Helper()
+	return adminBool(t, `SELECT to_regclass($1) IS NOT NULL`, schema+"."+table)
+}
+
+// checkGenerationVectors holds a generation's table to the store: a vector for every
+// live memory, the hashing embedder's of its text at dim, and nothing else.
+func checkGenerationVectors(t *testing.T, store *memoryv1alpha1.MemoryStore, table string, dim int) {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgAdminPool(t)
+	schema := store.Status.Postgres.Schema
+	s := pgstore.New(pool, schema)
+	var items []memory.Item
+	if err := s.Export(ctx, pgstore.ExportFilter{}, func(it memory.Item) error {
+		items = append(items, it)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.MemoryID
+	}
+	got, err := pgindex.NewTable(pool, schema, table, vector.Spec{Dimension: dim, Metric: vector.Cosine}).Fetch(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.`+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(items) {
+		t.Errorf("%s holds %d vectors for %d memories", table, n, len(items))
+	}
+	h := embed.NewHashing(dim)
+	for _, it := range items {
+		want, _ := h.Embed(ctx, embed.Passage, []string{it.EmbeddingText()})
+		v := got[it.MemoryID]
+		if len(v) != dim || !closeTo(v, vector.Normalize(want[0])) {
+			t.Errorf("%s: %s has %v, not its text's %d-dimensional vector", it.MemoryID, table, v, dim)
+		}
+	}
+	if t.Failed() {
+		t.Logf("%d memories checked in %s", len(items), strings.Join([]string{schema, table}, "."))
+	}
+}
+
+func closeTo(a, b []float32) bool {
+	for i := range a {
+		if d := a[i] - b[i]; d > 1e-5 || d < -1e-5 {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
