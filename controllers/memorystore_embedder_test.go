@@ -171,7 +171,8 @@ func TestMemoryStoreCalibratesItsEmbedder(t *testing.T) {
 		g.Expect(s.Status.Embedder.CalibratedAt).To(Equal(calibratedAt))
 	}, 60*time.Second).Should(Succeed())
 
-	// Declared prefixes do: the roles follow the spec.
+	// Declared prefixes do, and they change the vectors: an embedding switch, whose
+	// new generation is calibrated with them while the store serves the old roles.
 	g.Eventually(func() error {
 		s := getStore(g, client.ObjectKeyFromObject(e5))
 		s.Spec.Embedder.Roles = &memoryv1alpha1.EmbedderRoles{Convention: memoryv1alpha1.RolesPrefix, QueryPrefix: "q: ", PassagePrefix: "p: "}
@@ -179,8 +180,12 @@ func TestMemoryStoreCalibratesItsEmbedder(t *testing.T) {
 	}).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		s := getStore(g, client.ObjectKeyFromObject(e5))
-		g.Expect(s.Status.Embedder.Roles).To(Equal(memoryv1alpha1.ResolvedRoles{Convention: memoryv1alpha1.RolesPrefix, QueryPrefix: "q: ", PassagePrefix: "p: "}))
-		g.Expect(s.Status.Embedder.CalibratedFor).To(Equal(embedderDigest(s.Spec.Embedder, s.Spec.Vector.Dimension)))
+		g.Expect(s.Status.Embedding.Switch).NotTo(BeNil())
+		to := s.Status.Embedding.Switch.To
+		g.Expect(to.Calibration.Roles).To(Equal(memoryv1alpha1.ResolvedRoles{Convention: memoryv1alpha1.RolesPrefix, QueryPrefix: "q: ", PassagePrefix: "p: "}))
+		g.Expect(to.Calibration.CalibratedFor).To(Equal(embedderDigest(s.Spec.Embedder, s.Spec.Vector.Dimension)))
+		g.Expect(s.Status.Embedder.Roles.QueryPrefix).To(Equal("query: "), "the store serves the old roles until the cutover")
+		g.Expect(s.Status.Embedder.CalibratedAt).To(Equal(calibratedAt))
 	}, 60*time.Second).Should(Succeed())
 
 	// A server that fails the probe: CalibrationFailed, and no gateway with a guess.

@@ -86,6 +86,7 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		}
 	} else {
 		initEmbedding(store, string(eng), names)
+		noteNotSwitching(store)
 	}
 
 	embedder, err := r.embedder(ctx, store)

@@ -111,6 +111,17 @@ func initEmbedding(store *memoryv1alpha1.MemoryStore, eng string, names provisio
 	}}
 }
 
+// noteNotSwitching records that the store serves what its spec says, unless the
+// Switching condition already tells how the last switch ended.
+func noteNotSwitching(store *memoryv1alpha1.MemoryStore) {
+	switch conditionReason(store, memoryv1alpha1.ConditionSwitching) {
+	case "", memoryv1alpha1.ReasonEmbeddingSwitchUnsupported, memoryv1alpha1.ReasonReembedding, memoryv1alpha1.ReasonCuttingOver:
+		emb := store.Status.Embedding
+		store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionFalse, memoryv1alpha1.ReasonNotSwitching,
+			fmt.Sprintf("Serving %s (dimension %d) from index generation %d", modelName(emb.Serving), emb.Serving.Dimension, emb.Serving.Generation))
+	}
+}
+
 // switchCtx is what one reconcile of a switch works with.
 type switchCtx struct {
 	store *memoryv1alpha1.MemoryStore
@@ -136,10 +147,7 @@ func (r *MemoryStoreReconciler) reconcileSwitch(ctx context.Context, store *memo
 	if emb.Switch == nil && want == modelDigest(emb.Serving.Embedder, emb.Serving.Dimension) {
 		// What does not change vectors (the token, the input limit) applies at once.
 		emb.Serving.Embedder = *store.Spec.Embedder.DeepCopy()
-		if findCondition(store, memoryv1alpha1.ConditionSwitching) == nil || conditionReason(store, memoryv1alpha1.ConditionSwitching) == memoryv1alpha1.ReasonEmbeddingSwitchUnsupported {
-			store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionFalse, memoryv1alpha1.ReasonNotSwitching,
-				fmt.Sprintf("Serving %s (dimension %d) from index generation %d", modelName(emb.Serving), emb.Serving.Dimension, emb.Serving.Generation))
-		}
+		noteNotSwitching(store)
 		return r.expirePrevious(ctx, sc)
 	}
 	if !switchSupported(eng) {

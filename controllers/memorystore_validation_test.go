@@ -82,7 +82,6 @@ func TestMemoryStoreAdmissionKeepsImmutableFields(t *testing.T) {
 		want   string
 	}{
 		{"tenant", func(s *memoryv1alpha1.MemoryStore) { s.Spec.Tenant = "other" }, "tenant is immutable"},
-		{"dimension", func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 768 }, "vector.dimension is immutable"},
 		{"metric", func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Metric = "L2" }, "vector.metric is immutable"},
 		{"backend", func(s *memoryv1alpha1.MemoryStore) { s.Spec.Backend.Postgres.Host = "elsewhere" }, "backend is immutable"},
 	}
@@ -104,13 +103,14 @@ func TestMemoryStoreAdmissionKeepsImmutableFields(t *testing.T) {
 		})
 	}
 
-	// Mutable fields still change.
+	// Mutable fields still change; a new dimension is an embedding switch.
 	NewWithT(t).Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		s := &memoryv1alpha1.MemoryStore{}
 		if err := k8sClient.Get(context.Background(), key, s); err != nil {
 			return err
 		}
 		s.Spec.ReclaimPolicy = memoryv1alpha1.ReclaimDelete
+		s.Spec.Vector.Dimension = 768
 		return k8sClient.Update(context.Background(), s)
 	})).To(Succeed())
 }
