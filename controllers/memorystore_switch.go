@@ -68,6 +68,10 @@ const (
 	// reembedDeadline bounds a re-embed Job unless its options say otherwise: a
 	// million memories at the default pace take three hours.
 	reembedDeadline = int64(7 * 24 * 3600)
+	// switchMaxBacklog is the most recorded changes the new generation may still owe
+	// when the cutover begins: past it, searches on the new index would miss the
+	// latest memories' vectors for longer than the cutover takes.
+	switchMaxBacklog = 1000
 )
 
 // retainPrevious is how long the previous generation is kept after a cutover.
@@ -262,7 +266,11 @@ func (r *MemoryStoreReconciler) followSwitch(ctx context.Context, sc switchCtx) 
 		return 0, err
 	}
 	if sw.CutoverAt == nil {
-		if g.VerifiedAt.IsZero() {
+		if g.VerifiedAt.IsZero() || sw.Backlog > switchMaxBacklog {
+			if !g.VerifiedAt.IsZero() {
+				sw.Message = fmt.Sprintf("The new index passed its check; the cutover waits for the Job to catch up on %d changes (writes faster than %s embeds hold it back)",
+					sw.Backlog, modelName(sw.To))
+			}
 			store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionTrue, memoryv1alpha1.ReasonReembedding, sw.Message)
 			return switchRecheck, nil
 		}

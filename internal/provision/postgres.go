@@ -271,7 +271,7 @@ var Privileges = map[string]map[string][]string{
 		// A re-embed Job fills an index generation (pgstore's generations.go): it
 		// reads its generation, saves its place, and clears the changes it caught
 		// up on. Only the operator's admin adds, cuts over and drops generations.
-		"index_generations":  {"SELECT", "UPDATE (backfill_after, backfill_done, embedded, embed_rate, progress_at, verified_at, recall, serving_recall)"},
+		"index_generations":  {"SELECT", "UPDATE (backfill_after, backfill_until, backfill_done, embedded, embed_rate, progress_at, verified_at, recall, serving_recall)"},
 		"generation_pending": {"SELECT", "DELETE"},
 	},
 }

@@ -198,10 +198,16 @@ func (r *reembed) backfill(ctx context.Context) error {
 		r.sum.Embedded = embedded
 		return nil
 	}
+	// Memories written from now on have their changes recorded: the walk covers
+	// those there are now.
+	until, err := r.store.BoundBackfill(ctx, r.gen.Number)
+	if err != nil {
+		return err
+	}
 	started, startEmbedded := time.Now(), embedded
 	lastLog := started
 	for {
-		page, err := r.store.BackfillPage(ctx, after, r.cfg.Batch)
+		page, err := r.store.BackfillPage(ctx, after, until, r.cfg.Batch)
 		if err != nil {
 			return err
 		}
@@ -236,13 +242,18 @@ func (r *reembed) backfill(ctx context.Context) error {
 	return r.store.SaveBackfill(ctx, r.gen.Number, after, true, embedded, r.sum.Rate)
 }
 
-// catchUp brings the index in line with up to pages pages of recorded changes (all
-// of them when pages < 0).
+// catchUp brings the index in line with up to pages pages of recorded changes;
+// with pages < 0, until a page is not full: what was recorded when it began is done,
+// and writers that outpace the new model cannot hold it forever (what they add is
+// for the next round).
 func (r *reembed) catchUp(ctx context.Context, pages int) error {
 	for i := 0; pages < 0 || i < pages; i++ {
 		refs, err := r.store.GenerationChanges(ctx, r.gen.Number, r.cfg.Batch)
 		if err != nil || len(refs) == 0 {
 			return err
+		}
+		if pages < 0 && len(refs) < r.cfg.Batch {
+			pages = i + 1 // this page is the last of this round
 		}
 		ids := make([]string, len(refs))
 		for j, ref := range refs {
@@ -308,7 +319,7 @@ func (r *reembed) missingVectors(ctx context.Context) ([]string, error) {
 	var named []string
 	total, after := int64(0), ""
 	for {
-		page, err := r.store.BackfillPage(ctx, after, 1000)
+		page, err := r.store.BackfillPage(ctx, after, pgstore.AfterEveryID, 1000)
 		if err != nil {
 			return nil, err
 		}

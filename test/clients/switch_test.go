@@ -132,7 +132,7 @@ func (tr *switchTraffic) search(i int) {
 func runSwitch(t *testing.T, from, to switchModel) {
 	ctx := context.Background()
 	st := newStore(t, from.dim)
-	tr := &switchTraffic{key: newKey(t, "agent", false), written: map[string]string{}}
+	tr := &switchTraffic{key: newKey(t, "agent", false, "user:*"), written: map[string]string{}}
 	opts := func(m switchModel, table string) gatewayOptions {
 		return gatewayOptions{keys: []apiKey{tr.key}, dim: m.dim, embedder: m.embedder, endpoint: m.endpoint, model: m.model, vectorTable: table}
 	}
@@ -157,17 +157,20 @@ func runSwitch(t *testing.T, from, to switchModel) {
 		t.Fatal(err)
 	}
 
-	// Agents write and search throughout.
+	// Agents write and search throughout, ten of each a second: a switch catches up
+	// only with writes its new model can embed as fast as they come.
 	stop := make(chan struct{})
 	var trafficDone sync.WaitGroup
 	trafficDone.Add(1)
 	go func() {
 		defer trafficDone.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
 		for i := 48; ; i++ {
 			select {
 			case <-stop:
 				return
-			default:
+			case <-tick.C:
 			}
 			tr.write(i)
 			tr.search(i)

@@ -58,6 +58,10 @@ type Generation struct {
 	BackfillAfter string
 	BackfillDone  bool
 	Embedded      int64
+	// BackfillUntil is the highest memory_id the backfill walks to, fixed when it
+	// first starts (nil before): a memory written since has its change recorded, so
+	// the walk need not chase writers that add memories behind it.
+	BackfillUntil *string
 	// Rate is the backfill's last measured pace (memories a second) and ProgressAt
 	// when it was saved (zero before the first save).
 	Rate       float64
@@ -70,13 +74,13 @@ type Generation struct {
 }
 
 const generationCols = `generation, state, model, dimension, embedder, location, changed_at, backfill_after, backfill_done, embedded,
-	embed_rate, progress_at, verified_at, coalesce(recall, -1), coalesce(serving_recall, -1)`
+	embed_rate, progress_at, verified_at, coalesce(recall, -1), coalesce(serving_recall, -1), backfill_until`
 
 func scanGeneration(r pgx.Row) (Generation, error) {
 	var g Generation
 	var at, verified *time.Time
 	err := r.Scan(&g.Number, &g.State, &g.Model, &g.Dimension, &g.Embedder, &g.Location, &g.ChangedAt, &g.BackfillAfter, &g.BackfillDone, &g.Embedded,
-		&g.Rate, &at, &verified, &g.Recall, &g.ServingRecall)
+		&g.Rate, &at, &verified, &g.Recall, &g.ServingRecall, &g.BackfillUntil)
 	if at != nil {
 		g.ProgressAt = *at
 	}
@@ -244,10 +248,33 @@ func (s *Store) WaitForEarlierWriters(ctx context.Context, poll time.Duration) e
 	}
 }
 
-// BackfillPage returns up to limit memories after the memory_id after, in memory_id
-// order, archived ones included (the caller keeps those out of the index).
-func (s *Store) BackfillPage(ctx context.Context, after string, limit int) ([]memory.Item, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+memoryCols+` FROM `+s.t.memories+` WHERE memory_id > $1 ORDER BY memory_id LIMIT $2`, after, limit)
+// AfterEveryID sorts after every memory ID (printable ASCII, compared byte by byte):
+// BackfillPage up to it reads every memory.
+const AfterEveryID = "\U0010FFFF"
+
+// BoundBackfill fixes, once, the highest memory_id generation n's backfill walks to:
+// the highest there is now. It returns the bound ("" for an empty store: nothing
+// to walk). Call it after WaitForEarlierWriters.
+func (s *Store) BoundBackfill(ctx context.Context, n int) (string, error) {
+	var until string
+	err := s.pool.QueryRow(ctx, `UPDATE `+s.generations()+` SET backfill_until = coalesce(backfill_until,
+			(SELECT coalesce(max(memory_id), '') FROM `+s.t.memories+`))
+		WHERE generation = $1 RETURNING backfill_until`, n).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("%w: %d in schema %s", ErrNoGeneration, n, s.schema)
+	}
+	if err != nil {
+		return "", fmt.Errorf("pgstore: bounding the backfill of generation %d: %w", n, err)
+	}
+	return until, nil
+}
+
+// BackfillPage returns up to limit memories after the memory_id after and up to
+// until, in memory_id order, archived ones included (the caller keeps those out of
+// the index).
+func (s *Store) BackfillPage(ctx context.Context, after, until string, limit int) ([]memory.Item, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+memoryCols+` FROM `+s.t.memories+` WHERE memory_id > $1 AND memory_id <= $2 ORDER BY memory_id LIMIT $3`,
+		after, until, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: backfill page: %w", err)
 	}

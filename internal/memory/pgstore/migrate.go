@@ -405,6 +405,7 @@ CREATE TABLE {{t "index_generations"}} (
 	location       text NOT NULL DEFAULT '',
 	changed_at     timestamptz NOT NULL DEFAULT now(),
 	backfill_after text COLLATE "C" NOT NULL DEFAULT '',
+	backfill_until text COLLATE "C",
 	backfill_done  boolean NOT NULL DEFAULT false,
 	embedded       bigint NOT NULL DEFAULT 0 CHECK (embedded >= 0),
 	embed_rate     double precision NOT NULL DEFAULT 0,

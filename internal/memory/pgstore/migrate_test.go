@@ -113,6 +113,7 @@ func TestMigrate(t *testing.T) {
 		"index_generations | location | text | NO | ''::text",
 		"index_generations | changed_at | timestamp with time zone | NO | now()",
 		"index_generations | backfill_after | text | NO | ''::text",
+		"index_generations | backfill_until | text | YES | ",
 		"index_generations | backfill_done | boolean | NO | false",
 		"index_generations | embedded | bigint | NO | 0",
 		"index_generations | embed_rate | double precision | NO | 0",
