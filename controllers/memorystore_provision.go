@@ -75,19 +75,7 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	store.SetCondition(memoryv1alpha1.ConditionPostgresReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
 		fmt.Sprintf("Schema %s at version %d, roles %s (agents) and %s (Jobs)", names.Schema, pg.SchemaVersion, names.Role, names.WorkerRole))
 
-	// A change of embedding model is a switch (memorystore_switch.go): the store is
-	// provisioned with, and keeps serving, its serving generation meanwhile, and a
-	// switch's trouble never makes it less Ready.
-	var switchAgain time.Duration
-	var switchErr error
-	if store.Status.Vector != nil {
-		if switchAgain, switchErr = r.reconcileSwitch(ctx, store, rb, names, string(eng)); switchErr != nil {
-			store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionFalse, reasonOf(switchErr), "Embedding switch: "+switchErr.Error())
-		}
-	} else {
-		initEmbedding(store, string(eng), names)
-		noteNotSwitching(store)
-	}
+	switchAgain, switchErr := r.servingGeneration(ctx, store, rb, names, string(eng))
 
 	embedder, err := r.embedder(ctx, store)
 	if err != nil {
@@ -164,13 +152,7 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 	store.SetCondition(memoryv1alpha1.ConditionReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
 		fmt.Sprintf("Memory store for tenant %s is ready; agents mount Secret %s", store.Spec.Tenant, store.Status.ConnectionSecret))
 	res, err := r.reconcileGateway(ctx, store, info)
-	if err == nil && switchErr != nil {
-		err = switchErr
-	}
-	if switchAgain > 0 && (res.RequeueAfter == 0 || switchAgain < res.RequeueAfter) {
-		res.RequeueAfter = switchAgain
-	}
-	return res, err
+	return withSwitch(res, err, switchAgain, switchErr)
 }
 
 // receivedRestore is the store's record of a restore, for status.

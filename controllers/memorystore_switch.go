@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -113,6 +114,36 @@ func initEmbedding(store *memoryv1alpha1.MemoryStore, eng string, names provisio
 		Generation: 1, Embedder: *store.Spec.Embedder.DeepCopy(), Dimension: dim,
 		Index: generationIndex(eng, names, 1), Calibration: store.Status.Embedder.DeepCopy(),
 	}}
+}
+
+// servingGeneration settles which generation the store is provisioned with: a
+// change of embedding model is a switch, during which the store keeps serving its
+// serving generation, and a switch's trouble never makes it less Ready (it is in
+// the Switching condition, and returned to be retried). It says how soon to look
+// again.
+func (r *MemoryStoreReconciler) servingGeneration(ctx context.Context, store *memoryv1alpha1.MemoryStore, rb *resolvedBackend,
+	names provision.Names, eng string) (time.Duration, error) {
+	if store.Status.Vector == nil { // first provisioning: the spec is what it serves
+		initEmbedding(store, eng, names)
+		noteNotSwitching(store)
+		return 0, nil
+	}
+	again, err := r.reconcileSwitch(ctx, store, rb, names, eng)
+	if err != nil {
+		store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionFalse, reasonOf(err), "Embedding switch: "+err.Error())
+	}
+	return again, err
+}
+
+// withSwitch folds a switch's requeue and error into a reconcile's result.
+func withSwitch(res ctrl.Result, err error, again time.Duration, switchErr error) (ctrl.Result, error) {
+	if err == nil {
+		err = switchErr
+	}
+	if again > 0 && (res.RequeueAfter == 0 || again < res.RequeueAfter) {
+		res.RequeueAfter = again
+	}
+	return res, err
 }
 
 // noteNotSwitching records that the store serves what its spec says, unless the
@@ -446,7 +477,7 @@ func (r *MemoryStoreReconciler) gatewayServes(ctx context.Context, store *memory
 		return false, nil //nolint:nilerr // a Deployment of another version: not ours to judge, wait for the update
 	}
 	serving := store.Status.Embedding.Serving
-	if cfg.Dimension != int(serving.Dimension) || cfg.Vectors.Table() != storeVectors(store, "").Table() {
+	if cfg.Dimension != int(serving.Dimension) || cfg.Table() != storeVectors(store, "").Table() {
 		return false, nil
 	}
 	want := ptr.Deref(d.Spec.Replicas, 1)
@@ -549,7 +580,7 @@ func (r *MemoryStoreReconciler) reembedJob(ctx context.Context, store *memoryv1a
 		return nil, err
 	}
 	if !metav1.IsControlledBy(&job, store) {
-		return nil, fmt.Errorf("Job %s exists and is not this store's", job.Name)
+		return nil, fmt.Errorf("the Job %s exists and is not this store's", job.Name)
 	}
 	return &job, nil
 }

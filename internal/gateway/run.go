@@ -147,7 +147,7 @@ func Open(ctx context.Context, cfg Config, sec Secrets, log *slog.Logger) (*Gate
 			return nil, err
 		}
 	}
-	store := pgstore.New(pool, cfg.Schema).WithVectorsTable(cfg.Vectors.Table())
+	store := pgstore.New(pool, cfg.Schema).WithVectorsTable(cfg.Table())
 	opts := service.Options{InputLimit: cfg.InputLimit()}
 	if t, ok := li.ix.(service.TxIndex); ok {
 		opts.TxIndex = t // in the store's schema, on the same pool: batches index in their transaction

@@ -336,7 +336,7 @@ func TestReembedRefusesWhatItMustNotFill(t *testing.T) {
 	e.start(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	other := e.config()
-	other.Embedder.Dimension, other.Vectors.VectorTable = 8, pgindex.Table
+	other.Embedder.Dimension, other.VectorTable = 8, pgindex.Table
 	if _, err := RunReembed(t.Context(), other, e.secrets(), log); err == nil || !strings.Contains(err.Error(), "is for memory-operator/hashing") {
 		t.Fatalf("another model: %v", err)
 	}
