@@ -70,6 +70,9 @@ func (e *env) benchSwitch(ctx context.Context, items int) error {
 	if err != nil {
 		return err
 	}
+	if _, err := searchLatencies(ctx, searcher, items, 500, nil); err != nil { // warm-up
+		return err
+	}
 	before, err := searchLatencies(ctx, searcher, items, 2000, nil)
 	if err != nil {
 		return err
@@ -85,7 +88,7 @@ func (e *env) benchSwitch(ctx context.Context, items int) error {
 	}()
 	sw, err := e.measure(fmt.Sprintf("memory-operator reembed, %d memories", items), e.bin, "reembed", "--schema="+live, "--generation=2",
 		"--vector-engine=Postgres", "--vector-table=vectors_g2", "--embedder=Hashing", "--dimension=16", "--metric=COSINE",
-		"--batch=512", "--sample-scopes=20", "--sample-queries=5")
+		"--batch=1000", "--sample-scopes=20", "--sample-queries=5")
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -105,13 +108,20 @@ func (e *env) benchSwitch(ctx context.Context, items int) error {
 	return err
 }
 
+// searchPace is the agents' search load during the measurements: a steady 200
+// searches a second (one search at a time), not as many as one core can run.
+const searchPace = 5 * time.Millisecond
+
 // searchLatencies times searches of random users' scopes (generate makes about 20
-// memories a user): n of them, or until stop closes. Sorted.
+// memories a user) at searchPace: n of them, or until stop closes. Sorted.
 func searchLatencies(ctx context.Context, m *service.Memory, items, n int, stop <-chan struct{}) ([]time.Duration, error) {
 	rng := mrand.New(mrand.NewPCG(7, uint64(items)))
 	var out []time.Duration
 	words := []string{"coffee refund", "berlin jazz", "window seat morning", "peanuts allergy", "premium plan support"}
+	tick := time.NewTicker(searchPace)
+	defer tick.Stop()
 	for i := 0; n == 0 || i < n; i++ {
+		<-tick.C
 		if stop != nil {
 			select {
 			case <-stop:

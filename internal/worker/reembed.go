@@ -307,37 +307,26 @@ func (r *reembed) verify(ctx context.Context, pool *pgxpool.Pool, sec ReembedSec
 	return r.store.MarkVerified(ctx, r.gen.Number, r.sum.Recall, r.sum.ServingRecall)
 }
 
-// missingVectors counts (in r.sum.Missing) the live memories, but those whose text
-// the input limit refuses and those whose change is still to be caught up on,
-// without a vector in the new index, and names the first.
+// missingVectors counts (in r.sum.Missing) the live memories without a vector in
+// the new index, but those whose text the input limit refuses and those whose change
+// is still to be caught up on, and names the first. It reads IDs, and the rows of
+// the few without a vector only.
 func (r *reembed) missingVectors(ctx context.Context) ([]string, error) {
 	fetcher, ok := r.mem.Index().(engine.Fetcher)
 	if !ok {
 		return nil, fmt.Errorf("the %s index cannot read vectors back to be checked", r.cfg.VectorEngine)
 	}
-	limit := r.cfg.Embedder.limit()
 	var named []string
 	total, after := int64(0), ""
 	for {
-		page, err := r.store.BackfillPage(ctx, after, pgstore.AfterEveryID, 1000)
+		ids, err := r.store.IndexedIDs(ctx, after, 1000)
 		if err != nil {
 			return nil, err
 		}
-		if len(page) == 0 {
+		if len(ids) == 0 {
 			break
 		}
-		after = page[len(page)-1].MemoryID
-		var ids []string
-		for _, it := range page {
-			if it.ArchivedAt != nil {
-				continue
-			}
-			if _, _, err := limit.Prepare(it.MemoryID, it.EmbeddingText()); errors.Is(err, embed.ErrTextTooLong) {
-				continue
-			}
-			ids = append(ids, it.MemoryID)
-		}
-		total += int64(len(ids))
+		after = ids[len(ids)-1]
 		vecs, err := fetcher.Fetch(ctx, ids)
 		if err != nil {
 			return nil, fmt.Errorf("reading back the vectors of generation %d: %w", r.gen.Number, err)
@@ -348,27 +337,45 @@ func (r *reembed) missingVectors(ctx context.Context) ([]string, error) {
 				absent = append(absent, id)
 			}
 		}
+		total += int64(len(ids))
 		if len(absent) == 0 {
 			continue
 		}
-		// A memory written since the last catch-up has its change recorded: the
-		// next one writes its vector. Only one without is missing.
-		owed, err := r.store.GenerationChanged(ctx, r.gen.Number, absent)
+		missing, refused, err := r.unexcused(ctx, absent)
 		if err != nil {
 			return nil, err
 		}
-		for _, id := range absent {
-			if owed[id] {
-				continue
-			}
-			r.sum.Missing++
-			if len(named) < maxNamedMissing {
-				named = append(named, id)
-			}
-		}
+		total -= int64(refused)
+		r.sum.Missing += int64(len(missing))
+		named = append(named, missing[:min(len(missing), maxNamedMissing-len(named))]...)
 	}
 	r.sum.Total = total
 	return named, nil
+}
+
+// unexcused returns which of absent (IDs of live memories without a vector) have
+// no excuse, and how many the input limit refuses: a memory written since the last
+// catch-up has its change recorded, and the next one writes its vector.
+func (r *reembed) unexcused(ctx context.Context, absent []string) (missing []string, refused int, err error) {
+	owed, err := r.store.GenerationChanged(ctx, r.gen.Number, absent)
+	if err != nil {
+		return nil, 0, err
+	}
+	items, err := r.store.GetMany(ctx, absent)
+	if err != nil {
+		return nil, 0, err
+	}
+	limit := r.cfg.Embedder.limit()
+	for _, it := range items {
+		if _, _, err := limit.Prepare(it.MemoryID, it.EmbeddingText()); errors.Is(err, embed.ErrTextTooLong) {
+			refused++
+			continue
+		}
+		if !owed[it.MemoryID] && it.ArchivedAt == nil {
+			missing = append(missing, it.MemoryID)
+		}
+	}
+	return missing, refused, nil
 }
 
 // sample measures how often a sampled memory's own text, as a query, finds it

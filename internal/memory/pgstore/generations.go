@@ -285,6 +285,13 @@ func (s *Store) BackfillPage(ctx context.Context, after, until string, limit int
 	return items, nil
 }
 
+// IndexedIDs returns up to limit IDs of memories an index must hold (live, not
+// archived) after the ID after, in order: the whole store read a page at a time.
+func (s *Store) IndexedIDs(ctx context.Context, after string, limit int) ([]string, error) {
+	return s.strings(ctx, "indexed IDs", `SELECT memory_id FROM `+s.t.memories+`
+		WHERE memory_id > $2 AND archived_at IS NULL ORDER BY memory_id LIMIT $1`, limit, after)
+}
+
 // SaveBackfill records the backfill's progress of generation n: the last memory_id
 // done, whether it is complete, how many memories it embedded in all and at what
 // pace lately (memories a second).

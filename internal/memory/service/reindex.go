@@ -12,13 +12,14 @@ import (
 
 // Reindex brings the index entries of items (memories as read from the store) and
 // of gone (IDs of memories no longer stored) in line with the store: a live memory's
-// vector is embedded and written, an archived or gone memory's vector deleted. Like
-// every write it reads the memories back afterwards and redoes those that changed
-// meanwhile. A memory whose text the input limit refuses gets no vector (as the
-// gateway never indexes it); their IDs are returned.
+// vector is embedded and written, an archived or gone memory's vector deleted. A
+// memory whose text the input limit refuses gets no vector (as the gateway never
+// indexes it); their IDs are returned.
 //
 // It is how a re-embed worker fills an index of another model (pgstore's index
-// generations): Memory is then built over that index and model.
+// generations): Memory is then built over that index and model. It writes once and
+// reads nothing back: every change of a memory made after items were read is
+// recorded for the generation, and the worker does it again from that record.
 func (m *Memory) Reindex(ctx context.Context, items []memory.Item, gone []string) (refused []string, err error) {
 	ops := make([]indexOp, 0, len(items)+len(gone))
 	for _, it := range items {
@@ -34,7 +35,7 @@ func (m *Memory) Reindex(ctx context.Context, items []memory.Item, gone []string
 	for _, id := range gone {
 		ops = append(ops, indexOp{id: id})
 	}
-	if err := m.sync(ctx, ops); err != nil {
+	if err := m.apply(ctx, ops); err != nil {
 		return refused, fmt.Errorf("memory service: reindex: %w", err)
 	}
 	return refused, nil
