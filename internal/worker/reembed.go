@@ -91,13 +91,15 @@ func ParseReembedSummary(msg string) (ReembedSummary, error) {
 
 // reembed is one run's state.
 type reembed struct {
-	cfg   ReembedConfig
-	store *pgstore.Store
-	mem   *service.Memory
-	paced *embed.Paced
-	gen   pgstore.Generation
-	sum   ReembedSummary
-	log   *slog.Logger
+	// serving is set once the generation serves (the final catch-up).
+	serving bool
+	cfg     ReembedConfig
+	store   *pgstore.Store
+	mem     *service.Memory
+	paced   *embed.Paced
+	gen     pgstore.Generation
+	sum     ReembedSummary
+	log     *slog.Logger
 }
 
 // RunReembed fills cfg.Generation's index as the package comment says. The summary
@@ -135,6 +137,7 @@ func (r *reembed) run(ctx context.Context, sec ReembedSecrets) error {
 	if r.gen.State == pgstore.GenerationServing {
 		// The cutover happened (this is a retried Job): only the changes recorded
 		// before it are left to do.
+		r.serving = true
 		if err := r.catchUp(ctx, -1); err != nil {
 			return err
 		}
@@ -214,7 +217,7 @@ func (r *reembed) backfill(ctx context.Context) error {
 		if len(page) == 0 {
 			break
 		}
-		refused, err := r.mem.Reindex(ctx, page, nil)
+		refused, err := r.mem.Reindex(ctx, page, nil, false)
 		if err != nil {
 			return fmt.Errorf("backfill after %q: %w", after, err)
 		}
@@ -273,7 +276,9 @@ func (r *reembed) catchUp(ctx context.Context, pages int) error {
 				gone = append(gone, id)
 			}
 		}
-		refused, err := r.mem.Reindex(ctx, items, gone)
+		// Once the generation serves, the gateway writes it too and no change is
+		// recorded any more: what is written from an older read must be checked.
+		refused, err := r.mem.Reindex(ctx, items, gone, r.serving)
 		if err != nil {
 			return fmt.Errorf("catching up on changes: %w", err)
 		}
@@ -478,10 +483,11 @@ func (r *reembed) follow(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		r.serving = g.State == pgstore.GenerationServing
 		if err := r.catchUp(ctx, -1); err != nil {
 			return err
 		}
-		if g.State == pgstore.GenerationServing {
+		if r.serving {
 			r.sum.Serving = true
 			return nil
 		}

@@ -17,10 +17,12 @@ import (
 // indexes it); their IDs are returned.
 //
 // It is how a re-embed worker fills an index of another model (pgstore's index
-// generations): Memory is then built over that index and model. It writes once and
-// reads nothing back: every change of a memory made after items were read is
-// recorded for the generation, and the worker does it again from that record.
-func (m *Memory) Reindex(ctx context.Context, items []memory.Item, gone []string) (refused []string, err error) {
+// generations): Memory is then built over that index and model. Without recheck it
+// writes once and reads nothing back, for an index nobody else writes and whose
+// later changes are recorded and done again from the record; with recheck it reads
+// the memories back and redoes those changed meanwhile, as every write does, for an
+// index others write too (a generation that serves).
+func (m *Memory) Reindex(ctx context.Context, items []memory.Item, gone []string, recheck bool) (refused []string, err error) {
 	ops := make([]indexOp, 0, len(items)+len(gone))
 	for _, it := range items {
 		op := opFor(it.MemoryID, it)
@@ -35,7 +37,11 @@ func (m *Memory) Reindex(ctx context.Context, items []memory.Item, gone []string
 	for _, id := range gone {
 		ops = append(ops, indexOp{id: id})
 	}
-	if err := m.apply(ctx, ops); err != nil {
+	write := m.apply
+	if recheck {
+		write = m.sync
+	}
+	if err := write(ctx, ops); err != nil {
 		return refused, fmt.Errorf("memory service: reindex: %w", err)
 	}
 	return refused, nil
