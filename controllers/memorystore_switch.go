@@ -28,6 +28,7 @@ import (
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 	"github.com/amemory/memory-operator/internal/worker"
 )
 
@@ -93,6 +94,8 @@ func generationIndex(eng string, names provision.Names, n int32) string {
 		return fmt.Sprintf("%s_g%d", names.Collection, n)
 	case eng == provision.EngineMilvus:
 		return names.Collection
+	case eng == provision.EnginePGVector:
+		return pgvector.Table
 	case n > 1:
 		return provision.GenerationTable(int(n))
 	}
