@@ -231,6 +231,9 @@ func (r *MemoryStoreReconciler) startSwitch(ctx context.Context, sc switchCtx) e
 	}
 	sw.To.Calibration = cal
 	if !sw.Rollback {
+		if err := r.clearStaleGeneration(ctx, sc, sw.To, want); err != nil {
+			return err
+		}
 		spec := vectorSpec(store, sw.To.Dimension)
 		if err := provision.EnsureGenerationTable(ctx, sc.rb.postgres, sc.names, int(sw.To.Generation), spec); err != nil {
 			return err
@@ -255,6 +258,25 @@ func (r *MemoryStoreReconciler) startSwitch(ctx context.Context, sc switchCtx) e
 		"%s from %s (dimension %d) to %s (dimension %d) in index generation %d (%s)", what,
 		modelName(emb.Serving), emb.Serving.Dimension, modelName(sw.To), sw.To.Dimension, sw.To.Generation, sw.To.Index)
 	return nil
+}
+
+// clearStaleGeneration drops generation g when the store's database has it for
+// another model than want: an operator that stopped after making it and before
+// recording the switch in status, for a spec that changed since.
+func (r *MemoryStoreReconciler) clearStaleGeneration(ctx context.Context, sc switchCtx, g memoryv1alpha1.EmbeddingGeneration, want string) error {
+	var stale bool
+	err := withAdmin(ctx, sc.rb.postgres, func(admin adminPool) error {
+		found, err := pgstore.New(admin, sc.names.Schema).GenerationByNumber(ctx, int(g.Generation))
+		if errors.Is(err, pgstore.ErrNoGeneration) {
+			return nil
+		}
+		stale = err == nil && (found.Embedder != want || found.Dimension != int(g.Dimension))
+		return err
+	})
+	if err != nil || !stale {
+		return err
+	}
+	return r.dropGeneration(ctx, sc, g)
 }
 
 // followSwitch moves a switch along: its Job, its progress, the cutover.

@@ -162,6 +162,13 @@ func TestEmbeddingSwitchEndToEnd(t *testing.T) {
 	g.Expect(emb.Serving.Index).To(Equal("vectors"))
 	g.Expect(c.Reason).To(Equal(memoryv1alpha1.ReasonNotSwitching))
 
+	// An operator stopped after recording generation 2 for a model the spec has
+	// changed from since, before its status said so: the switch starts over.
+	_, err := pgstore.StartGeneration(context.Background(), pgAdminPool(t), store.Status.Postgres.Schema,
+		pgstore.Generation{Number: 1, Model: "memory-operator/hashing-v1", Dimension: 8, Location: "vectors"},
+		pgstore.Generation{Number: 2, Model: "some/other-model", Dimension: 32, Location: "vectors_g2", Embedder: "stale"})
+	g.Expect(err).NotTo(HaveOccurred())
+
 	// The switch starts: a new generation, a Job, Switching and Reconciling while Ready.
 	setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 16 })
 	var job *batchv1.Job
@@ -194,6 +201,7 @@ func TestEmbeddingSwitchEndToEnd(t *testing.T) {
 	gens, err := pgstore.New(pgAdminPool(t), store.Status.Postgres.Schema).Generations(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(gens[1].State).To(Equal(pgstore.GenerationBuilding))
+	g.Expect(gens[1].Dimension).To(Equal(16))
 	rollOutServing(t, store, 16)
 	sum := wait()
 	g.Expect(sum.Serving).To(BeTrue(), "%+v", sum)
