@@ -274,7 +274,9 @@ func awaitSummary(t *testing.T, kind string, key client.ObjectKey, state healthS
 		}
 		want := map[healthState][3]string{ // Ready, Reconciling, Stalled
 			working: {"False", "True", ""}, done: {"True", "", ""}, stalled: {"False", "", "True"},
+			servingWorking: {"True", "True", ""}, servingStalled: {"True", "", "True"},
 		}[state]
+		serving := state == servingWorking || state == servingStalled
 		for i, condType := range []string{memoryv1alpha1.ConditionReady, memoryv1alpha1.ConditionReconciling, memoryv1alpha1.ConditionStalled} {
 			c, ok := byType[condType]
 			if want[i] == "" {
@@ -283,6 +285,9 @@ func awaitSummary(t *testing.T, kind string, key client.ObjectKey, state healthS
 			}
 			g.Expect(ok).To(BeTrue(), "%s missing; conditions %v", condType, conditions)
 			g.Expect(c["status"]).To(Equal(want[i]), "%s: %v", condType, c["message"])
+			if serving && condType == memoryv1alpha1.ConditionReady {
+				continue // a store that serves keeps its Ready reason
+			}
 			g.Expect(c["reason"]).To(Equal(reason), "%s: %v", condType, c["message"])
 		}
 	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
@@ -380,6 +385,38 @@ func storeHealthCases(f backendFixture) []healthCase {
 				t.Fatal(err)
 			}
 			return captured{response(t, kind, ready), f.backendNames(ns, tenant)}
+		}},
+		{kind, "switching", health.Progressing, func(t *testing.T) captured {
+			// An embedding switch under way: the store serves, its spec is not yet
+			// what runs.
+			ns, tenant := inNamespace(t)
+			store := f.inlineStore(ns, "support-bot", tenant, 8, false)
+			create(t, store)
+			waitReady(t, client.ObjectKeyFromObject(store))
+			setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 16 })
+			obj := awaitSummary(t, kind, client.ObjectKeyFromObject(store), servingWorking, memoryv1alpha1.ReasonReembedding)
+			return captured{obj, f.backendNames(ns, tenant)}
+		}},
+		{kind, "switch-failed", health.Degraded, func(t *testing.T) captured {
+			// Its re-embed Job failed: the store serves the old model, and a person
+			// must act.
+			ns, tenant := inNamespace(t)
+			store := f.inlineStore(ns, "support-bot", tenant, 8, false)
+			create(t, store)
+			waitReady(t, client.ObjectKeyFromObject(store))
+			setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 16 })
+			var job *batchv1.Job
+			NewWithT(t).Eventually(func(g Gomega) {
+				emb, _, _ := switchOf(g, store)
+				g.Expect(emb.Switch).NotTo(BeNil())
+				g.Expect(emb.Switch.Job).NotTo(BeEmpty())
+				job = getJob(g, ns, emb.Switch.Job)
+			}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+			msg, _ := worker.ReembedSummary{Generation: 2, Error: "embedding with e5: model unloaded"}.TerminationMessage()
+			finishedPod(t, job, 1, string(msg))
+			failJob(t, job, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+			obj := awaitSummary(t, kind, client.ObjectKeyFromObject(store), servingStalled, memoryv1alpha1.ReasonSwitchFailed)
+			return captured{obj, f.backendNames(ns, tenant)}
 		}},
 		{kind, "tenant-conflict-failed", health.Degraded, func(t *testing.T) captured {
 			ns, tenant := inNamespace(t)

@@ -375,7 +375,7 @@ func (r *MemoryStoreReconciler) recordProgress(ctx context.Context, sc switchCtx
 	case g.BackfillDone:
 		sw.Message = fmt.Sprintf("Re-embedded all %d memories; catching up on %d changes and checking the new index", sw.Total, sw.Backlog)
 	default:
-		sw.Message = fmt.Sprintf("Re-embedding with %s: %d of %d memories", modelName(sw.To), sw.Embedded, sw.Total)
+		sw.Message = fmt.Sprintf("Re-embedding with %s (dimension %d): %d of %d memories", modelName(sw.To), sw.To.Dimension, sw.Embedded, sw.Total)
 		if sw.ETA != nil {
 			sw.Message += fmt.Sprintf(", %s a second, about %s left", sw.Rate, sw.ETA.Duration)
 		}
