@@ -24,6 +24,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -54,6 +55,7 @@ func TestEndToEnd(t *testing.T) {
 	s.productionEngines()
 	s.restoreWithMapping()
 	s.scheduledArchival()
+	s.embeddingSwitch()
 	s.managerMetrics()
 	s.deleteWithBothReclaimPolicies()
 	s.uninstallKeepsCRDs()
@@ -566,6 +568,45 @@ func (s *suite) scheduledArchival() {
 	if slices.Contains(found.ids(), "e2e-old") {
 		t.Fatalf("an archived memory is still recalled: %v", found.ids())
 	}
+}
+
+// embeddingSwitch changes acme's embedding model in place (the hashing embedder, 384
+// to 256 dimensions): a real re-embed Job fills a new index generation while the
+// gateway serves, the gateway rolls over to it, and the store's memories are found
+// through it as before.
+func (s *suite) embeddingSwitch() {
+	t := s.t
+	s.run(`{"spec":{"vector":{"dimension":256},"embeddingSwitch":{"retainPrevious":"1h"}}}`, s.kubectl, "patch", "memorystore", "acme", "-n", tenantNS,
+		"--type", "merge", "--patch-file", "/dev/stdin")
+	s.eventually("the embedding switch", 180*time.Second, func() (bool, string) {
+		st := s.store("acme")
+		c := meta.FindStatusCondition(st.Status.Conditions, memoryv1.ConditionSwitching)
+		if c == nil {
+			return false, "no Switching condition"
+		}
+		return c.Reason == memoryv1.ReasonSwitchCompleted, c.Reason + ": " + c.Message
+	})
+	st := s.store("acme")
+	e := st.Status.Embedding
+	if e == nil || e.Serving.Generation != 2 || e.Serving.Dimension != 256 || e.Serving.Index != "vectors_g2" || e.Previous == nil || e.Previous.Generation != 1 ||
+		st.Status.Vector.Dimension != 256 || !st.IsReady() {
+		t.Fatalf("after the switch: embedding %+v, vector %+v", e, st.Status.Vector)
+	}
+	s.event(tenantNS, "MemoryStore", "acme", "EmbeddingSwitchCompleted")
+	// The new generation holds a vector for every memory that must be searchable.
+	schema := st.Status.Postgres.Schema
+	live := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "memories"}.Sanitize() + ` WHERE archived_at IS NULL`)
+	if n := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "vectors_g2"}.Sanitize()); n != live {
+		t.Fatalf("vectors_g2 holds %v vectors for %v memories", n, live)
+	}
+	// The gateway serves the new index: the refund is found as before.
+	base, key := s.gatewayBase()
+	s.eventually("a search through the switched gateway", 60*time.Second, func() (bool, string) {
+		var found searchResponse
+		code := s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:1024", "query": "refund order", "top_k": 2}, &found)
+		ids := found.ids()
+		return code == http.StatusOK && len(ids) > 0 && ids[0] == s.ids["e2e-2"] && found.Results[0].Similarity > 0, fmt.Sprintf("%d %+v", code, found)
+	})
 }
 
 // managerMetrics scrapes the leader's metrics endpoint (only the leader reconciles;
