@@ -570,40 +570,45 @@ func (s *suite) scheduledArchival() {
 	}
 }
 
-// embeddingSwitch changes acme's embedding model in place (the hashing embedder, 384
-// to 256 dimensions): a real re-embed Job fills a new index generation while the
-// gateway serves, the gateway rolls over to it, and the store's memories are found
-// through it as before.
+// embeddingSwitch changes acme-v2's embedding model in place (the hashing embedder,
+// 384 to 256 dimensions; a store on the Postgres engine, given a gateway first): a
+// real re-embed Job fills a new index generation while the gateway serves, the
+// gateway's Deployment rolls over to it, and the store's memories are found through
+// it as before.
 func (s *suite) embeddingSwitch() {
 	t := s.t
-	s.run(`{"spec":{"vector":{"dimension":256},"embeddingSwitch":{"retainPrevious":"1h"}}}`, s.kubectl, "patch", "memorystore", "acme", "-n", tenantNS,
-		"--type", "merge", "--patch-file", "/dev/stdin")
+	patch := func(p string) {
+		s.run(p, s.kubectl, "patch", "memorystore", "acme-v2", "-n", tenantNS, "--type", "merge", "--patch-file", "/dev/stdin")
+	}
+	patch(`{"spec":{"gateway":{"enabled":true,"keys":[{"name":"agent"}]}}}`)
+	s.condition(&memoryv1.MemoryStore{ObjectMeta: objectMeta(tenantNS, "acme-v2")}, "GatewayReady", 90*time.Second)
+	patch(`{"spec":{"vector":{"dimension":256},"embeddingSwitch":{"retainPrevious":"1h"}}}`)
 	s.eventually("the embedding switch", 180*time.Second, func() (bool, string) {
-		st := s.store("acme")
+		st := s.store("acme-v2")
 		c := meta.FindStatusCondition(st.Status.Conditions, memoryv1.ConditionSwitching)
 		if c == nil {
 			return false, "no Switching condition"
 		}
 		return c.Reason == memoryv1.ReasonSwitchCompleted, c.Reason + ": " + c.Message
 	})
-	st := s.store("acme")
+	st := s.store("acme-v2")
 	e := st.Status.Embedding
 	if e == nil || e.Serving.Generation != 2 || e.Serving.Dimension != 256 || e.Serving.Index != "vectors_g2" || e.Previous == nil || e.Previous.Generation != 1 ||
 		st.Status.Vector.Dimension != 256 || !st.IsReady() {
 		t.Fatalf("after the switch: embedding %+v, vector %+v", e, st.Status.Vector)
 	}
-	s.event(tenantNS, "MemoryStore", "acme", "EmbeddingSwitchCompleted")
+	s.event(tenantNS, "MemoryStore", "acme-v2", "EmbeddingSwitchCompleted")
 	// The new generation holds a vector for every memory that must be searchable.
 	schema := st.Status.Postgres.Schema
 	live := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "memories"}.Sanitize() + ` WHERE archived_at IS NULL`)
-	if n := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "vectors_g2"}.Sanitize()); n != live {
+	if n := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{schema, "vectors_g2"}.Sanitize()); n != live || n == int64(0) {
 		t.Fatalf("vectors_g2 holds %v vectors for %v memories", n, live)
 	}
 	// The gateway serves the new index: the refund is found as before.
-	base, key := s.gatewayBase()
+	base, key := s.gatewayOf("acme-v2")
 	s.eventually("a search through the switched gateway", 60*time.Second, func() (bool, string) {
 		var found searchResponse
-		code := s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:1024", "query": "refund order", "top_k": 2}, &found)
+		code := s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:dbc0a3", "query": "refund order", "top_k": 2}, &found)
 		ids := found.ids()
 		return code == http.StatusOK && len(ids) > 0 && ids[0] == s.ids["e2e-2"] && found.Results[0].Similarity > 0, fmt.Sprintf("%d %+v", code, found)
 	})
