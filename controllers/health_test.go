@@ -405,16 +405,7 @@ func storeHealthCases(f backendFixture) []healthCase {
 			create(t, store)
 			waitReady(t, client.ObjectKeyFromObject(store))
 			setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 16 })
-			var job *batchv1.Job
-			NewWithT(t).Eventually(func(g Gomega) {
-				emb, _, _ := switchOf(g, store)
-				g.Expect(emb.Switch).NotTo(BeNil())
-				g.Expect(emb.Switch.Job).NotTo(BeEmpty())
-				job = getJob(g, ns, emb.Switch.Job)
-			}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
-			msg, _ := worker.ReembedSummary{Generation: 2, Error: "embedding with e5: model unloaded"}.TerminationMessage()
-			finishedPod(t, job, 1, string(msg))
-			failJob(t, job, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+			failSwitchJob(t, store)
 			obj := awaitSummary(t, kind, client.ObjectKeyFromObject(store), servingStalled, memoryv1alpha1.ReasonSwitchFailed)
 			return captured{obj, f.backendNames(ns, tenant)}
 		}},

@@ -268,15 +268,7 @@ func TestEmbeddingSwitchEndToEnd(t *testing.T) {
 	// A switch whose Job fails: the store serves on, Stalled with Ready kept; set
 	// back, the switch is abandoned and its generation dropped.
 	setStoreSpec(t, store, func(s *memoryv1alpha1.MemoryStore) { s.Spec.Vector.Dimension = 32 })
-	g.Eventually(func(g Gomega) {
-		emb, _, _ := switchOf(g, store)
-		g.Expect(emb.Switch).NotTo(BeNil())
-		g.Expect(emb.Switch.Job).NotTo(BeEmpty())
-		job = getJob(g, ns, emb.Switch.Job)
-	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
-	msg, _ := worker.ReembedSummary{Generation: 3, Error: "embedding with e5: model unloaded"}.TerminationMessage()
-	finishedPod(t, job, 1, string(msg))
-	failJob(t, job, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+	job = failSwitchJob(t, store)
 	g.Eventually(func(g Gomega) {
 		emb, c, s := switchOf(g, store)
 		g.Expect(emb.Switch.Phase).To(Equal(memoryv1alpha1.SwitchFailed))
@@ -295,6 +287,23 @@ func TestEmbeddingSwitchEndToEnd(t *testing.T) {
 	g.Expect(schemaTableExists(t, store.Status.Postgres.Schema, "vectors_g3")).To(BeFalse())
 	g.Eventually(func() bool { return jobGone(ns, job.Name) }).WithTimeout(waitTimeout).Should(BeTrue())
 
+}
+
+// failSwitchJob waits for the store's re-embed Job and ends it as a pod whose
+// embedder died would, returning it.
+func failSwitchJob(t *testing.T, store *memoryv1alpha1.MemoryStore) *batchv1.Job {
+	t.Helper()
+	var job *batchv1.Job
+	NewWithT(t).Eventually(func(g Gomega) {
+		emb, _, _ := switchOf(g, store)
+		g.Expect(emb.Switch).NotTo(BeNil())
+		g.Expect(emb.Switch.Job).NotTo(BeEmpty())
+		job = getJob(g, store.Namespace, emb.Switch.Job)
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	msg, _ := worker.ReembedSummary{Error: "embedding with e5: model unloaded"}.TerminationMessage()
+	finishedPod(t, job, 1, string(msg))
+	failJob(t, job, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+	return job
 }
 
 func pgAdminPool(t *testing.T) *pgxpool.Pool {

