@@ -14,6 +14,9 @@
 # tests use the local cluster's bridge address, which its Pods reach. SERVICES, a
 # comma-separated subset of postgres,pgvector,minio,milvus,milvus-server,redis,toxiproxy,
 # starts only those (default: all), for a quick run of one package's tests.
+# MEMORY_PG_OPTS adds server settings to both PostgreSQL servers, e.g. to see where a
+# benchmark's database time goes:
+#   MEMORY_PG_OPTS="-c shared_preload_libraries=pg_stat_statements"
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -65,7 +68,7 @@ start_postgres() {
 		echo "host all all ${HOST%.*}.0/24 scram-sha-256" >>"$dir/data/pg_hba.conf"
 	fi
 	as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-		-o "-c listen_addresses=$HOST -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=$buffers" \
+		-o "-c listen_addresses=$HOST -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=$buffers ${MEMORY_PG_OPTS:-}" \
 		start >/dev/null || { cat "$dir/postgres.log" >&2; die "$name did not start"; }
 	ln -sf "$dir/postgres.log" "$RUN_DIR/$name.log"
 	echo "$bindir $dir" >"$RUN_DIR/$name.dir"

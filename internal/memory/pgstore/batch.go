@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/amemory/memory-operator/internal/memory"
 )
@@ -29,9 +30,10 @@ import (
 //	WriteTerms: the postings, in a transaction of their own, which also clears the
 //	  batch's marks.
 //
-// The postings are most of a batch's writing (some fifteen rows a memory, each in
-// two indexes), and nothing the batch's caller holds its near-duplicate locks for
-// depends on them: the next writer's check reads the memories and the vector index.
+// The postings are most of a batch's writing (some twelve rows a memory, each an
+// entry of memory_terms' primary key), and nothing the batch's caller holds its
+// near-duplicate locks for depends on them: the next writer's check reads the
+// memories and the vector index.
 // So Commit leaves them owed, as a restore does (lexical.go: a search of a marked
 // scope makes them first), and the caller writes them after letting go of its locks.
 // When WriteTerms fails, or the process dies before it, the marks stay and the next
@@ -378,8 +380,7 @@ func (b *BatchTx) commit(ctx context.Context, ops []BatchOp, index IndexInTx) ([
 				u.expires_at, u.archived_at, u.history::jsonb, u.content_hash
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[],
 				$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::bytea[])
-				AS u(memory_id, memory_type, scope, key, content, source, base_score, created_at, updated_at, expires_at, archived_at, history, content_hash)
-			ON CONFLICT DO NOTHING`,
+				AS u(memory_id, memory_type, scope, key, content, source, base_score, created_at, updated_at, expires_at, archived_at, history, content_hash)`,
 			ids, types, scopes, keys, contents, sources, scores, created, updated, expires, archived, histories, hashes)
 		// The postings are owed (term_pending, under this batch's token) rather than
 		// written here: WriteTerms writes them after the caller has let go of its
@@ -424,17 +425,22 @@ func (b *BatchTx) commit(ctx context.Context, ops []BatchOp, index IndexInTx) ([
 	return results, nil
 }
 
-// readCommit reads Commit's pipeline: the insert of inserts memories (fewer is a
-// race), the postings owed, the index work's sequence numbers (into results) when
-// queued, and reinforcements updates of one row each (none is a race).
+// readCommit reads Commit's pipeline: the insert of inserts memories (a unique
+// violation is a race), the postings owed, the index work's sequence numbers (into
+// results) when queued, and reinforcements updates of one row each (none is a race).
 func readCommit(res pgx.BatchResults, inserts int, queued bool, reinforcements int, results []PutResult) error {
 	if inserts > 0 {
-		tag, err := res.Exec()
-		if err != nil {
+		// A plain INSERT: BeginBatch found none of the rows' memory_ids, slots or
+		// contents stored, so a unique violation is a concurrent writer's row (the
+		// race; the transaction is rolled back either way). ON CONFLICT DO NOTHING
+		// said the same at the cost of a speculative insertion per row: 57 ms against
+		// 48 ms for a batch of 1,000 in the gateway benchmark.
+		if _, err := res.Exec(); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+				return ErrBatchRaced
+			}
 			return err
-		}
-		if int(tag.RowsAffected()) != inserts {
-			return ErrBatchRaced
 		}
 		if _, err := res.Exec(); err != nil {
 			return fmt.Errorf("marking postings owed: %w", err)

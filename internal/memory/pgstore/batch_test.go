@@ -13,6 +13,41 @@ import (
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
+// TestBatchRacedOnEveryUniqueSlot: a concurrent writer that stores, between
+// BeginBatch and Commit, a memory with one of the batch's memory_ids, (scope, key)
+// slots or key-less contents makes Commit say ErrBatchRaced and store nothing, through
+// each of the three unique indexes the batch's INSERT meets.
+func TestBatchRacedOnEveryUniqueSlot(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	for _, c := range []struct {
+		name         string
+		batch, other memory.Item
+	}{
+		{"memory_id", item("id-1", "user:1", memory.Semantic, "", `{"text":"mine"}`, 0.5, time.Hour),
+			item("id-1", "user:2", memory.Semantic, "", `{"text":"theirs"}`, 0.5, time.Hour)},
+		{"slot", item("slot-mine", "user:3", memory.Semantic, "city", `{"text":"Paris"}`, 0.5, time.Hour),
+			item("slot-theirs", "user:3", memory.Semantic, "city", `{"text":"Rome"}`, 0.5, time.Hour)},
+		{"content", item("content-mine", "user:4", memory.Semantic, "", `{"text":"same"}`, 0.5, time.Hour),
+			item("content-theirs", "user:4", memory.Semantic, "", `{"text":"same"}`, 0.5, time.Hour)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bystander := item(c.batch.MemoryID+"-bystander", "user:9", memory.Episodic, "", `{"text":"`+c.name+`"}`, 0.5, time.Hour)
+			tx, err := s.BeginBatch(ctx, nil, []memory.Item{bystander, c.batch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustPut(t, s, c.other, Inserted)
+			if _, err := tx.Commit(ctx, []BatchOp{{Kind: BatchInsert}, {Kind: BatchInsert}}); !errors.Is(err, ErrBatchRaced) {
+				t.Fatalf("commit after a concurrent writer took the %s: %v, want ErrBatchRaced", c.name, err)
+			}
+			if _, err := s.Get(ctx, bystander.MemoryID); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("a raced batch stored its other item: %v", err)
+			}
+		})
+	}
+}
+
 // TestBatchRacedRollsBack: what a batch was planned against can change before it
 // commits; Commit then stores nothing and says ErrBatchRaced, and the batch begun
 // again sees the change. A concurrent writer storing the same content first, and a
@@ -281,4 +316,5 @@ func TestBatchWriteTermsRacingWriters(t *testing.T) {
 	if n := countRows(t, pool, s.t.memoryTerms, "NOT EXISTS (SELECT 1 FROM "+s.t.memories+" m WHERE m.memory_id = "+s.t.memoryTerms+".memory_id)"); n != 0 {
 		t.Errorf("%d postings of deleted memories", n)
 	}
+	termsConsistent(t, s)
 }

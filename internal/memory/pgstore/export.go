@@ -170,13 +170,7 @@ func (s *Store) export(ctx context.Context, q querier, f ExportFilter, fn func(m
 		where = append(where, `m.scope IN (SELECT scope FROM `+s.t.memories+` GROUP BY scope HAVING max(updated_at) >= `+param(f.ActiveSince)+`::timestamptz)`)
 	}
 
-	cols := prefixed("m.", memoryCols)
-	from := s.t.memories + ` m`
-	if f.IncludeEmbeddings {
-		cols += `, v.embedding`
-		from += ` LEFT JOIN ` + s.t.vectors + ` v ON v.memory_id = m.memory_id`
-	}
-	sql := `SELECT ` + cols + ` FROM ` + from
+	sql := `SELECT ` + s.exportFrom(f.IncludeEmbeddings)
 	if len(where) > 0 {
 		sql += ` WHERE ` + strings.Join(where, ` AND `)
 	}
@@ -192,7 +186,7 @@ func (s *Store) export(ctx context.Context, q querier, f ExportFilter, fn func(m
 	}
 	defer rows.Close()
 	for rows.Next() {
-		it, err := scanExported(rows, f.IncludeEmbeddings)
+		it, err := s.scanExported(rows, f.IncludeEmbeddings)
 		if err != nil {
 			return fmt.Errorf("pgstore: export: %w", err)
 		}
@@ -207,11 +201,43 @@ func (s *Store) export(ctx context.Context, q querier, f ExportFilter, fn func(m
 	return nil
 }
 
+// exportFrom is the columns and tables export reads, with the vectors of the
+// embedded engine when withEmbeddings, as the store's schema version lays them out.
+func (s *Store) exportFrom(withEmbeddings bool) string {
+	cols := prefixed("m.", memoryCols)
+	if s.readsBefore(7) {
+		// What migration 7 sets an existing row's recorded_at to.
+		cols = strings.Replace(cols, "m.recorded_at", "least(m.created_at, now()) AS recorded_at", 1)
+	}
+	from := s.t.memories + ` m`
+	switch {
+	case withEmbeddings && s.readsBefore(9):
+		// Cast although the column is real[] then: a statement of its own, since a
+		// prepared one of the bytes layout must not be reused on it.
+		cols += `, v.embedding::real[]`
+	case withEmbeddings:
+		cols += `, v.embedding`
+	}
+	if withEmbeddings {
+		from += ` LEFT JOIN ` + s.t.vectors + ` v ON v.memory_id = m.memory_id`
+	}
+	return cols + ` FROM ` + from
+}
+
 // scanExported scans one row of export's query: an item, with its vector when the
-// query reads them (the embedded engine's bytes; none when the memory has no row).
-func scanExported(rows pgx.Rows, withEmbedding bool) (memory.Item, error) {
+// query reads them (the embedded engine's bytes, real[] before version 9; none when
+// the memory has no row).
+func (s *Store) scanExported(rows pgx.Rows, withEmbedding bool) (memory.Item, error) {
 	if !withEmbedding {
 		return scanItem(rows)
+	}
+	if s.readsBefore(9) {
+		var v []float32
+		it, err := scanItem(rows, &v)
+		if err == nil && v != nil {
+			it.Embedding = v
+		}
+		return it, err
 	}
 	var raw []byte
 	it, err := scanItem(rows, &raw)

@@ -277,7 +277,12 @@ func (s *Store) eachTombstone(ctx context.Context, q querier, fn func(Tombstone)
 	defer cancel()
 	// Rows of a scope arrive oldest first (the primary key's order): the last one of
 	// each scope is its tombstone.
-	rows, err := q.Query(ctx, `SELECT scope, forgotten_at, reason FROM `+s.t.tombstones+` ORDER BY scope, forgotten_at`)
+	cols := `scope, forgotten_at, reason`
+	if s.readsBefore(7) {
+		// Migration 7 moves a tombstone in the future to just before now.
+		cols = `scope, least(forgotten_at, now() - interval '1 microsecond'), reason`
+	}
+	rows, err := q.Query(ctx, `SELECT `+cols+` FROM `+s.t.tombstones+` ORDER BY scope, forgotten_at`)
 	if err != nil {
 		return fmt.Errorf("pgstore: tombstones: %w", err)
 	}

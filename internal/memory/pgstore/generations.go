@@ -219,33 +219,39 @@ func DropGeneration(ctx context.Context, admin *pgxpool.Pool, schema string, n i
 	return nil
 }
 
-// WaitForEarlierWriters returns once every transaction that had written when it was
-// called has ended. A worker calls it after its generation started recording
-// changes and before it reads memories: a write whose statement ran before that
-// record was visible left no record, and must be committed (or rolled back) before
-// the backfill reads, so that the backfill sees it.
+// WaitForEarlierWriters returns once every transaction that had written the store's
+// memories when it was called has ended. A worker calls it after its generation
+// started recording changes and before it reads memories: a write whose statement
+// ran before that record was visible left no record, and must be committed (or
+// rolled back) before the backfill reads, so that the backfill sees it.
+//
+// Such a transaction holds a ROW EXCLUSIVE lock on the memories table from its first
+// write to its end (pg_locks, readable by every role), so the wait is for those
+// transactions alone: the oldest transaction of the whole server, another store's
+// long restore or index build, does not hold a switch back. (A prepared transaction
+// holds no virtual transaction lock and is not waited for; the store's writers do not
+// prepare.)
 func (s *Store) WaitForEarlierWriters(ctx context.Context, poll time.Duration) error {
-	// A transaction ID of its own marks the moment: every ID below it was handed
-	// out before, to a writer that may still run. (A snapshot's xmax is no such
-	// mark: it is one past the last ID to complete, and running ones may lie above.)
-	var mark string
-	if err := s.pool.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&mark); err != nil {
+	var writers []string
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+		WHERE locktype = 'relation' AND relation = $1::regclass AND mode = 'RowExclusiveLock'
+		AND pid IS DISTINCT FROM pg_backend_pid()`, s.t.memories).Scan(&writers)
+	if err != nil {
 		return fmt.Errorf("pgstore: waiting for earlier writers: %w", err)
 	}
-	for {
-		var done bool
-		if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::xid8`, mark).Scan(&done); err != nil {
-			return fmt.Errorf("pgstore: waiting for earlier writers: %w", err)
-		}
-		if done {
-			return nil
-		}
+	for len(writers) > 0 {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pgstore: waiting for transactions older than %s to end: %w", mark, ctx.Err())
+			return fmt.Errorf("pgstore: waiting for %d transactions that wrote memories of schema %s to end: %w", len(writers), s.schema, ctx.Err())
 		case <-time.After(poll):
 		}
+		// Every transaction holds the lock on its own virtual transaction ID until it ends.
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(array_agg(virtualxid), '{}') FROM pg_locks
+			WHERE locktype = 'virtualxid' AND virtualxid = ANY($1::text[])`, writers).Scan(&writers); err != nil {
+			return fmt.Errorf("pgstore: waiting for earlier writers: %w", err)
+		}
 	}
+	return nil
 }
 
 // AfterEveryID sorts after every memory ID (printable ASCII, compared byte by byte):

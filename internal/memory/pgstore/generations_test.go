@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -136,15 +139,39 @@ func TestGenerationChangesDoneKeepsANewerChange(t *testing.T) {
 // and not for one that starts after.
 func TestWaitForEarlierWriters(t *testing.T) {
 	s, pool := newStore(t)
+	other, otherPool := newStore(t)
 	ctx := t.Context()
-	tx, err := pool.Begin(ctx)
+	// writer opens a transaction that has written (no row: the lock is the mark) the
+	// memories of st, left open.
+	writer := func(pool *pgxpool.Pool, st *Store) pgx.Tx {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		if _, err := tx.Exec(ctx, `DELETE FROM `+st.t.memories+` WHERE memory_id = 'nobody'`); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	// Another store's long writer, and a transaction of this store that wrote other
+	// tables only, never hold the wait up.
+	writer(otherPool, other)
+	bystander, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, `INSERT INTO `+s.t.storeMeta+` (key, value) VALUES ('early', 'x')`); err != nil {
+	defer func() { _ = bystander.Rollback(context.Background()) }()
+	if _, err := bystander.Exec(ctx, `INSERT INTO `+s.t.storeMeta+` (key, value) VALUES ('bystander', 'x')`); err != nil {
 		t.Fatal(err)
 	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := s.WaitForEarlierWriters(wctx, 10*time.Millisecond); err != nil {
+		t.Fatalf("with only other stores' and tables' writers open: %v", err)
+	}
+	cancel()
+
+	tx := writer(pool, s)
 	done := make(chan error, 1)
 	go func() { done <- s.WaitForEarlierWriters(ctx, 10*time.Millisecond) }()
 	select {
@@ -153,14 +180,7 @@ func TestWaitForEarlierWriters(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	// A writer that starts now does not hold it up.
-	late, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = late.Rollback(context.Background()) }()
-	if _, err := late.Exec(ctx, `INSERT INTO `+s.t.storeMeta+` (key, value) VALUES ('late', 'x')`); err != nil {
-		t.Fatal(err)
-	}
+	writer(pool, s)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

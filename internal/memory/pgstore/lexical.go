@@ -10,9 +10,11 @@
 // with the term's frequency tf and the memory's length dl; term_docs one row per
 // indexed memory with the content hash its postings were made from and its length.
 // Postings are scope-local, so a term's document frequency is a range count of the
-// primary key and a scope never sees another's statistics. A trigger on memories
-// removes both when a memory is deleted (delete, forget, purge); archival and
-// expiry keep them, and search filters those memories out.
+// primary key and a scope never sees another's statistics. Since migration 14
+// term_docs also lists the memory's terms, which name its postings: replacing or
+// dropping them probes the primary key, and memory_terms has no other index. A
+// trigger on memories removes both when a memory is deleted (delete, forget, purge);
+// archival and expiry keep them, and search filters those memories out.
 //
 // Maintenance. Put writes a memory's postings in its own transaction, replacing them
 // when its content changes. Bulk writes (Merge: restore; Import) do not: postings
@@ -56,6 +58,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -239,7 +242,7 @@ func (s *Store) writeTermDocs(ctx context.Context, tx pgx.Tx, docs []termDoc) er
 // returns how many it queued.
 func (s *Store) queueTermDocs(b *pgx.Batch, docs []termDoc) int {
 	var (
-		ids, scopes          []string
+		ids, scopes, joined  []string
 		hashes               [][]byte
 		lengths              []int32
 		pIDs, pScopes, pTerm []string
@@ -247,21 +250,41 @@ func (s *Store) queueTermDocs(b *pgx.Batch, docs []termDoc) int {
 	)
 	for _, d := range docs {
 		ids, scopes, hashes, lengths = append(ids, d.id), append(scopes, d.scope), append(hashes, d.hash), append(lengths, d.length)
+		joined = append(joined, strings.Join(d.terms, " "))
 		for i, t := range d.terms {
 			pIDs, pScopes, pTerm = append(pIDs, d.id), append(pScopes, d.scope), append(pTerm, t)
 			pTF, pDL = append(pTF, d.tfs[i]), append(pDL, d.length)
 		}
 	}
-	b.Queue(`DELETE FROM `+s.t.memoryTerms+` WHERE memory_id = ANY($1)`, ids)
-	b.Queue(`DELETE FROM `+s.t.termDocs+` WHERE memory_id = ANY($1)`, ids)
-	b.Queue(`INSERT INTO `+s.t.termDocs+` (memory_id, scope, content_hash, length)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int4[])`, ids, scopes, hashes, lengths)
+	// A memory's postings are found through the terms its term_docs row lists
+	// (migration 14): the rows go first and name the postings' keys (OFFSET 0 keeps
+	// them apart, see the migration), each then a probe of memory_terms' primary key.
+	// A new memory has neither: nothing is read but its term_docs key. A row without
+	// terms (a previous version's gateway wrote it during an upgrade) names its
+	// postings by a read of its scope's.
+	b.Queue(`WITH d AS (
+			DELETE FROM `+s.t.termDocs+` WHERE memory_id = ANY($1) RETURNING memory_id, scope, terms
+		)
+		DELETE FROM `+s.t.memoryTerms+` t USING (
+			SELECT d.scope, x.term, d.memory_id FROM d CROSS JOIN LATERAL unnest(coalesce(d.terms,
+				ARRAY(SELECT p.term FROM `+s.t.memoryTerms+` p WHERE p.scope = d.scope AND p.memory_id = d.memory_id))) AS x(term)
+			OFFSET 0
+		) k
+		WHERE t.scope = k.scope AND t.term = k.term AND t.memory_id = k.memory_id`, ids)
+	// Each row's terms travel as one space-separated text (no term holds a space,
+	// memory.Terms): PostgreSQL's arrays are rectangular, so an array of arrays cannot
+	// carry them, and aggregating the postings' terms back cost more than the rest of
+	// the statement.
+	b.Queue(`INSERT INTO `+s.t.termDocs+` (memory_id, scope, content_hash, length, terms)
+		SELECT u.memory_id, u.scope, u.content_hash, u.length, string_to_array(u.terms, ' ')
+		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int4[], $5::text[]) AS u(memory_id, scope, content_hash, length, terms)`,
+		ids, scopes, hashes, lengths, joined)
 	if len(pIDs) > 0 {
 		b.Queue(`INSERT INTO `+s.t.memoryTerms+` (scope, term, memory_id, tf, dl)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[])`, pScopes, pTerm, pIDs, pTF, pDL)
-		return 4
+		return 3
 	}
-	return 3
+	return 2
 }
 
 // markTermsOwed records, in a bulk write's transaction, that scopes have memories

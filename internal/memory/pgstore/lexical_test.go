@@ -297,6 +297,7 @@ func TestLexicalSearchFollowsWrites(t *testing.T) {
 	if n := countRows(t, pool, s.t.memoryTerms, "scope = 'user:gone'") + countRows(t, pool, s.t.termDocs, "scope = 'user:gone'"); n != 0 {
 		t.Fatalf("a forgotten scope keeps %d lexical rows", n)
 	}
+	termsConsistent(t, s)
 }
 
 // Restores (Merge, both its paths) and imports write no postings in their batches,
@@ -347,6 +348,7 @@ func TestLexicalSearchAfterMergeAndImport(t *testing.T) {
 	if len(postings(t, s, "i2")) == 0 || countRows(t, pool, s.t.termPending, "") != 0 {
 		t.Fatal("IndexPendingTerms left postings owed")
 	}
+	termsConsistent(t, s)
 }
 
 // A store upgraded from version 7 finds its old memories right after Migrate.
@@ -372,6 +374,195 @@ func TestLexicalSearchAfterMigrationFrom7(t *testing.T) {
 	}
 	if got := hitIDs(search(t, s, LexicalQuery{Scope: "user:old", Text: "朝阳"})); !slices.Equal(got, []string{"o2"}) {
 		t.Fatalf("after the migration, 朝阳 found %v", got)
+	}
+}
+
+// termsConsistent checks what migration 14 relies on: every memory's term_docs row
+// lists exactly the terms of its postings (or none, NULL, when a previous version
+// wrote it), and no posting lacks its term_docs row.
+func termsConsistent(t *testing.T, s *Store) {
+	t.Helper()
+	var bad int64
+	err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM `+s.t.termDocs+` d FULL JOIN (
+			SELECT memory_id, array_agg(term ORDER BY term) AS terms FROM `+s.t.memoryTerms+` GROUP BY memory_id) p
+		ON p.memory_id = d.memory_id
+		WHERE d.memory_id IS NULL OR (d.terms IS NOT NULL AND coalesce(p.terms, '{}') <> ARRAY(SELECT x FROM unnest(d.terms) AS x ORDER BY x))`).Scan(&bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Fatalf("%d memories' postings and term_docs.terms disagree", bad)
+	}
+}
+
+// TestLexicalMigrationTo14: postings written at version 13 (a memory_id index, no
+// terms in term_docs) are listed in term_docs.terms by the migration, and are then
+// replaced and dropped through them: by a supersede, a delete and a forget.
+func TestLexicalMigrationTo14(t *testing.T) {
+	pool := testPool(t)
+	ctx := t.Context()
+	schema := testutil.UniqueName("t_")
+	dropSchemaOnCleanup(t, pool, schema)
+	if _, err := migrateTo(ctx, pool, schema, 13); err != nil {
+		t.Fatal(err)
+	}
+	old := []memory.Item{
+		item("m1", "user:a", memory.Semantic, "drink", `{"text": "oolong tea every morning"}`, 1, time.Hour),
+		textItem("m2", "user:a", "", "我住在北京朝阳区"),
+		textItem("m3", "user:b", "", "rhubarb pie rhubarb"),
+		textItem("m4", "user:b", "", ""),
+	}
+	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	// v13 writes a memory the way version 13's code does.
+	v13 := func(it memory.Item) {
+		t.Helper()
+		it.SetDefaults(now)
+		hash, err := it.ContentHash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var key *string
+		if it.Key != "" {
+			key = &it.Key
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO `+q("memories")+` (memory_id, memory_type, scope, key, content, content_hash, base_score, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7)`, it.MemoryID, it.MemoryType, it.Scope, key, string(it.Content), hash, it.CreatedAt); err != nil {
+			t.Fatal(err)
+		}
+		// Version 13's writeTermDocs: postings and a term_docs row without terms.
+		d := makeTermDoc(it.MemoryID, &it, hash)
+		if _, err := pool.Exec(ctx, `INSERT INTO `+q("term_docs")+` (memory_id, scope, content_hash, length) VALUES ($1, $2, $3, $4)`,
+			d.id, d.scope, d.hash, d.length); err != nil {
+			t.Fatal(err)
+		}
+		for i, term := range d.terms {
+			if _, err := pool.Exec(ctx, `INSERT INTO `+q("memory_terms")+` (scope, term, memory_id, tf, dl) VALUES ($1, $2, $3, $4, $5)`,
+				d.scope, term, d.id, d.tfs[i], d.length); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, it := range old {
+		v13(it)
+	}
+	if n, err := Migrate(ctx, pool, schema); err != nil || n != 1 {
+		t.Fatalf("Migrate = %d, %v", n, err)
+	}
+	s := New(pool, schema)
+	termsConsistent(t, s)
+	// A gateway of version 13 still serving after the migration (until its rollout)
+	// writes rows without terms; their postings still go with their memories.
+	late := textItem("late", "user:a", "", "written by the previous gateway: quince jam")
+	v13(late)
+	late2 := textItem("late2", "user:a", "", "also late: medlar")
+	v13(late2)
+	if _, _, err := s.DeleteQueued(ctx, "late", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if len(postings(t, s, "late")) != 0 {
+		t.Fatal("the postings of a memory a previous version wrote stayed after its delete")
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		it := textItem("late2", "user:a", "", "rewritten: loquat")
+		return s.writeTermDocs(ctx, tx, []termDoc{makeTermDoc("late2", &it, []byte{9})})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := postings(t, s, "late2"); got["medlar"] != 0 || got["loquat"] != 1 {
+		t.Fatalf("late2's postings after they were replaced: %v", got)
+	}
+	if n := countRows(t, pool, "pg_indexes", "schemaname = $1 AND indexname = 'memory_terms_memory_idx'", schema); n != 0 {
+		t.Fatal("memory_terms keeps its memory_id index")
+	}
+	mustPut(t, s, item("m1-new", "user:a", memory.Semantic, "drink", `{"text": "espresso"}`, 1, 0), Superseded)
+	if got := search(t, s, LexicalQuery{Scope: "user:a", Text: "oolong"}); len(got) != 0 {
+		t.Fatalf("the superseded words still find %v", got)
+	}
+	if !maps.Equal(postings(t, s, "m1"), wantPostings(item("m1", "user:a", memory.Semantic, "drink", `{"text": "espresso"}`, 1, 0))) {
+		t.Fatalf("m1's postings after the supersede: %v", postings(t, s, "m1"))
+	}
+	if _, _, err := s.DeleteQueued(ctx, "m2", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if len(postings(t, s, "m2")) != 0 {
+		t.Fatal("a deleted memory's postings stayed")
+	}
+	if _, err := s.Forget(ctx, "user:b", "test", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, pool, s.t.memoryTerms, "scope = 'user:b'") + countRows(t, pool, s.t.termDocs, "scope = 'user:b'"); n != 0 {
+		t.Fatalf("a forgotten scope keeps %d lexical rows", n)
+	}
+	termsConsistent(t, s)
+	if got := hitIDs(search(t, s, LexicalQuery{Scope: "user:a", Text: "espresso"})); !slices.Equal(got, []string{"m1"}) {
+		t.Fatalf("espresso found %v", got)
+	}
+}
+
+// TestDroppedPostingsAreProbed: the postings of deleted memories are removed by one
+// primary-key probe each, whatever the statement deleting them; in particular after
+// the session's trigger plan was made for a single deleted memory, a forget of a
+// whole scope reads its postings once, not once per memory (which made a forget of
+// 100,000 memories run for over ten minutes). Index pages read are counted, not
+// time.
+func TestDroppedPostingsAreProbed(t *testing.T) {
+	pool := testPool(t)
+	ctx := t.Context()
+	schema := testutil.UniqueName("t_")
+	dropSchemaOnCleanup(t, pool, schema)
+	if _, err := Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	// One connection: the trigger's plan is cached per session.
+	cfg := pool.Config().Copy()
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	s := New(one, schema)
+	const n = 2000
+	loadScale(t, s, scaleItems("user:big", n))
+	if err := s.IndexTerms(ctx, "user:big"); err != nil {
+		t.Fatal(err)
+	}
+	postingsOfScope := countRows(t, pool, s.t.memoryTerms, "")
+	read := func() int64 {
+		t.Helper()
+		var v int64
+		// The counters of this session's own statements, flushed now.
+		if err := one.QueryRow(ctx, `SELECT pg_stat_force_next_flush()`).Scan(new(any)); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT pg_stat_clear_snapshot()`).Scan(new(any)); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0) FROM pg_statio_user_indexes WHERE schemaname = $1 AND relname = 'memory_terms'`, schema).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := read()
+	if _, _, err := s.DeleteQueued(ctx, "s0000007", "test"); err != nil {
+		t.Fatal(err)
+	}
+	afterOne := read()
+	if _, err := s.Forget(ctx, "user:big", "test", "test"); err != nil {
+		t.Fatal(err)
+	}
+	afterAll := read()
+	t.Logf("index pages of memory_terms read: %d deleting one memory, %d forgetting %d postings", afterOne-before, afterAll-afterOne, postingsOfScope)
+	if got := afterOne - before; got > 100 {
+		t.Errorf("deleting one memory read %d index pages of memory_terms (the scope has %d postings)", got, postingsOfScope)
+	}
+	// A probe reads two pages (root and leaf, at this size); a scan of the scope's
+	// postings per memory read ten times that.
+	if got := afterAll - afterOne; got > 4*postingsOfScope {
+		t.Errorf("forgetting the scope read %d index pages of memory_terms for its %d postings", got, postingsOfScope)
+	}
+	if n := countRows(t, pool, s.t.memoryTerms, "") + countRows(t, pool, s.t.termDocs, ""); n != 0 {
+		t.Fatalf("%d lexical rows left", n)
 	}
 }
 
@@ -427,6 +618,7 @@ func TestLexicalConcurrentSupersedes(t *testing.T) {
 	if got := hitIDs(search(t, s, LexicalQuery{Scope: sc, Text: "merged 7"})); !slices.Contains(got, "mg7") {
 		t.Fatalf("merged 7 found %v", got)
 	}
+	termsConsistent(t, s)
 }
 
 // scaleItems are n memories of one scope with words from a small vocabulary (so

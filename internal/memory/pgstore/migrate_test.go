@@ -181,6 +181,7 @@ func TestMigrate(t *testing.T) {
 		"term_docs | scope | text | NO | ",
 		"term_docs | content_hash | bytea | NO | ",
 		"term_docs | length | integer | NO | ",
+		"term_docs | terms | ARRAY | YES | ",
 		"term_pending | scope | text | NO | ",
 		"term_pending | marked_at | timestamp with time zone | NO | now()",
 		"term_pending | batch | bigint | YES | ",
@@ -217,7 +218,6 @@ func TestMigrate(t *testing.T) {
 		"memories_scope_id_idx: CREATE INDEX memories_scope_id_idx ON S.memories USING btree (scope, memory_id)",
 		"memories_scope_key_uq: CREATE UNIQUE INDEX memories_scope_key_uq ON S.memories USING btree (scope, key) WHERE (key IS NOT NULL)",
 		"memories_scope_type_idx: CREATE INDEX memories_scope_type_idx ON S.memories USING btree (scope, memory_type)",
-		"memory_terms_memory_idx: CREATE INDEX memory_terms_memory_idx ON S.memory_terms USING btree (memory_id)",
 		"restores_completed_idx: CREATE INDEX restores_completed_idx ON S.restores USING btree (completed_at)",
 		"restores_manifest_idx: CREATE INDEX restores_manifest_idx ON S.restores USING btree (manifest_sha256, completed_at)",
 		"sessions_expires_idx: CREATE INDEX sessions_expires_idx ON S.sessions USING btree (expires_at)",
@@ -470,4 +470,103 @@ func TestMigrateVectorsToBytes(t *testing.T) {
 	if err != nil || len(hits) != 2 || hits[0].ID != "c" || hits[1].ID != "a" {
 		t.Fatalf("search after the migration: %v, %v", hits, err)
 	}
+}
+
+// TestExportFromEveryOlderVersion: a store written at version 5 (the first released
+// chart's) exports, at every version on the way to the latest, what it exports once
+// migrated: the same memories with their vectors (real[] before version 9, bytes
+// after), recorded_at as migration 7 sets it, tombstones (one in the future read as
+// migration 7 moves it). That is what the snapshot an operator upgrade takes before
+// it migrates reads. Older versions are refused.
+func TestExportFromEveryOlderVersion(t *testing.T) {
+	pool := testPool(t)
+	ctx := t.Context()
+	schema := testutil.UniqueName("t_")
+	dropSchemaOnCleanup(t, pool, schema)
+	if _, err := migrateTo(ctx, pool, schema, ExportableFrom); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(pool, schema).ReadingVersion(ExportableFrom - 1); err == nil {
+		t.Fatal("an export from version 4 was accepted")
+	}
+	tbl := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	if _, err := pool.Exec(ctx, `INSERT INTO `+tbl("memories")+` (memory_id, memory_type, scope, key, content, content_hash, base_score, created_at, updated_at, archived_at) VALUES
+		('p1', 'semantic', 'user:1', 'diet', '{"text":"vegetarian"}', '\x01', 0.7, '2025-03-02', '2025-03-04', NULL),
+		('p2', 'episodic', 'user:1', NULL, '{"text":"asked for a refund"}', '\x02', 0.5, '2025-04-01', '2025-04-01', '2025-06-01'),
+		('f1', 'semantic', 'user:2099', NULL, '{"text":"from the future"}', '\x03', 1, '2100-01-01', '2100-01-01', NULL);
+		INSERT INTO `+tbl("vectors")+` (memory_id, scope, memory_type, embedding) VALUES
+		('p1', 'user:1', 'semantic', '{0.6,-0.8,0}'), ('f1', 'user:2099', 'semantic', '{1,0,0}');
+		INSERT INTO `+tbl("tombstones")+` (scope, forgotten_at, reason) VALUES
+		('user:gone', '2025-01-01', 'asked'), ('user:2099', '2099-01-01', 'pushed')`); err != nil {
+		t.Fatal(err)
+	}
+	type export struct {
+		items      map[string]memory.Item
+		tombstones map[string]Tombstone
+	}
+	read := func(v int) export {
+		t.Helper()
+		s, err := New(pool, schema).ReadingVersion(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := export{items: map[string]memory.Item{}, tombstones: map[string]Tombstone{}}
+		err = s.ReadCut(ctx, func(ctx context.Context, c *Cut) error {
+			if err := c.Export(ctx, ExportFilter{IncludeArchived: true, IncludeEmbeddings: true}, func(it memory.Item) error {
+				out.items[it.MemoryID] = it
+				return nil
+			}); err != nil {
+				return err
+			}
+			return c.EachTombstone(ctx, func(ts Tombstone) error {
+				out.tombstones[ts.Scope] = ts
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatalf("export at version %d: %v", v, err)
+		}
+		return out
+	}
+	var exports []export
+	for v := ExportableFrom; v <= LatestVersion; v++ {
+		if _, err := migrateTo(ctx, pool, schema, v); err != nil {
+			t.Fatal(err)
+		}
+		exports = append(exports, read(v))
+	}
+	latest := exports[len(exports)-1]
+	if len(latest.items) != 3 || len(latest.tombstones) != 2 {
+		t.Fatalf("the migrated store exports %d memories and %d tombstones", len(latest.items), len(latest.tombstones))
+	}
+	for i, e := range exports {
+		v := ExportableFrom + i
+		for id, want := range latest.items {
+			got, ok := e.items[id]
+			switch {
+			case !ok:
+				t.Errorf("version %d: %s is missing", v, id)
+				continue
+			case !slices.Equal(got.Embedding, want.Embedding):
+				t.Errorf("version %d: %s has vector %v, the migrated store %v", v, id, got.Embedding, want.Embedding)
+			case string(got.Content) != string(want.Content) || got.Key != want.Key || !got.UpdatedAt.Equal(want.UpdatedAt) ||
+				!equalTimes(got.ArchivedAt, want.ArchivedAt) || got.BaseScore != want.BaseScore:
+				t.Errorf("version %d: %s is %+v, the migrated store's %+v", v, id, got, want)
+			}
+			// The future memory is recorded when the migration runs: within the test.
+			if d := got.RecordedAt.Sub(want.RecordedAt); d > time.Minute || d < -time.Minute || (id != "f1" && d != 0) {
+				t.Errorf("version %d: %s recorded at %s, the migrated store at %s", v, id, got.RecordedAt, want.RecordedAt)
+			}
+		}
+		for scope, want := range latest.tombstones {
+			got := e.tombstones[scope]
+			if d := got.ForgottenAt.Sub(want.ForgottenAt); got.Reason != want.Reason || d > time.Minute || d < -time.Minute || (scope == "user:gone" && d != 0) {
+				t.Errorf("version %d: tombstone %+v, the migrated store's %+v", v, got, want)
+			}
+		}
+	}
+}
+
+func equalTimes(a, b *time.Time) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Equal(*b))
 }

@@ -46,6 +46,9 @@ type Store struct {
 	insertsMet atomic.Bool
 	// copiedNew counts the merge batches insertNew copied straight in.
 	copiedNew atomic.Int64
+	// version is the schema version the store's tables are at when it is older than
+	// LatestVersion (ReadingVersion): exports read that layout. 0: the latest.
+	version int
 }
 
 type tableNames struct {
@@ -94,10 +97,34 @@ func (s *Store) WithVectorsTable(table string) *Store {
 		table = "vectors"
 	}
 	c := New(s.pool, s.schema)
-	c.importBatch = s.importBatch
+	c.importBatch, c.version = s.importBatch, s.version
 	c.t.vectors = pgx.Identifier{s.schema, table}.Sanitize()
 	return c
 }
+
+// ReadingVersion returns a Store that exports (Export, ReadCut, EachTombstone) from
+// tables at schema version v, from ExportableFrom up: the snapshot an operator
+// upgrade takes before it migrates the store. Only those reads know older layouts;
+// nothing else may be called on it.
+func (s *Store) ReadingVersion(v int) (*Store, error) {
+	if v < ExportableFrom || v > LatestVersion {
+		return nil, fmt.Errorf("pgstore: schema %s is at version %d; this version exports from versions %d to %d",
+			s.schema, v, ExportableFrom, LatestVersion)
+	}
+	c := New(s.pool, s.schema)
+	c.importBatch, c.t.vectors = s.importBatch, s.t.vectors
+	if v < LatestVersion {
+		c.version = v
+	}
+	return c, nil
+}
+
+// HasSessions reports whether the store's tables hold PostgreSQL sessions (version
+// 11 on).
+func (s *Store) HasSessions() bool { return !s.readsBefore(11) }
+
+// readsBefore reports whether the store's tables are older than schema version v.
+func (s *Store) readsBefore(v int) bool { return s.version != 0 && s.version < v }
 
 // Schema returns the store's schema name.
 func (s *Store) Schema() string { return s.schema }
