@@ -197,6 +197,12 @@ network_up() {
 	ip link add "$BRIDGE" type bridge 2>/dev/null || true
 	ip addr replace "$GW/24" dev "$BRIDGE"
 	ip link set "$BRIDGE" up
+	# ClusterIPs are reached from this machine (the tests) through kube-proxy's DNAT.
+	# Until a new Service's rule is in, a connection to its IP must fail here (no
+	# neighbour on the bridge answers), not leave by the default route: on a sandboxed
+	# machine something outside answered with 404s, or never, and an HTTP client kept
+	# that connection alive past the rule's arrival.
+	ip route replace "$SVC_CIDR" dev "$BRIDGE"
 	sysctl -qw net.ipv4.ip_forward=1
 	# Pod traffic to ClusterIPs is routed by the host; the bridge must pass through
 	# iptables for kube-proxy's rules to apply (br_netfilter).
