@@ -419,6 +419,9 @@ func (r *ArchivalReconciler) resolveRun(ctx context.Context, store *memoryv1alph
 	if cuttingOver(store) {
 		return archiveJobInputs{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "%s", cutoverWait(store))
 	}
+	if schemaBehind(store) {
+		return archiveJobInputs{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "%s", schemaWait(store))
+	}
 	threshold, halfLives, err := archivalParameters(store.Spec.Archival)
 	if err != nil {
 		return archiveJobInputs{}, err

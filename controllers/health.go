@@ -148,9 +148,28 @@ func storeSummary(store *memoryv1alpha1.MemoryStore) summary {
 	case !store.DeletionTimestamp.IsZero():
 		return summary{state: working, reason: c.Reason, message: c.Message}
 	case c.Status == metav1.ConditionTrue:
+		if s, waits := upgradeSummary(store); waits {
+			return s
+		}
 		return switchSummary(store, summary{state: done, reason: c.Reason, message: c.Message})
 	}
 	return failing(c.Reason, c.Message)
+}
+
+// upgradeSummary is a Ready store's summary while an operator upgrade holds the
+// migration of its schema back for a snapshot (snapshotBeforeMigration): it serves
+// as before, but is not yet what this version runs. Waiting for the snapshot is
+// working; a snapshot that failed or cannot be taken is stalled.
+func upgradeSummary(store *memoryv1alpha1.MemoryStore) (summary, bool) {
+	c := meta.FindStatusCondition(store.Status.Conditions, memoryv1alpha1.ConditionPostgresReady)
+	switch {
+	case c == nil || c.Status != metav1.ConditionFalse:
+	case c.Reason == memoryv1alpha1.ReasonPreChangeSnapshot:
+		return summary{state: servingWorking, reason: c.Reason, message: c.Message}, true
+	case c.Reason == memoryv1alpha1.ReasonPreChangeSnapshotFailed, c.Reason == memoryv1alpha1.ReasonPreChangeSnapshotUnavailable:
+		return summary{state: servingStalled, reason: c.Reason, message: c.Message}, true
+	}
+	return summary{}, false
 }
 
 // switchSummary is a Ready store's summary while its spec asks for another

@@ -151,6 +151,9 @@ func readyStore(ctx context.Context, c client.Reader, namespace, name string) (*
 	if cuttingOver(store) {
 		return nil, effectiveBackend{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "%s", cutoverWait(store))
 	}
+	if schemaBehind(store) {
+		return nil, effectiveBackend{}, stepErrorf(memoryv1alpha1.ReasonStoreNotReady, "%s", schemaWait(store))
+	}
 	backend, err := storeBackend(ctx, c, store)
 	if err != nil {
 		return nil, effectiveBackend{}, err

@@ -117,7 +117,8 @@ func (r *MemoryStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 // SetupWithManager wires the watches: MemoryStores, their connection Secrets, Secrets
 // they reference (metadata only), the ClusterMemoryBackends they use, restores
-// that completed into them (status.lastRestore), and their gateways' Deployments
+// that completed into them (status.lastRestore), the snapshots a deletion or an
+// upgrade's migration waits for once they finished, and their gateways' Deployments
 // (the events that change readiness) and Services.
 func (r *MemoryStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
@@ -125,6 +126,7 @@ func (r *MemoryStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.storesForSecret), builder.OnlyMetadata).
 		Watches(&memoryv1alpha1.ClusterMemoryBackend{}, handler.EnqueueRequestsFromMapFunc(r.storesForBackend)).
 		Watches(&memoryv1alpha1.MemoryRestore{}, handler.EnqueueRequestsFromMapFunc(storeOfRestore)).
+		Watches(&memoryv1alpha1.MemorySnapshot{}, handler.EnqueueRequestsFromMapFunc(storeOfPreChangeSnapshot)).
 		Owns(&appsv1.Deployment{}, builder.WithPredicates(gatewayDeploymentChanged)).
 		Owns(&corev1.Service{}).
 		// The re-embed Job of an embedding switch (memorystore_switch.go).

@@ -105,6 +105,7 @@ func (r *MemoryStoreReconciler) deleteBackends(ctx context.Context, store *memor
 	if err != nil {
 		return nil, err
 	}
+	names = servingNames(store, names)
 	// The schema's owner mark says whose the tenant's backends are (provisioning makes
 	// and marks it first). A store that lost a TenantConflict provisioned nothing:
 	// everything there is another store's, and nothing is deleted.
@@ -194,7 +195,7 @@ func (r *MemoryStoreReconciler) deleteMilvus(ctx context.Context, store *memoryv
 	case err != nil:
 		return nil, err
 	default:
-		deleted = append(deleted, "Milvus collection "+names.Collection)
+		deleted = append(deleted, "Milvus collection "+strings.Join(append([]string{names.Collection}, names.Generations...), ", "))
 	}
 	return deleted, nil
 }

@@ -64,18 +64,15 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		return r.stepFailed(store, memoryv1alpha1.ConditionReady, err)
 	}
 
-	pg, err := provision.EnsurePostgres(ctx, rb.postgres, names, ownerOf(store), passwords)
-	if err != nil {
+	if wait, err := r.ensureSchema(ctx, store, rb, names, passwords); err != nil {
 		return r.stepFailed(store, memoryv1alpha1.ConditionPostgresReady, err)
+	} else if wait {
+		return ctrl.Result{RequeueAfter: preChangeRecheck}, nil
 	}
-	store.Status.Postgres = &memoryv1alpha1.PostgresStatus{
-		Database: rb.postgres.Database, Schema: names.Schema, Role: names.Role, WorkerRole: names.WorkerRole, SchemaVersion: pg.SchemaVersion,
-	}
-	store.Status.LastRestore = receivedRestore(pg.LastRestore)
-	store.SetCondition(memoryv1alpha1.ConditionPostgresReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
-		fmt.Sprintf("Schema %s at version %d, roles %s (agents) and %s (Jobs)", names.Schema, pg.SchemaVersion, names.Role, names.WorkerRole))
 
 	switchAgain, switchErr := r.servingGeneration(ctx, store, rb, names, string(eng))
+	// On Milvus the serving generation's collection is the store's from here on.
+	names = servingNames(store, names)
 
 	embedder, err := r.embedder(ctx, store)
 	if err != nil {
@@ -111,18 +108,8 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		r.Recorder.Eventf(store, nil, "Normal", "CollectionCreated", "Provision", "Created %s index %s", vec.Engine, vec.Collection)
 	}
 
-	if rb.s3 != nil {
-		if err := provision.EnsureObjectStore(ctx, *rb.s3, names, ownerOf(store)); err != nil {
-			return r.stepFailed(store, memoryv1alpha1.ConditionObjectStoreReady, err)
-		}
-		store.Status.ObjectStorage = &memoryv1alpha1.ObjectStorageStatus{
-			Endpoint: rb.s3.Endpoint, Bucket: rb.s3.Bucket, Prefix: names.Prefix,
-		}
-		store.SetCondition(memoryv1alpha1.ConditionObjectStoreReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
-			fmt.Sprintf("Prefix %s reserved in bucket %s", names.Prefix, rb.s3.Bucket))
-	} else {
-		store.Status.ObjectStorage = nil
-		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionObjectStoreReady)
+	if err := r.ensureObjectStore(ctx, store, rb, names); err != nil {
+		return r.stepFailed(store, memoryv1alpha1.ConditionObjectStoreReady, err)
 	}
 
 	redisLogin, err := r.ensureShortTerm(ctx, store, rb, names)
@@ -153,6 +140,46 @@ func (r *MemoryStoreReconciler) provision(ctx context.Context, store *memoryv1al
 		fmt.Sprintf("Memory store for tenant %s is ready; agents mount Secret %s", store.Spec.Tenant, store.Status.ConnectionSecret))
 	res, err := r.reconcileGateway(ctx, store, info)
 	return withSwitch(res, err, switchAgain, switchErr)
+}
+
+// ensureSchema makes the store's schema, migrated, and its roles (EnsurePostgres),
+// and records them. When an operator upgrade must migrate the schema, that waits
+// for a snapshot of it first (snapshotBeforeMigration): wait says so.
+func (r *MemoryStoreReconciler) ensureSchema(ctx context.Context, store *memoryv1alpha1.MemoryStore, rb *resolvedBackend,
+	names provision.Names, passwords provision.Passwords) (wait bool, err error) {
+	if wait, err := r.snapshotBeforeMigration(ctx, store, rb, names); wait || err != nil {
+		return wait, err
+	}
+	pg, err := provision.EnsurePostgres(ctx, rb.postgres, names, ownerOf(store), passwords)
+	if err != nil {
+		return false, err
+	}
+	store.Status.Postgres = &memoryv1alpha1.PostgresStatus{
+		Database: rb.postgres.Database, Schema: names.Schema, Role: names.Role, WorkerRole: names.WorkerRole, SchemaVersion: pg.SchemaVersion,
+	}
+	store.Status.LastRestore = receivedRestore(pg.LastRestore)
+	store.SetCondition(memoryv1alpha1.ConditionPostgresReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
+		fmt.Sprintf("Schema %s at version %d, roles %s (agents) and %s (Jobs)", names.Schema, pg.SchemaVersion, names.Role, names.WorkerRole))
+	return false, nil
+}
+
+// ensureObjectStore reserves the store's object-storage prefix when its backend
+// has object storage, and records it.
+func (r *MemoryStoreReconciler) ensureObjectStore(ctx context.Context, store *memoryv1alpha1.MemoryStore, rb *resolvedBackend, names provision.Names) error {
+	if rb.s3 == nil {
+		store.Status.ObjectStorage = nil
+		meta.RemoveStatusCondition(&store.Status.Conditions, memoryv1alpha1.ConditionObjectStoreReady)
+		return nil
+	}
+	if err := provision.EnsureObjectStore(ctx, *rb.s3, names, ownerOf(store)); err != nil {
+		return err
+	}
+	store.Status.ObjectStorage = &memoryv1alpha1.ObjectStorageStatus{
+		Endpoint: rb.s3.Endpoint, Bucket: rb.s3.Bucket, Prefix: names.Prefix,
+	}
+	store.SetCondition(memoryv1alpha1.ConditionObjectStoreReady, metav1.ConditionTrue, memoryv1alpha1.ReasonProvisioned,
+		fmt.Sprintf("Prefix %s reserved in bucket %s", names.Prefix, rb.s3.Bucket))
+	return nil
 }
 
 // receivedRestore is the store's record of a restore, for status.

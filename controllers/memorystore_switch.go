@@ -56,8 +56,12 @@ import (
 //
 // Searches use the serving generation throughout; a switch that fails or is
 // abandoned (the spec set back before the cutover) leaves the store serving it, and
-// drops the generation it was filling. Only the Postgres engine switches in place for
-// now; the others report EmbeddingSwitchUnsupported and keep serving.
+// drops the generation it was filling. Every engine switches in place: a
+// generation's index is a table beside the serving one (Postgres: vectors_g<N>;
+// PGVector: embeddings_g<N> with its own HNSW index), or a collection of its own
+// marked as the store's, which the store's Milvus role may use (Milvus:
+// <collection>_g<N>). EmbeddingSwitchUnsupported, which an older operator recorded
+// for PGVector and Milvus, gives way to the switch.
 
 const (
 	reembedContainer = "reembed"
@@ -84,9 +88,6 @@ func retainPrevious(store *memoryv1alpha1.MemoryStore) time.Duration {
 	return defaultRetainPrevious
 }
 
-// switchSupported reports whether the operator can make index generations on engine.
-func switchSupported(eng string) bool { return eng == provision.EnginePostgres }
-
 // generationIndex is where generation n of a store on engine keeps its vectors.
 func generationIndex(eng string, names provision.Names, n int32) string {
 	switch {
@@ -94,10 +95,10 @@ func generationIndex(eng string, names provision.Names, n int32) string {
 		return fmt.Sprintf("%s_g%d", names.Collection, n)
 	case eng == provision.EngineMilvus:
 		return names.Collection
+	case n > 1:
+		return provision.GenerationTable(eng, int(n))
 	case eng == provision.EnginePGVector:
 		return pgvector.Table
-	case n > 1:
-		return provision.GenerationTable(int(n))
 	}
 	return pgindex.Table
 }
@@ -188,12 +189,6 @@ func (r *MemoryStoreReconciler) reconcileSwitch(ctx context.Context, store *memo
 		noteNotSwitching(store)
 		return r.expirePrevious(ctx, sc)
 	}
-	if !switchSupported(eng) {
-		store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionFalse, memoryv1alpha1.ReasonEmbeddingSwitchUnsupported,
-			fmt.Sprintf("The %s engine cannot switch embedding models in place yet; the store goes on serving %s (dimension %d). Set spec.embedder back, or restore a snapshot into a new store with the new model (docs/engines.md)",
-				eng, modelName(emb.Serving), emb.Serving.Dimension))
-		return 0, nil
-	}
 	if emb.Switch == nil {
 		if err := r.startSwitch(ctx, sc); err != nil {
 			store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionFalse, reasonOf(err), "Starting the switch: "+err.Error())
@@ -234,8 +229,7 @@ func (r *MemoryStoreReconciler) startSwitch(ctx context.Context, sc switchCtx) e
 		if err := r.clearStaleGeneration(ctx, sc, sw.To, want); err != nil {
 			return err
 		}
-		spec := vectorSpec(store, sw.To.Dimension)
-		if err := provision.EnsureGenerationTable(ctx, sc.rb.postgres, sc.names, int(sw.To.Generation), spec); err != nil {
+		if err := r.ensureGenerationIndex(ctx, sc, sw.To); err != nil {
 			return err
 		}
 		err := withAdmin(ctx, sc.rb.postgres, func(admin adminPool) error {
@@ -308,10 +302,31 @@ func (r *MemoryStoreReconciler) followSwitch(ctx context.Context, sc switchCtx) 
 			return 0, nil
 		}
 	}
-	if job == nil {
-		if job, err = r.createReembedJob(ctx, sc); err != nil {
+	return r.runSwitch(ctx, sc, job)
+}
+
+// runSwitch moves a switch that is neither suspended nor failed along: its Job (job,
+// when it exists), its progress, the cutover.
+func (r *MemoryStoreReconciler) runSwitch(ctx context.Context, sc switchCtx, job *batchv1.Job) (time.Duration, error) {
+	store, sw := sc.store, sc.store.Status.Embedding.Switch
+	if job == nil && sw.CutoverAt != nil {
+		// The Job is deleted once it completed after the cutover. A reconcile that
+		// did so and then lost its status (a conflicting write) finds no Job: the
+		// database says whether anything is left for one.
+		done, err := r.cutoverOwesNothing(ctx, sc)
+		if err != nil {
 			return 0, err
 		}
+		if done {
+			return r.completeSwitch(ctx, sc)
+		}
+	}
+	job, err := r.ensureReembedJob(ctx, sc, job)
+	if err != nil {
+		return 0, err
+	}
+	if job == nil { // Milvus has yet to apply the store's grants
+		return milvusTenantRecheck, nil
 	}
 	sw.Job = job.Name
 	if sw.Phase == memoryv1alpha1.SwitchFailed || sw.Phase == memoryv1alpha1.SwitchSuspended {
@@ -470,6 +485,32 @@ func (r *MemoryStoreReconciler) finishCutover(ctx context.Context, sc switchCtx,
 		store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionTrue, memoryv1alpha1.ReasonCuttingOver, sw.Message)
 		return switchRecheck, nil
 	}
+	return r.completeSwitch(ctx, sc)
+}
+
+// cutoverOwesNothing reports whether the switch's generation serves and owes no
+// change recorded before the cutover: nothing is left for a Job to do.
+func (r *MemoryStoreReconciler) cutoverOwesNothing(ctx context.Context, sc switchCtx) (bool, error) {
+	n := int(sc.store.Status.Embedding.Switch.To.Generation)
+	var done bool
+	err := withAdmin(ctx, sc.rb.postgres, func(admin adminPool) error {
+		s := pgstore.New(admin, sc.names.Schema)
+		g, err := s.GenerationByNumber(ctx, n)
+		if err != nil || g.State != pgstore.GenerationServing {
+			return err
+		}
+		backlog, err := s.GenerationBacklog(ctx, n)
+		done = backlog == 0
+		return err
+	})
+	return done, err
+}
+
+// completeSwitch ends a switch whose generation serves and whose Job did all it had
+// to: the Job goes, the status says how it ended.
+func (r *MemoryStoreReconciler) completeSwitch(ctx context.Context, sc switchCtx) (time.Duration, error) {
+	store, emb := sc.store, sc.store.Status.Embedding
+	sw := emb.Switch
 	// Its work is done; its logs are the pod's, which goes with it.
 	if err := r.deleteReembedJob(ctx, store, sw); err != nil {
 		return 0, err
@@ -502,12 +543,13 @@ func (r *MemoryStoreReconciler) gatewayServes(ctx context.Context, store *memory
 		return false, nil //nolint:nilerr // a Deployment of another version: not ours to judge, wait for the update
 	}
 	serving := store.Status.Embedding.Serving
-	if cfg.Dimension != int(serving.Dimension) || cfg.Table() != storeVectors(store, "").Table() {
+	want := storeVectors(store, "")
+	if cfg.Dimension != int(serving.Dimension) || cfg.VectorTable != want.VectorTable || cfg.Collection != want.Collection {
 		return false, nil
 	}
-	want := ptr.Deref(d.Spec.Replicas, 1)
+	replicas := ptr.Deref(d.Spec.Replicas, 1)
 	st := d.Status
-	return st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == want && st.Replicas == want && st.AvailableReplicas == want, nil
+	return st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == replicas && st.Replicas == replicas && st.AvailableReplicas == replicas, nil
 }
 
 // storeWriters names a restore or archival Job that writes into the store and still
@@ -586,7 +628,60 @@ func (r *MemoryStoreReconciler) dropGeneration(ctx context.Context, sc switchCtx
 	if err != nil {
 		return err
 	}
-	return provision.DropGenerationTable(ctx, sc.rb.postgres, sc.names, int(g.Generation))
+	if sc.eng == provision.EngineMilvus {
+		return provision.DropMilvusGeneration(ctx, *sc.rb.milvus, servingNames(sc.store, sc.names), g.Index, ownerOf(sc.store))
+	}
+	return provision.DropGenerationTable(ctx, sc.rb.postgres, sc.names, sc.eng, int(g.Generation))
+}
+
+// ensureGenerationIndex makes generation g's index beside the serving one: a table
+// in the store's schema (Postgres, PGVector), or a collection marked as the store's
+// that its Milvus role may use (Milvus).
+func (r *MemoryStoreReconciler) ensureGenerationIndex(ctx context.Context, sc switchCtx, g memoryv1alpha1.EmbeddingGeneration) error {
+	spec := vectorSpec(sc.store, g.Dimension)
+	if sc.eng == provision.EngineMilvus {
+		return provision.EnsureMilvusGeneration(ctx, *sc.rb.milvus, sc.names, g.Index, ownerOf(sc.store), spec)
+	}
+	return provision.EnsureGenerationTable(ctx, sc.rb.postgres, sc.names, sc.eng, int(g.Generation), spec, pgvectorParams(sc.store))
+}
+
+// ensureReembedJob returns the switch's Job, job when it exists, else a new one once
+// the store's logins may use the new generation's index; until then it returns no
+// Job (and says why in status).
+func (r *MemoryStoreReconciler) ensureReembedJob(ctx context.Context, sc switchCtx, job *batchv1.Job) (*batchv1.Job, error) {
+	if job != nil {
+		return job, nil
+	}
+	sw := sc.store.Status.Embedding.Switch
+	pending, err := r.generationGrantsPending(ctx, sc, sw.To)
+	if err != nil {
+		return nil, err
+	}
+	if pending != "" {
+		sw.Message = "Waiting for Milvus to apply the store's privileges on the new collection: " + pending
+		sc.store.SetCondition(memoryv1alpha1.ConditionSwitching, metav1.ConditionTrue, memoryv1alpha1.ReasonReembedding, sw.Message)
+		return nil, nil
+	}
+	return r.createReembedJob(ctx, sc)
+}
+
+// generationGrantsPending says why the store's Milvus user cannot use generation
+// g's collection yet ("" once it can, or when the server has no users): Milvus
+// applies grants seconds late, and a Job started before would fail on them.
+func (r *MemoryStoreReconciler) generationGrantsPending(ctx context.Context, sc switchCtx, g memoryv1alpha1.EmbeddingGeneration) (string, error) {
+	if sc.eng != provision.EngineMilvus || sc.rb.milvus.Username == "" || sc.store.Status.Vector == nil || sc.store.Status.Vector.MilvusUser == "" {
+		return "", nil
+	}
+	password, err := r.secretPassword(ctx, sc.store, sc.store.WorkerSecretName(), keyMilvusPassword)
+	if err != nil {
+		return "", err
+	}
+	login := provision.MilvusConn{Address: sc.rb.milvus.Address, Username: sc.store.Status.Vector.MilvusUser, Password: password}
+	err = provision.MilvusGenerationWorks(ctx, login, sc.names, g.Index)
+	if errors.Is(err, provision.ErrMilvusTenantPending) {
+		return err.Error(), nil
+	}
+	return "", err
 }
 
 // reembedJobName names the re-embed Job of generation n.
@@ -666,11 +761,8 @@ func generationVectors(store *memoryv1alpha1.MemoryStore, g memoryv1alpha1.Embed
 	switch v.VectorEngine {
 	case engine.Milvus:
 		v.Collection = g.Index
-	case engine.Postgres:
-		v.VectorTable = ""
-		if g.Index != pgindex.Table {
-			v.VectorTable = g.Index
-		}
+	case engine.Postgres, engine.PGVector:
+		v.VectorTable = generationTable(g.Index)
 	}
 	return v
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -60,12 +61,14 @@ func storeVectors(store *memoryv1alpha1.MemoryStore, milvusAddress string) engin
 	out := engine.Vectors{VectorEngine: v.Engine}
 	switch v.Engine {
 	case engine.Postgres:
-		if e := store.Status.Embedding; e != nil && e.Serving.Index != "" && e.Serving.Index != pgindex.Table {
-			out.VectorTable = e.Serving.Index // a switch's generation serves
-		}
+		out.VectorTable = servingTable(store)
 	case engine.Milvus:
 		out.MilvusAddress, out.Collection = milvusAddress, v.Collection
+		if e := store.Status.Embedding; e != nil && e.Serving.Index != "" {
+			out.Collection = e.Serving.Index // a switch's generation serves
+		}
 	case engine.PGVector:
+		out.VectorTable = servingTable(store)
 		if ix := store.Spec.Vector.Index; ix != nil {
 			out.EfSearch = int(ix.EfSearch)
 			if ix.ExactSearchBelow != nil {
@@ -74,6 +77,46 @@ func storeVectors(store *memoryv1alpha1.MemoryStore, milvusAddress string) engin
 		}
 	}
 	return out
+}
+
+// servingNames is names (NamesFor's) as the store's Milvus provisioning, role and
+// deletion take them: Collection the serving generation's collection, Generations
+// the others it has (a switch's new one, the previous one kept for a rollback).
+// Other engines' names are left as they are.
+func servingNames(store *memoryv1alpha1.MemoryStore, names provision.Names) provision.Names {
+	e, v := store.Status.Embedding, store.Status.Vector
+	if e == nil || v == nil || v.Engine != provision.EngineMilvus {
+		return names
+	}
+	if e.Serving.Index != "" {
+		names.Collection = e.Serving.Index
+	}
+	names.Generations = nil
+	if sw := e.Switch; sw != nil && sw.To.Index != "" && sw.To.Index != names.Collection {
+		names.Generations = append(names.Generations, sw.To.Index)
+	}
+	if p := e.Previous; p != nil && p.Index != "" && p.Index != names.Collection && !slices.Contains(names.Generations, p.Index) {
+		names.Generations = append(names.Generations, p.Index)
+	}
+	return names
+}
+
+// servingTable is the VectorTable of the store's serving generation: "" for the
+// engine's own table, a generation's table once a switch made it serve.
+func servingTable(store *memoryv1alpha1.MemoryStore) string {
+	if e := store.Status.Embedding; e != nil {
+		return generationTable(e.Serving.Index)
+	}
+	return ""
+}
+
+// generationTable is the VectorTable of a generation whose index is index: "" for
+// an engine's own table (pgindex's vectors, pgvector's embeddings).
+func generationTable(index string) string {
+	if index == pgindex.Table || index == pgvector.Table {
+		return ""
+	}
+	return index
 }
 
 // milvusLoginEnv is the environment with the store's Milvus login, read by reference
@@ -115,7 +158,11 @@ func (r *MemoryStoreReconciler) ensureVectors(ctx context.Context, store *memory
 	var err error
 	switch eng {
 	case memoryv1alpha1.EnginePGVector:
-		out.VectorResult, err = provision.EnsurePGVector(ctx, rb.postgres, names, spec, pgvectorParams(store))
+		table := pgvector.Table
+		if t := servingTable(store); t != "" {
+			table = t
+		}
+		out.VectorResult, err = provision.EnsurePGVectorServing(ctx, rb.postgres, names, table, spec, pgvectorParams(store))
 		return out, err
 	case memoryv1alpha1.EngineMilvus:
 		out.VectorResult, err = provision.EnsureVectors(ctx, rb.postgres, rb.milvus, names, vectorOwner(store, names), spec)

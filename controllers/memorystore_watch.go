@@ -105,3 +105,14 @@ func storeOfRestore(_ context.Context, obj client.Object) []reconcile.Request {
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: restore.Namespace, Name: restore.Spec.TargetRef.Name}}}
 }
+
+// storeOfPreChangeSnapshot is the store a finished pre-change snapshot was taken
+// for: the deletion or migration waiting for it goes on at once rather than at its
+// next look (memorystore_prechange.go).
+func storeOfPreChangeSnapshot(_ context.Context, obj client.Object) []reconcile.Request {
+	snap, ok := obj.(*memoryv1alpha1.MemorySnapshot)
+	if !ok || snap.Labels[memoryv1alpha1.LabelPreChange] == "" || !snap.IsDone() {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: snap.Namespace, Name: snap.Spec.StoreRef.Name}}}
+}

@@ -45,6 +45,27 @@ git archive "$ref" charts/memory-operator | tar -x -C "$RUN_DIR/previous-chart"
 export E2E_PREVIOUS_CHART="$RUN_DIR/previous-chart/charts/memory-operator"
 log "upgrading from chart $(chart_version <"$E2E_PREVIOUS_CHART/Chart.yaml") (commit ${ref:0:12}) to $current"
 
+# That version's operator too, built from the same commit: the suite installs the
+# previous chart with it, so the stores it makes are at its schema version and the
+# upgrade migrates them for real. Cached per commit under bin/images.
+E2E_PREVIOUS_IMAGE=localhost/memory-operator:previous
+previous_tar="$ROOT/bin/images/memory-operator-previous-${ref:0:12}.tar"
+if [[ ! -s $previous_tar ]]; then
+	src="$RUN_DIR/previous-src"
+	rm -rf "$src" && mkdir -p "$src" "$ROOT/bin/images"
+	git archive "$ref" | tar -x -C "$src"
+	log "building the operator of commit ${ref:0:12}"
+	(cd "$src" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w -X main.version=${ref:0:12}" \
+		-o "$ROOT/bin/images/memory-operator-previous" .)
+	go run ./hack/image --out "$previous_tar.tmp" --tag "$E2E_PREVIOUS_IMAGE" \
+		--entrypoint=/memory-operator --cmd=manager --user=65532:65532 \
+		--ca-certs /etc/ssl/certs/ca-certificates.crt --file "$ROOT/bin/images/memory-operator-previous:/memory-operator" \
+		--label org.opencontainers.image.title=memory-operator --label "org.opencontainers.image.version=${ref:0:12}" >/dev/null
+	mv "$previous_tar.tmp" "$previous_tar"
+	rm -rf "$src"
+fi
+export E2E_PREVIOUS_IMAGE
+
 hack/install-tools.sh all
 hack/install-tools.sh cluster
 make --no-print-directory image E2E_IMG="$E2E_IMAGE"
@@ -54,6 +75,7 @@ trap cleanup EXIT INT TERM
 start=$SECONDS
 hack/cluster.sh up
 hack/services.sh start
+hack/cluster.sh load "$previous_tar"
 # shellcheck disable=SC1091
 source "$RUN_DIR/env.sh"
 E2E_IMAGE_DIGEST=$(hack/cluster.sh digest "$E2E_IMAGE")

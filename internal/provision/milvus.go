@@ -93,6 +93,11 @@ func EnsureMilvusTenant(ctx context.Context, admin MilvusConn, names Names, owne
 // MilvusPrivileges are in effect, by one call per privilege that the server checks
 // the privilege of and then does nothing with (milvusProbes).
 func milvusTenantWorks(ctx context.Context, login MilvusConn, names Names) error {
+	return milvusCollectionWorks(ctx, login, names.MilvusRole, names.Collection)
+}
+
+// milvusCollectionWorks is milvusTenantWorks on one collection of the store's.
+func milvusCollectionWorks(ctx context.Context, login MilvusConn, role, collection string) error {
 	what := fmt.Sprintf("Milvus %s: user %s", login.Address, login.Username)
 	c, err := ConnectMilvus(ctx, login)
 	if ReasonOf(err) == ReasonAuthenticationFailed {
@@ -102,9 +107,9 @@ func milvusTenantWorks(ctx context.Context, login MilvusConn, names Names) error
 		return err
 	}
 	defer func() { _ = c.Close() }()
-	coll, err := c.DescribeCollection(ctx, names.Collection)
+	coll, err := c.DescribeCollection(ctx, collection)
 	if err != nil {
-		return classify(what+": describing collection "+names.Collection, err)
+		return classify(what+": describing collection "+collection, err)
 	}
 	dim := 0
 	for _, f := range coll.Schema.Fields {
@@ -113,11 +118,11 @@ func milvusTenantWorks(ctx context.Context, login MilvusConn, names Names) error
 		}
 	}
 	for _, p := range MilvusPrivileges {
-		err := milvusProbes[p](ctx, c, names.Collection, dim)
+		err := milvusProbes[p](ctx, c, collection, dim)
 		switch status.Code(err) {
 		case codes.PermissionDenied, codes.Unauthenticated:
-			return &Error{Reason: ReasonBackendError, Err: fmt.Errorf("%s: %w (privilege %s of role %s is not applied): %v",
-				what, ErrMilvusTenantPending, p, names.MilvusRole, err)}
+			return &Error{Reason: ReasonBackendError, Err: fmt.Errorf("%s: %w (privilege %s of role %s on collection %s is not applied): %v",
+				what, ErrMilvusTenantPending, p, role, collection, err)}
 		}
 		// Anything else (the probes' own mistakes) means the privilege was granted.
 	}
@@ -257,8 +262,9 @@ func milvusRoleExists(ctx context.Context, c client.Client, role string) (bool, 
 // ensureMilvusRole creates the role unless it exists and gives it exactly
 // MilvusPrivileges on the store's collection, revoking anything else it holds (a
 // privilege a newer version dropped, or one granted by hand), but for those on the
-// store's scratch copy: a restore drill in progress keeps them (DropScratch revokes
-// them when the drill ends).
+// store's scratch copy (a restore drill in progress keeps them; DropScratch revokes
+// them when the drill ends) and on its other index generations' collections
+// (EnsureMilvusGeneration granted them; DropMilvusGeneration revokes them).
 func ensureMilvusRole(ctx context.Context, c client.Client, names Names) error {
 	exists, err := milvusRoleExists(ctx, c, names.MilvusRole)
 	if err != nil {
@@ -270,8 +276,8 @@ func ensureMilvusRole(ctx context.Context, c client.Client, names Names) error {
 		}
 	}
 	if err := revokeMilvusGrants(ctx, c, names.MilvusRole, func(g entity.RoleGrants) bool {
-		return g.Object == "Collection" && (g.ObjectName == names.Collection || g.ObjectName == names.Scratch().Collection) &&
-			slices.Contains(MilvusPrivileges, g.PrivilegeName)
+		return g.Object == "Collection" && (g.ObjectName == names.Collection || g.ObjectName == names.Scratch().Collection ||
+			slices.Contains(names.Generations, g.ObjectName)) && slices.Contains(MilvusPrivileges, g.PrivilegeName)
 	}); err != nil {
 		return err
 	}

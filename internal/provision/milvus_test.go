@@ -456,3 +456,110 @@ func TestMilvusProbes(t *testing.T) {
 		t.Fatalf("the probes wrote %d rows", n)
 	}
 }
+
+// TestMilvusGenerationCollections: an embedding switch's collection on an
+// authenticated Milvus is marked as the store's, its user may use it once Milvus
+// applied the grant, and it keeps those privileges through re-provisioning while
+// Names.Generations lists it; another store's user may not touch it, a collection
+// of that name marked as another's is refused, and after the cutover (Collection the
+// new one) the store's first collection drops like any other generation. Deleting
+// the store drops every generation.
+func TestMilvusGenerationCollections(t *testing.T) {
+	admin := milvusAdmin(t)
+	ctx := context.Background()
+	root := connectMilvusAs(t, admin)
+	const owner = "team/gen"
+	names, login := milvusTenant(t, admin, testutil.UniqueName("gen-"), owner, "password-gen")
+	_, loginB := milvusTenant(t, admin, testutil.UniqueName("gen-b-"), "team/other", "password-other")
+	base := names.Collection
+	g2 := MilvusGenerationCollection(base, 2)
+	if g2 != base+"_g2" {
+		t.Fatalf("generation 2's collection is %q", g2)
+	}
+	spec8 := vector.Spec{Dimension: 8, Metric: vector.Cosine}
+	t.Cleanup(func() { _ = DropMilvusGeneration(context.Background(), admin, names, g2, owner) })
+	if err := EnsureMilvusGeneration(ctx, admin, names, g2, owner, spec8); err != nil {
+		t.Fatal(err)
+	}
+	works := func(names Names, coll string) {
+		t.Helper()
+		testutil.Eventually(t, "the store's privileges on "+coll, func() (bool, error) {
+			err := MilvusGenerationWorks(ctx, login, names, coll)
+			if errors.Is(err, ErrMilvusTenantPending) {
+				return false, err
+			}
+			return true, err
+		})
+	}
+	works(names, g2)
+	ix := milvus.New(connectMilvusAs(t, login), g2, spec8)
+	v := []float32{1, 0, 0, 0, 0, 0, 0, 1}
+	if err := ix.Upsert(ctx, []vector.Entry{{ID: "m1", Scope: "user:1", Type: "semantic", Vector: v}}); err != nil {
+		t.Fatalf("the store's user writes generation 2: %v", err)
+	}
+	if hits, err := ix.Search(ctx, vector.Query{Scope: "user:1", Vector: v, K: 1}); err != nil || len(hits) != 1 {
+		t.Fatalf("the store's user searches generation 2: %v, %v", hits, err)
+	}
+	if _, err := milvus.New(connectMilvusAs(t, loginB), g2, spec8).Fetch(ctx, []string{"m1"}); !denied(err) {
+		t.Fatalf("another store's user reads generation 2: %v, want PermissionDenied", err)
+	}
+
+	// Re-provisioning during the switch keeps the generation's privileges.
+	during := names
+	during.Generations = []string{g2}
+	ensureTenant(t, admin, during, owner, "password-gen", "password-gen")
+	if got := grantsOf(t, root, names.MilvusRole); len(got) != 2*len(MilvusPrivileges) || !slices.Contains(got, "Collection:"+g2+":Search") {
+		t.Fatalf("during the switch the role holds %v", got)
+	}
+
+	// Another store's collection of that name is not taken over.
+	other, err := NamesFor(testutil.UniqueName("gen-c-"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureMilvusGeneration(ctx, admin, other, g2, "team/intruder", spec8); ReasonOf(err) != ReasonTenantConflict {
+		t.Fatalf("generation 2 of another owner: %v (%s), want TenantConflict", err, ReasonOf(err))
+	}
+	if err := EnsureMilvusGeneration(ctx, admin, names, g2, owner, vector.Spec{Dimension: 16, Metric: vector.Cosine}); ReasonOf(err) != ReasonDimensionMismatch {
+		t.Fatalf("generation 2 for another dimension: %v (%s), want DimensionMismatch", err, ReasonOf(err))
+	}
+
+	// After the cutover generation 2 serves; the first collection is a generation
+	// kept for a rollback, then dropped with its privileges.
+	after := names
+	after.Collection, after.Generations = g2, []string{base}
+	ensureTenant(t, admin, after, owner, "password-gen", "password-gen")
+	if err := DropMilvusGeneration(ctx, admin, after, g2, owner); ReasonOf(err) == "" {
+		t.Fatal("the serving collection was dropped as a generation")
+	}
+	if err := DropMilvusGeneration(ctx, admin, after, base, owner); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := root.HasCollection(ctx, base); err != nil || has {
+		t.Fatalf("the first collection after it was dropped: exists %v (%v)", has, err)
+	}
+	if got := grantsOf(t, root, names.MilvusRole); slices.ContainsFunc(got, func(g string) bool { return strings.Contains(g, ":"+base+":") }) {
+		t.Fatalf("the role still holds privileges on the dropped collection: %v", got)
+	}
+	after.Generations = nil
+	ensureTenant(t, admin, after, owner, "password-gen", "password-gen")
+	works(after, g2)
+
+	// Deleting the store drops every collection it has.
+	g3 := MilvusGenerationCollection(base, 3)
+	if err := EnsureMilvusGeneration(ctx, admin, after, g3, owner, spec8); err != nil {
+		t.Fatal(err)
+	}
+	after.Generations = []string{g3}
+	if err := DeleteMilvusTenant(ctx, admin, after, milvus.Owner{ID: owner}); err != nil {
+		t.Fatal(err)
+	}
+	if err := DeleteVectors(ctx, PostgresConn{}, &admin, after, milvus.Owner{ID: owner}); err != nil {
+		t.Fatal(err)
+	}
+	for _, coll := range []string{g2, g3} {
+		if has, err := root.HasCollection(ctx, coll); err != nil || has {
+			t.Errorf("collection %s after the store's deletion: exists %v (%v)", coll, has, err)
+		}
+	}
+}

@@ -25,9 +25,15 @@ type Names struct {
 	Schema, Role, WorkerRole string
 	// Collection is the Milvus collection (unused with PostgreSQL-embedded vectors).
 	Collection string
+	// Generations are the collections of the store's other index generations on
+	// Milvus (an embedding switch's new one, the previous one kept for a rollback):
+	// the store's role keeps its privileges on them, and deleting the store drops
+	// them. Collection is then the serving generation's (the operator sets both from
+	// the store's status; NamesFor leaves Generations empty).
+	Generations []string
 	// MilvusUser and MilvusRole are the store's login on a Milvus server with
-	// authentication on, and the role holding its privileges on Collection only
-	// (EnsureMilvusTenant).
+	// authentication on, and the role holding its privileges on Collection (and
+	// Generations) only (EnsureMilvusTenant).
 	MilvusUser, MilvusRole string
 	// RedisUser is the store's Redis user (EnsureRedisTenant), limited to the keys
 	// mem:<tenant>:*.

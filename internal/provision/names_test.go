@@ -2,6 +2,7 @@ package provision
 
 import (
 	"net/url"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func TestNamesFor(t *testing.T) {
 			t.Errorf("NamesFor(%q): err = %v, want error %v", tc.tenant, err, tc.wantErr)
 			continue
 		}
-		if !tc.wantErr && got != tc.want {
+		if !tc.wantErr && !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("NamesFor(%q, %q) = %+v, want %+v", tc.tenant, tc.base, got, tc.want)
 		}
 	}

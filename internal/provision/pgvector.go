@@ -37,6 +37,13 @@ var EngineTablePrivileges = map[string]map[string][]string{
 // also drop and build the HNSW index around a bulk load (pgvector.DropSearchIndex); an existing index of
 // another dimension or metric with DimensionMismatch or MetricMismatch, untouched.
 func EnsurePGVector(ctx context.Context, admin PostgresConn, names Names, spec vector.Spec, p pgvector.Params) (VectorResult, error) {
+	return EnsurePGVectorServing(ctx, admin, names, pgvector.Table, spec, p)
+}
+
+// EnsurePGVectorServing is EnsurePGVector for the table that serves the store's
+// searches: the embeddings table, or an index generation's (GenerationTable) once a
+// switch of embedding model made it serve.
+func EnsurePGVectorServing(ctx context.Context, admin PostgresConn, names Names, table string, spec vector.Spec, p pgvector.Params) (VectorResult, error) {
 	what := "PostgreSQL " + admin.Endpoint()
 	if err := pgvector.ValidateSpec(spec); err != nil {
 		return VectorResult{}, fail(ReasonEngineUnavailable, "vector spec for the PGVector engine: %v", err)
@@ -53,22 +60,21 @@ func EnsurePGVector(ctx context.Context, admin PostgresConn, names Names, spec v
 	if err != nil {
 		return VectorResult{}, classifyPGVector(what+" (database "+admin.Database+")", err)
 	}
-	table := pgx.Identifier{names.Schema, pgvector.Table}.Sanitize()
 	var existed bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&existed); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{names.Schema, table}.Sanitize()).Scan(&existed); err != nil {
 		return VectorResult{}, classify(what, err)
 	}
-	if err := pgvector.Ensure(ctx, pool, names.Schema, spec, p); err != nil {
+	if err := pgvector.EnsureServing(ctx, pool, names.Schema, table, spec, p); err != nil {
 		return VectorResult{}, classifyPGVector(fmt.Sprintf("%s: vectors in schema %s", what, names.Schema), err)
 	}
 	if err := grantPGVector(ctx, pool, names, ext); err != nil {
 		return VectorResult{}, classify(what+": granting "+names.Role+" and "+names.WorkerRole+" the vector index", err)
 	}
-	deferred, err := pgvector.SearchIndexDeferred(ctx, pool, names.Schema)
+	deferred, err := pgvector.TableSearchIndexDeferred(ctx, pool, names.Schema, table)
 	if err != nil {
 		return VectorResult{}, classify(what, err)
 	}
-	return VectorResult{Engine: EnginePGVector, Collection: names.Schema + "." + pgvector.Table, Created: !existed,
+	return VectorResult{Engine: EnginePGVector, Collection: names.Schema + "." + table, Created: !existed,
 		Extension: "vector " + ext.Version + " in schema " + ext.Schema, SearchIndexDeferredSince: deferred}, nil
 }
 

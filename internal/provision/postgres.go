@@ -320,6 +320,19 @@ func grantRoles(ctx context.Context, pool *pgxpool.Pool, database string, n Name
 	})
 }
 
+// SchemaVersion reads the schema version of the store's schema (0 when it has none
+// yet), changing nothing: an operator upgrade compares it with its own before it
+// migrates (EnsurePostgres).
+func SchemaVersion(ctx context.Context, admin PostgresConn, names Names) (int, error) {
+	pool, err := OpenPool(ctx, admin)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	v, err := pgstore.Version(ctx, pool, names.Schema)
+	return v, classify("PostgreSQL "+admin.Endpoint()+": reading the schema version of "+names.Schema, err)
+}
+
 // rolesLock is the advisory lock held by every transaction that changes roles or the
 // database's access list: creating, altering, granting to and dropping a store's
 // roles. Each of those rewrites a shared catalog row (the role's in pg_authid, the

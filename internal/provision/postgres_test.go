@@ -14,6 +14,7 @@ import (
 
 	"github.com/amemory/memory-operator/internal/testutil"
 	"github.com/amemory/memory-operator/internal/vector"
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
 // provisioned is a store's schema and roles on the test server, removed afterwards.
@@ -91,7 +92,7 @@ func TestGuaranteeRolePrivileges(t *testing.T) {
 	}
 	// A switch's generation table keeps its grants through every later reconcile
 	// (the second check below comes after one).
-	if err := EnsureGenerationTable(ctx, admin, names, 2, vector.Spec{Dimension: 8, Metric: vector.Cosine}); err != nil {
+	if err := EnsureGenerationTable(ctx, admin, names, EnginePostgres, 2, vector.Spec{Dimension: 8, Metric: vector.Cosine}, pgvector.Params{}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(t *testing.T) {

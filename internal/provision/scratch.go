@@ -49,7 +49,7 @@ const scratchPrefix = "drill_"
 func (n Names) Scratch() Names {
 	s := n
 	ident := scratchPrefix + strings.TrimPrefix(n.Schema, "mem_")
-	s.Schema, s.Collection = ident, ident
+	s.Schema, s.Collection, s.Generations = ident, ident, nil
 	return s
 }
 

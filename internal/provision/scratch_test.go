@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func TestScratchNames(t *testing.T) {
 		}
 		want := n
 		want.Schema, want.Collection = s.Schema, s.Collection
-		if s != want {
+		if !reflect.DeepEqual(s, want) {
 			t.Errorf("tenant %q: Scratch() = %+v, want the store's names but for schema and collection (%+v)", tenant, s, want)
 		}
 		if err := pgstore.ValidateSchema(s.Schema); err != nil {
@@ -314,7 +315,7 @@ func ensureScratch(t *testing.T, admin PostgresConn, m *MilvusConn, names Names,
 	if err != nil {
 		t.Fatalf("EnsureScratch: %v", err)
 	}
-	if scratch != names.Scratch() {
+	if !reflect.DeepEqual(scratch, names.Scratch()) {
 		t.Fatalf("EnsureScratch returned %+v, want %+v", scratch, names.Scratch())
 	}
 	if mark, ok := schemaMark(t, admin, scratch.Schema); !ok || mark != "memory-operator drill "+scratchOwner {

@@ -88,7 +88,8 @@ func EnsureVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Na
 	return VectorResult{Engine: EnginePostgres, Collection: names.Schema + ".vectors"}, nil
 }
 
-// DeleteVectors drops the store's Milvus collection if it is owner's: marked as
+// DeleteVectors drops the store's Milvus collection (and its other index
+// generations', names.Generations) if it is owner's: marked as
 // owner.ID's, or unmarked while owner.AdoptUnmarked and pg's schema for the store
 // carries the store's mark (as in EnsureVectors). One that is not gives
 // TenantConflict and stays. PostgreSQL-embedded vectors go with the schema
@@ -106,8 +107,10 @@ func DeleteVectors(ctx context.Context, pg PostgresConn, m *MilvusConn, names Na
 		return err
 	}
 	defer c.Close()
-	if err := milvus.DropCollection(ctx, c, names.Collection, owner); err != nil {
-		return classify(fmt.Sprintf("Milvus %s: dropping collection %s", m.Address, names.Collection), err)
+	for _, coll := range append([]string{names.Collection}, names.Generations...) {
+		if err := milvus.DropCollection(ctx, c, coll, owner); err != nil {
+			return classify(fmt.Sprintf("Milvus %s: dropping collection %s", m.Address, coll), err)
+		}
 	}
 	return nil
 }

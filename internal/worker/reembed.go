@@ -153,6 +153,9 @@ func (r *reembed) run(ctx context.Context, sec ReembedSecrets) error {
 	if err := r.catchUp(ctx, -1); err != nil {
 		return err
 	}
+	if err := r.buildSearchIndex(ctx); err != nil {
+		return err
+	}
 	if err := r.verify(ctx, pool, sec); err != nil {
 		return err
 	}
@@ -191,6 +194,28 @@ func (r *reembed) open(ctx context.Context, pool *pgxpool.Pool, sec ReembedSecre
 		return nil, err
 	}
 	return closeIndex, nil
+}
+
+// buildSearchIndex builds the generation's search index when its table was filled
+// without one: a PGVector generation starts with its HNSW index held back, since
+// inserting every vector into the graph costs many times building it once after.
+// Changes after the build go through the graph; the check then searches with it.
+func (r *reembed) buildSearchIndex(ctx context.Context) error {
+	bl, ok := r.mem.Index().(engine.BulkLoader)
+	if !ok {
+		return nil
+	}
+	since, err := bl.SearchIndexDeferred(ctx)
+	if err != nil || since == "" {
+		return err
+	}
+	r.log.Info("building the search index of the new generation", "generation", r.cfg.Generation)
+	start := time.Now()
+	if err := bl.BuildSearchIndex(ctx, r.cfg.IndexBuildMemory); err != nil {
+		return fmt.Errorf("index generation %d: %w", r.cfg.Generation, err)
+	}
+	r.log.Info("built the search index", "generation", r.cfg.Generation, "seconds", time.Since(start).Seconds())
+	return nil
 }
 
 // backfill walks the memories after the saved place, catching up on recorded changes

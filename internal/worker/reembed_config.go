@@ -141,6 +141,10 @@ type ReembedConfig struct {
 	// generation serves (the operator cut over) or is dropped.
 	Follow bool
 	Poll   time.Duration
+	// IndexBuildMemory is the memory PostgreSQL may use to build a PGVector
+	// generation's HNSW index once the backfill filled its table ("": the server's
+	// maintenance_work_mem).
+	IndexBuildMemory string
 
 	// Serving, when set, is the serving generation: the sample check compares the
 	// new model's self-recall with it (SampleScopes scopes, SampleQueries memories
@@ -183,6 +187,9 @@ func (c ReembedConfig) Args() []string {
 	if c.Poll > 0 {
 		args = append(args, "--poll="+c.Poll.String())
 	}
+	if c.IndexBuildMemory != "" {
+		args = append(args, "--index-build-memory="+c.IndexBuildMemory)
+	}
 	if c.Serving != nil {
 		args = append(args, "--compare-serving")
 		args = append(args, c.Serving.ArgsPrefixed(servingPrefix)...)
@@ -218,6 +225,7 @@ func ParseReembedArgs(args []string, stderr io.Writer) (ReembedConfig, error) {
 	fs.IntVar(&c.Batch, "batch", DefaultReembedBatch, "memories per page and per embedding call")
 	fs.BoolVar(&c.Follow, "follow", false, "after the backfill, keep catching up on changes until the generation serves")
 	fs.DurationVar(&c.Poll, "poll", DefaultReembedPoll, "how often a following worker looks for changes")
+	fs.StringVar(&c.IndexBuildMemory, "index-build-memory", "", "PostgreSQL memory for building the HNSW index after the backfill (PGVector engine), e.g. 1GB")
 	fs.BoolVar(&compare, "compare-serving", false, "compare the new model's self-recall on a sample with the serving generation's")
 	serving.RegisterPrefixed(fs, servingPrefix)
 	finishServing := serving.Embedder.register(fs, servingPrefix)

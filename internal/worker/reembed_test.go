@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/milvus-io/milvus-sdk-go/v2/client"
+	"github.com/milvus-io/milvus-sdk-go/v2/entity"
 
 	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
@@ -28,39 +30,94 @@ import (
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/engine"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
-// switchEnv is a provisioned store (hashing, 8 dimensions) whose generation 2, a
-// table of 16-dimensional hashing vectors, a re-embed fills.
+// switchEnv is a store provisioned on eng (hashing, 8 dimensions) whose generation
+// 2, a table (Postgres, PGVector) or collection (Milvus, with authentication) of
+// 16-dimensional hashing vectors, a re-embed fills.
 type switchEnv struct {
-	store provisionedStore
-	admin *pgxpool.Pool
-	agent *service.Memory
-	pg    *pgstore.Store // as the admin, to read what the test checks
+	eng       string
+	store     *engineStore
+	adminConn provision.PostgresConn
+	root      *provision.MilvusConn // Milvus only
+	admin     *pgxpool.Pool
+	agent     *service.Memory
+	pg        *pgstore.Store // as the admin, to read what the test checks
 }
 
 var spec16 = vector.Spec{Dimension: 16, Metric: vector.Cosine}
 
-func newSwitchEnv(t *testing.T) *switchEnv {
+// switchEngines are the engines whose stores switch models in place: all of them.
+var switchEngines = []string{engine.Postgres, engine.PGVector, engine.Milvus}
+
+func newSwitchEnv(t *testing.T, eng string) *switchEnv {
 	t.Helper()
-	s := provisionStore(t)
-	admin, err := pgxpool.New(t.Context(), testutil.PostgresDSN(t))
+	s := provisionEngineStore(t, eng, 8)
+	adminConn, root := engineAdmins(t, eng)
+	admin, err := pgxpool.New(t.Context(), s.adminURI)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(admin.Close)
-	return &switchEnv{store: s, admin: admin, agent: agentMemory(t, s), pg: pgstore.New(admin, s.schema)}
+	return &switchEnv{eng: eng, store: s, adminConn: adminConn, root: root, admin: admin, agent: s.memoryService(t), pg: pgstore.New(admin, s.names.Schema)}
 }
 
-// start makes generation 2 as the operator does: its table, then its record.
+// schema is the store's schema; table generation 2's table or collection.
+func (e *switchEnv) schema() string { return e.store.names.Schema }
+func (e *switchEnv) table() string {
+	if e.eng == engine.Milvus {
+		return provision.MilvusGenerationCollection(e.store.names.Collection, 2)
+	}
+	return provision.GenerationTable(e.eng, 2)
+}
+
+// owner is the store's owner mark (provisionEngineStore's).
+func (e *switchEnv) owner() string { return "engines/" + e.store.names.Tenant }
+
+// vectors locates generation n (1 or 2) of the store's index.
+func (e *switchEnv) vectors(n int) engine.Vectors {
+	v := e.store.vectors
+	switch {
+	case n == 2 && e.eng == engine.Milvus:
+		v.Collection = e.table()
+	case n == 2:
+		v.VectorTable = e.table()
+	}
+	return v
+}
+
+// start makes generation 2 as the operator does: its table or collection (on Milvus
+// waiting until the store's user may use it), then its record.
 func (e *switchEnv) start(t *testing.T) {
 	t.Helper()
-	if err := provision.EnsureGenerationTable(t.Context(), e.store.adminConn, e.store.names, 2, spec16); err != nil {
-		t.Fatal(err)
+	ctx := t.Context()
+	first := pgindex.Table
+	switch e.eng {
+	case engine.Milvus:
+		first = e.store.names.Collection
+		t.Cleanup(func() {
+			_ = provision.DropMilvusGeneration(context.Background(), *e.root, e.store.names, e.table(), e.owner())
+		})
+		if err := provision.EnsureMilvusGeneration(ctx, *e.root, e.store.names, e.table(), e.owner(), spec16); err != nil {
+			t.Fatal(err)
+		}
+		login := provision.MilvusConn{Address: e.root.Address, Username: e.store.login.Username, Password: e.store.login.Password}
+		testutil.Eventually(t, "the store's privileges on generation 2", func() (bool, error) {
+			err := provision.MilvusGenerationWorks(ctx, login, e.store.names, e.table())
+			return !errors.Is(err, provision.ErrMilvusTenantPending), nil
+		})
+	default:
+		if e.eng == engine.PGVector {
+			first = pgvector.Table
+		}
+		if err := provision.EnsureGenerationTable(ctx, e.adminConn, e.store.names, e.eng, 2, spec16, pgvector.Params{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	serving := pgstore.Generation{Number: 1, Model: embed.NewHashing(8).Model(), Dimension: 8, Location: pgindex.Table}
-	next := pgstore.Generation{Number: 2, Model: embed.NewHashing(16).Model(), Dimension: 16, Location: provision.GenerationTable(2)}
-	if _, err := pgstore.StartGeneration(t.Context(), e.admin, e.store.schema, serving, next); err != nil {
+	serving := pgstore.Generation{Number: 1, Model: embed.NewHashing(8).Model(), Dimension: 8, Location: first}
+	next := pgstore.Generation{Number: 2, Model: embed.NewHashing(16).Model(), Dimension: 16, Location: e.table()}
+	if _, err := pgstore.StartGeneration(ctx, e.admin, e.schema(), serving, next); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -69,11 +126,11 @@ func (e *switchEnv) start(t *testing.T) {
 // dimensions, compared with the serving generation.
 func (e *switchEnv) config() ReembedConfig {
 	return ReembedConfig{
-		StoreNamespace: "team-a", StoreName: "bot", Tenant: "bot", Schema: e.store.schema, Generation: 2,
-		Vectors:  engine.Vectors{VectorEngine: engine.Postgres, VectorTable: provision.GenerationTable(2)},
+		StoreNamespace: "team-a", StoreName: "bot", Tenant: "bot", Schema: e.schema(), Generation: 2,
+		Vectors:  e.vectors(2),
 		Embedder: EmbedderSettings{Type: "Hashing", Dimension: 16, Metric: "COSINE"},
 		Batch:    100, Poll: 20 * time.Millisecond,
-		Serving: &ServingIndex{Vectors: engine.Vectors{VectorEngine: engine.Postgres},
+		Serving: &ServingIndex{Vectors: e.vectors(1),
 			Embedder: EmbedderSettings{Type: "Hashing", Dimension: 8, Metric: "COSINE"}},
 		// 8 and 16 dimensions of the hashing embedder collide often: the sample is
 		// about the mechanics here (test/clients checks real models).
@@ -81,7 +138,37 @@ func (e *switchEnv) config() ReembedConfig {
 	}
 }
 
-func (e *switchEnv) secrets() ReembedSecrets { return ReembedSecrets{PostgresURI: e.store.workerURI} }
+// generationRows counts the vectors generation 2 holds (on Milvus every row, so an
+// ID stored twice would count twice).
+func (e *switchEnv) generationRows(t *testing.T) int64 {
+	t.Helper()
+	ctx := t.Context()
+	var n int64
+	if e.eng != engine.Milvus {
+		if err := e.admin.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{e.schema(), e.table()}.Sanitize()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	c, err := provision.ConnectMilvus(ctx, *e.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	rs, err := c.Query(ctx, e.table(), nil, "", []string{"count(*)"}, client.WithSearchQueryConsistencyLevel(entity.ClStrong))
+	if err != nil {
+		t.Fatal(err)
+	}
+	col, ok := rs.GetColumn("count(*)").(*entity.ColumnInt64)
+	if !ok || col.Len() != 1 {
+		t.Fatalf("count(*) answered %v", rs)
+	}
+	return col.Data()[0]
+}
+
+func (e *switchEnv) secrets() ReembedSecrets {
+	return ReembedSecrets{PostgresURI: e.store.workerURI, Milvus: e.store.login}
+}
 
 func (e *switchEnv) seed(t *testing.T, scopes, perScope int) {
 	t.Helper()
@@ -104,7 +191,7 @@ func (e *switchEnv) seed(t *testing.T, scopes, perScope int) {
 func (e *switchEnv) checkGeneration(t *testing.T) int {
 	t.Helper()
 	ctx := t.Context()
-	rows, err := e.admin.Query(ctx, `SELECT memory_id FROM `+pgx.Identifier{e.store.schema, "memories"}.Sanitize()+` WHERE archived_at IS NULL ORDER BY memory_id`)
+	rows, err := e.admin.Query(ctx, `SELECT memory_id FROM `+pgx.Identifier{e.schema(), "memories"}.Sanitize()+` WHERE archived_at IS NULL ORDER BY memory_id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,17 +203,28 @@ func (e *switchEnv) checkGeneration(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx := pgindex.NewTable(e.admin, e.store.schema, provision.GenerationTable(2), spec16)
-	got, err := idx.Fetch(ctx, live)
+	idx, closeIdx, err := e.vectors(2).Open(ctx, e.admin, e.schema(), spec16, e.store.login)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total int64
-	if err := e.admin.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{e.store.schema, provision.GenerationTable(2)}.Sanitize()).Scan(&total); err != nil {
+	defer closeIdx()
+	got, err := idx.(engine.Fetcher).Fetch(ctx, live)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if total != int64(len(live)) {
+	if total := e.generationRows(t); total != int64(len(live)) {
 		t.Errorf("generation 2 holds %d vectors for %d live memories", total, len(live))
+	}
+	if e.eng == engine.PGVector {
+		// The worker filled the table without its HNSW index and built it after.
+		var built bool
+		if err := e.admin.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{e.schema(), e.table() + "_hnsw_idx"}.Sanitize()).Scan(&built); err != nil {
+			t.Fatal(err)
+		}
+		deferred, err := pgvector.TableSearchIndexDeferred(ctx, e.admin, e.schema(), e.table())
+		if err != nil || !built || deferred != "" {
+			t.Errorf("generation 2's HNSW index: built %v, held back since %q (%v)", built, deferred, err)
+		}
 	}
 	h := embed.NewHashing(16)
 	for _, it := range items {
@@ -146,7 +244,13 @@ func (e *switchEnv) checkGeneration(t *testing.T) int {
 // and its catch-up; after the cutover, the new generation holds exactly the vectors
 // of the memories as they are, with the new model.
 func TestReembedFollowsEveryWriteUntilTheCutover(t *testing.T) {
-	e := newSwitchEnv(t)
+	for _, eng := range switchEngines {
+		t.Run(eng, func(t *testing.T) { testReembedFollowsEveryWrite(t, eng) })
+	}
+}
+
+func testReembedFollowsEveryWrite(t *testing.T, eng string) {
+	e := newSwitchEnv(t, eng)
 	e.seed(t, 20, 100)
 	e.start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -230,7 +334,7 @@ func TestReembedFollowsEveryWriteUntilTheCutover(t *testing.T) {
 		n, err := e.pg.GenerationBacklog(ctx, 2)
 		return n == 0, err
 	})
-	if err := pgstore.CutOver(ctx, e.admin, e.store.schema, 2); err != nil {
+	if err := pgstore.CutOver(ctx, e.admin, e.schema(), 2); err != nil {
 		t.Fatal(err)
 	}
 	var r result
@@ -299,7 +403,13 @@ func newHashingServer(t *testing.T, dim int) *hashingServer {
 // its place; the next run embeds only what is left, and the generation ends
 // complete.
 func TestReembedResumesWhereItStopped(t *testing.T) {
-	e := newSwitchEnv(t)
+	for _, eng := range switchEngines {
+		t.Run(eng, func(t *testing.T) { testReembedResumes(t, eng) })
+	}
+}
+
+func testReembedResumes(t *testing.T, eng string) {
+	e := newSwitchEnv(t, eng)
 	e.seed(t, 10, 100)
 	e.start(t)
 	srv := newHashingServer(t, 16)
@@ -334,7 +444,7 @@ func TestReembedResumesWhereItStopped(t *testing.T) {
 // TestReembedRefusesWhatItMustNotFill: a generation recorded for another model than
 // the worker was given, or none; a serving one it only catches up on.
 func TestReembedRefusesWhatItMustNotFill(t *testing.T) {
-	e := newSwitchEnv(t)
+	e := newSwitchEnv(t, engine.Postgres)
 	e.start(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	other := e.config()
@@ -343,7 +453,7 @@ func TestReembedRefusesWhatItMustNotFill(t *testing.T) {
 		t.Fatalf("another model: %v", err)
 	}
 	// Once it serves, a run (a Job retried after the cutover) only catches up.
-	if err := pgstore.CutOver(t.Context(), e.admin, e.store.schema, 2); err != nil {
+	if err := pgstore.CutOver(t.Context(), e.admin, e.schema(), 2); err != nil {
 		t.Fatal(err)
 	}
 	if sum, err := RunReembed(t.Context(), e.config(), e.secrets(), log); err != nil || !sum.Serving || sum.Embedded != 0 || sum.Verified {

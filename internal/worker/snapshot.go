@@ -77,11 +77,18 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 	if err != nil {
 		return nil, err
 	}
-	pool, store, err := openStore(ctx, sec.PostgresURI, cfg.Schema, cfg.Vectors)
+	// A snapshot also reads a store whose schema an operator upgrade has yet to
+	// migrate: the one it takes before migrating.
+	pool, store, version, err := openStoreFrom(ctx, sec.PostgresURI, cfg.Schema, cfg.Vectors, pgstore.ExportableFrom)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
+	if version < pgstore.LatestVersion {
+		if store, err = store.ReadingVersion(version); err != nil {
+			return nil, err
+		}
+	}
 
 	objects, err := openDestination(ctx, cfg.Destination, sec)
 	if err != nil {
@@ -134,7 +141,8 @@ func RunSnapshot(ctx context.Context, cfg SnapshotConfig, sec Secrets, ro RunOpt
 		}
 	}
 	var sessions shortterm.Store
-	if cfg.IncludeSessions {
+	// A store on PostgreSQL sessions before their table existed had none.
+	if cfg.IncludeSessions && (cfg.Sessions.RedisAddress != "" || store.HasSessions()) {
 		st, closeSessions, err := cfg.Sessions.open(ctx, store, sec.RedisPassword)
 		if err != nil {
 			return nil, err
@@ -210,30 +218,37 @@ const requiredSchemaVersion = pgstore.LatestVersion
 // store reads and writes in-schema vectors where vectors says (the Postgres engine's
 // serving index generation).
 func openStore(ctx context.Context, uri, schema string, vectors engine.Vectors) (*pgxpool.Pool, *pgstore.Store, error) {
+	pool, store, _, err := openStoreFrom(ctx, uri, schema, vectors, requiredSchemaVersion)
+	return pool, store, err
+}
+
+// openStoreFrom is openStore for a worker that reads schema versions from oldest
+// up; it also returns the version.
+func openStoreFrom(ctx context.Context, uri, schema string, vectors engine.Vectors, oldest int) (*pgxpool.Pool, *pgstore.Store, int, error) {
 	if uri == "" {
-		return nil, nil, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
+		return nil, nil, 0, fmt.Errorf("no PostgreSQL connection: set %s", EnvPostgresURI)
 	}
 	cfg, err := pgxpool.ParseConfig(uri) // its errors leave the password out
 	if err != nil {
-		return nil, nil, fmt.Errorf("PostgreSQL: %w", err)
+		return nil, nil, 0, fmt.Errorf("PostgreSQL: %w", err)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("PostgreSQL: %w", err)
+		return nil, nil, 0, fmt.Errorf("PostgreSQL: %w", err)
 	}
 	v, err := pgstore.Version(ctx, pool, schema)
 	switch {
 	case err != nil:
 		err = fmt.Errorf("PostgreSQL: reading the schema version of %s: %w", schema, err)
-	case v < requiredSchemaVersion:
+	case v < oldest:
 		err = fmt.Errorf("store schema %s is at version %d; this worker needs version %d (the operator migrates a store when it reconciles it)",
-			schema, v, requiredSchemaVersion)
+			schema, v, oldest)
 	}
 	if err != nil {
 		pool.Close()
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return pool, pgstore.New(pool, schema).WithVectorsTable(vectors.Table()), nil
+	return pool, pgstore.New(pool, schema).WithVectorsTable(vectors.Table()), v, nil
 }
 
 // abort removes what a failed run uploaded. Best effort: without a manifest the

@@ -12,6 +12,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -44,6 +46,9 @@ type env struct {
 	// previousChart is the chart of the previous chart version (hack/e2e.sh extracts
 	// it from git), installed first and then upgraded.
 	previousChart string
+	// previousImage is that version's operator image (hack/e2e.sh builds it from
+	// the same commit), which the previous chart is installed with.
+	previousImage string
 	// imageDigest is the image's digest on the node: the upgraded release pins it.
 	imageDigest                                string
 	pgHost, pgPort, pgUser, pgPassword         string
@@ -59,13 +64,13 @@ const (
 func loadEnv(t *testing.T) env {
 	t.Helper()
 	root, _ := filepath.Abs("../..")
-	e := env{root: root, kubeconfig: os.Getenv("KUBECONFIG"), image: os.Getenv("E2E_IMAGE"), previousChart: os.Getenv("E2E_PREVIOUS_CHART"), imageDigest: os.Getenv("E2E_IMAGE_DIGEST"),
+	e := env{root: root, kubeconfig: os.Getenv("KUBECONFIG"), image: os.Getenv("E2E_IMAGE"), previousChart: os.Getenv("E2E_PREVIOUS_CHART"), previousImage: os.Getenv("E2E_PREVIOUS_IMAGE"), imageDigest: os.Getenv("E2E_IMAGE_DIGEST"),
 		helm: filepath.Join(root, "bin/helm"), kubectl: filepath.Join(root, "bin/cluster/kubectl"), debugDir: filepath.Join(root, "bin/e2e-debug"),
 		pgHost: os.Getenv("MEMORY_TEST_PG_HOST"), pgPort: os.Getenv("MEMORY_TEST_PG_PORT"), pgUser: os.Getenv("MEMORY_TEST_PG_USER"),
 		pgPassword: os.Getenv("MEMORY_TEST_PG_PASSWORD"), s3Endpoint: os.Getenv("MEMORY_TEST_S3_ENDPOINT"),
 		s3Access: os.Getenv("MEMORY_TEST_S3_ACCESS_KEY"), s3Secret: os.Getenv("MEMORY_TEST_S3_SECRET_KEY"), milvusAddr: os.Getenv("MEMORY_TEST_MILVUS_ADDR")}
-	if e.kubeconfig == "" || e.image == "" || e.previousChart == "" || e.imageDigest == "" || e.pgHost == "" || e.s3Endpoint == "" || e.milvusAddr == "" {
-		t.Fatal("the end-to-end tests run through `make e2e` (hack/e2e.sh): KUBECONFIG, E2E_IMAGE, E2E_IMAGE_DIGEST, E2E_PREVIOUS_CHART and MEMORY_TEST_* must be set")
+	if e.kubeconfig == "" || e.image == "" || e.previousChart == "" || e.previousImage == "" || e.imageDigest == "" || e.pgHost == "" || e.s3Endpoint == "" || e.milvusAddr == "" {
+		t.Fatal("the end-to-end tests run through `make e2e` (hack/e2e.sh): KUBECONFIG, E2E_IMAGE, E2E_IMAGE_DIGEST, E2E_PREVIOUS_CHART, E2E_PREVIOUS_IMAGE and MEMORY_TEST_* must be set")
 	}
 	return e
 }
@@ -83,6 +88,8 @@ type suite struct {
 	// ids are the memory_ids the gateway gave the memories the test named (a client's
 	// ID is made unique to its scope).
 	ids map[string]string
+	// snapshotKey is the hex AES-256 key of Secret snapshot-key, made once.
+	snapshotKey string
 }
 
 func newSuite(t *testing.T) *suite {
@@ -109,7 +116,16 @@ func newSuite(t *testing.T) *suite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &suite{env: e, t: t, ctx: ctx, kube: kube, pg: pg, s3: s3, http: &http.Client{Timeout: 20 * time.Second}, start: time.Now()}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	return &suite{env: e, t: t, ctx: ctx, kube: kube, pg: pg, s3: s3, http: &http.Client{Timeout: 20 * time.Second,
+		// A connection per request: a kept-alive one stays on the Pod (or the route) it
+		// was opened to through kube-proxy, past rollouts and new Services' rules; an
+		// agent's client in the cluster meets the same, and its own timeouts handle it.
+		Transport: &http.Transport{DisableKeepAlives: true}}, start: time.Now(),
+		snapshotKey: hex.EncodeToString(key)}
 }
 
 // run runs a command and returns its output; it fails the test on error.
@@ -215,9 +231,10 @@ func (s *suite) api(base, key, method, path string, body, out any) int {
 	req, _ := http.NewRequestWithContext(s.ctx, method, base+path, rd)
 	req.Header.Set("x-api-key", key)
 	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
 	resp, err := s.http.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		s.t.Fatalf("%s %s: %v after %s; the gateways then:\n%s", method, path, err, time.Since(start).Round(time.Millisecond), s.gatewayDiagnosis())
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
@@ -269,6 +286,27 @@ func (s *suite) events(ns, kind, name string) []string {
 		}
 	}
 	return reasons
+}
+
+// gatewayDiagnosis is a few lines on every gateway Pod of the tenant namespace (its
+// image, readiness, termination and last log lines): what a failed call's message
+// carries, since the debug bundle does not outlive a CI machine.
+func (s *suite) gatewayDiagnosis() string {
+	var b strings.Builder
+	for _, p := range s.pods(tenantNS, map[string]string{"app.kubernetes.io/component": "gateway"}) {
+		ready := false
+		for _, c := range p.Status.Conditions {
+			ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+		}
+		fmt.Fprintf(&b, "  pod %s ip %s image %s ready %v deleting %v\n", p.Name, p.Status.PodIP, p.Spec.Containers[0].Image, ready, p.DeletionTimestamp != nil)
+		logs, _ := s.try("", s.kubectl, "logs", "-n", tenantNS, p.Name, "--tail=4")
+		for _, l := range strings.Split(strings.TrimSpace(logs), "\n") {
+			fmt.Fprintf(&b, "    %.300s\n", l)
+		}
+	}
+	endpoints, _ := s.try("", s.kubectl, "get", "endpointslices", "-n", tenantNS, "-o",
+		`go-template={{range .items}}  {{.metadata.name}}:{{range .endpoints}} {{index .addresses 0}}(ready={{.conditions.ready}} terminating={{.conditions.terminating}}){{end}}{{"\n"}}{{end}}`)
+	return b.String() + endpoints
 }
 
 // dumpDebugBundle writes what a human needs to see why a run failed: every object of

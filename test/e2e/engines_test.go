@@ -11,6 +11,7 @@ import (
 	"github.com/milvus-io/milvus-sdk-go/v2/client"
 	"github.com/redis/go-redis/v9"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	memoryv1 "github.com/amemory/memory-operator/api/v1alpha1"
@@ -85,6 +86,7 @@ spec:
   gateway: {enabled: true, keys: [{name: agent}]}
 `, tenantNS))
 	want := map[string]string{"vec-pg": "PGVector", "vec-milvus": "Milvus"}
+	refunds := map[string]string{}
 	for _, name := range []string{"vec-pg", "vec-milvus"} {
 		st := &memoryv1.MemoryStore{ObjectMeta: objectMeta(tenantNS, name)}
 		s.condition(st, "Ready", 150*time.Second)
@@ -92,7 +94,7 @@ spec:
 		if v := st.Status.Vector; v == nil || v.Engine != want[name] {
 			t.Fatalf("%s: vector status %+v, want engine %s", name, st.Status.Vector, want[name])
 		}
-		s.writeAndSearch(st)
+		refunds[name] = s.writeAndSearch(st)
 	}
 
 	// Sessions in Redis, through the gateway, as the store's own Redis user.
@@ -140,6 +142,18 @@ spec:
 	}
 	s.checkJobPod(snap.Status.JobName, false)
 
+	// Both switch embedding models in place (64 to 48 dimensions): a re-embed Job
+	// fills a table (PGVector) or a collection (Milvus, as the store's own user) of
+	// the new generation while the gateways serve, and they roll over to it.
+	wantIndex := map[string]string{"vec-pg": "embeddings_g2", "vec-milvus": "mem_vec_milvus_g2"}
+	for _, name := range []string{"vec-pg", "vec-milvus"} {
+		s.run(`{"spec":{"vector":{"dimension":48},"embeddingSwitch":{"tolerance":"0.3"}}}`,
+			s.kubectl, "patch", "memorystore", name, "-n", tenantNS, "--type", "merge", "--patch-file", "/dev/stdin")
+	}
+	for _, name := range []string{"vec-pg", "vec-milvus"} {
+		s.switched(name, 48, wantIndex[name], refunds[name])
+	}
+
 	for _, name := range []string{"vec-pg", "vec-milvus"} {
 		s.run("", s.kubectl, "delete", "memorystore", name, "-n", tenantNS, "--timeout=90s")
 		if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: name}, &memoryv1.MemoryStore{}); !apierrors.IsNotFound(err) {
@@ -162,6 +176,31 @@ spec:
 		return err != nil, "the store's Redis login still works"
 	})
 	s.run("", s.kubectl, "delete", "clustermemorybackend", "e2e-engines", "--timeout=60s")
+}
+
+// switched waits for the store's embedding switch to complete, serving index at dim,
+// and finds the refund writeAndSearch wrote through its gateway again.
+func (s *suite) switched(name string, dim int32, index, refund string) {
+	t := s.t
+	s.eventually(name+"'s embedding switch", 240*time.Second, func() (bool, string) {
+		st := s.store(name)
+		c := meta.FindStatusCondition(st.Status.Conditions, memoryv1.ConditionSwitching)
+		if c == nil {
+			return false, "no Switching condition"
+		}
+		return c.Reason == memoryv1.ReasonSwitchCompleted, c.Reason + ": " + c.Message
+	})
+	st := s.store(name)
+	if e := st.Status.Embedding; e == nil || e.Serving.Index != index || e.Serving.Dimension != dim || st.Status.Vector.Dimension != dim || !st.IsReady() {
+		t.Fatalf("%s after the switch: embedding %+v, vector %+v", name, st.Status.Embedding, st.Status.Vector)
+	}
+	base, key := s.gatewayOf(name)
+	s.eventually("a search through "+name+"'s switched gateway", 90*time.Second, func() (bool, string) {
+		var found searchResponse
+		code := s.api(base, key, http.MethodPost, "/v1/search", map[string]any{"scope": "user:1", "query": "refund order 1042", "top_k": 3, "mode": "dense"}, &found)
+		ids := found.ids()
+		return code == http.StatusOK && len(ids) == 3 && ids[0] == refund, fmt.Sprintf("%d %+v", code, found)
+	})
 }
 
 // sessionRoundTrip appends two turns to a session through the store's gateway, reads
@@ -193,7 +232,7 @@ func (s *suite) sessionRoundTrip(st *memoryv1.MemoryStore) {
 
 // writeAndSearch writes three memories through the store's gateway Service and finds
 // the one a query is about.
-func (s *suite) writeAndSearch(st *memoryv1.MemoryStore) {
+func (s *suite) writeAndSearch(st *memoryv1.MemoryStore) (refund string) {
 	t := s.t
 	base, key := s.gatewayOf(st.Name)
 	s.eventually(st.Name+"'s gateway Service", 30*time.Second, func() (bool, string) {
@@ -224,4 +263,5 @@ func (s *suite) writeAndSearch(st *memoryv1.MemoryStore) {
 	if ids := found.ids(); len(ids) != 3 || ids[0] != written.Results[1].MemoryID {
 		t.Fatalf("%s: search for the refund: %+v, want %s first of 3", st.Name, found, written.Results[1].MemoryID)
 	}
+	return written.Results[1].MemoryID
 }

@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +28,7 @@ import (
 
 	memoryv1pb "github.com/amemory/memory-operator/api/proto/memory/v1"
 	memoryv1 "github.com/amemory/memory-operator/api/v1alpha1"
+	"github.com/amemory/memory-operator/internal/memory/pgstore"
 )
 
 // TestEndToEnd is the user's path, in order: install the chart, declare a shared
@@ -46,7 +45,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 	// The previous chart version first: the stores it provisions must keep working
 	// through the upgrade.
-	s.installChart(s.previousChart, nil)
+	s.installChart(s.previousChart, s.previousImage, nil)
 	s.sharedBackendAndStores()
 	s.gatewayThroughService()
 	s.upgradeChart()
@@ -70,10 +69,10 @@ func (s *suite) namespace(name string) {
 }
 
 // installChart installs (or upgrades to) the chart in dir with the local image.
-func (s *suite) installChart(dir string, extra []string) {
+func (s *suite) installChart(dir, image string, extra []string) {
 	t := s.t
 	s.namespace(operatorNS)
-	repo, tag, _ := strings.Cut(s.image, ":")
+	repo, tag, _ := strings.Cut(image, ":")
 	start := time.Now()
 	args := append([]string{"upgrade", "--install", release, dir, "-n", operatorNS,
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
@@ -109,7 +108,7 @@ func (s *suite) upgradeChart() {
 	t := s.t
 	crds := s.root + "/charts/memory-operator/crds/"
 	s.run("", s.kubectl, "apply", "--server-side", "--force-conflicts", "-f", crds)
-	s.installChart(s.root+"/charts/memory-operator", []string{"--set", "replicaCount=2", "--set", "networkPolicy.enabled=true", "--set", "image.digest=" + s.imageDigest})
+	s.installChart(s.root+"/charts/memory-operator", s.image, []string{"--set", "replicaCount=2", "--set", "networkPolicy.enabled=true", "--set", "image.digest=" + s.imageDigest})
 	s.eventually("two manager replicas of the new version", 120*time.Second, func() (bool, string) {
 		var dep appsv1.Deployment
 		if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: operatorNS, Name: release}, &dep); err != nil {
@@ -130,6 +129,7 @@ func (s *suite) upgradeChart() {
 	for _, name := range []string{"acme", "acme-v2"} {
 		s.condition(&memoryv1.MemoryStore{ObjectMeta: objectMeta(tenantNS, name)}, "Ready", 60*time.Second)
 	}
+	s.snapshotsBeforeMigration()
 	// The gateway the previous version deployed still serves what was written.
 	base, key := s.gatewayBase()
 	var found searchResponse
@@ -138,6 +138,35 @@ func (s *suite) upgradeChart() {
 	}
 	// The gRPC port, which the previous version's gateways did not have.
 	s.grpcThroughService(key, s.ids["e2e-2"])
+}
+
+// snapshotsBeforeMigration: the stores the previous version made are at its schema
+// version; this one snapshots each (a real Job Pod of this version's worker, reading
+// the old layout, vectors included) before it migrates them, and then migrates them.
+func (s *suite) snapshotsBeforeMigration() {
+	t := s.t
+	for _, name := range []string{"acme", "acme-v2"} {
+		var st *memoryv1.MemoryStore
+		s.eventually(name+"'s migration after its snapshot", 180*time.Second, func() (bool, string) {
+			st = s.store(name)
+			pg := st.Status.Postgres
+			return pg != nil && pg.SchemaVersion == pgstore.LatestVersion, fmt.Sprintf("postgres %+v, pre-change snapshot %+v", pg, st.Status.PreChangeSnapshot)
+		})
+		p := st.Status.PreChangeSnapshot
+		if p == nil || p.Change != "Upgrade" || !p.Succeeded {
+			t.Fatalf("%s: pre-change snapshot %+v, want the upgrade's, succeeded", name, p)
+		}
+		snap := &memoryv1.MemorySnapshot{}
+		if err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: p.Snapshot}, snap); err != nil {
+			t.Fatal(err)
+		}
+		live := s.scalar(`SELECT count(*) FROM ` + pgx.Identifier{st.Status.Postgres.Schema, "memories"}.Sanitize() + ` WHERE archived_at IS NULL`)
+		if snap.Labels[memoryv1.LabelPreChange] != "Upgrade" || snap.Status.Phase != "Succeeded" || snap.Status.Items != live {
+			t.Fatalf("%s: snapshot %s before the upgrade: labels %v, status %+v; the store holds %v memories", name, snap.Name, snap.Labels, snap.Status, live)
+		}
+		s.checkJobPod(snap.Status.JobName, false)
+		s.event(tenantNS, "MemoryStore", name, "PreChangeSnapshotSucceeded")
+	}
 }
 
 // leaderFailover deletes the leading manager: the standby takes the lease and the
@@ -276,6 +305,13 @@ spec:
   gateway:
     enabled: true
     keys: [{name: agent}]
+  # Written once a year: here for the snapshot an operator upgrade takes first.
+  snapshotSchedule:
+    schedule: "0 3 1 1 *"
+    template:
+      destination: {credentialsSecret: {name: s3-credentials}}
+      encryption: {keySecret: {name: snapshot-key, key: key}}
+      includeEmbeddings: true
 ---
 apiVersion: memory.amemory.io/v1alpha1
 kind: MemoryStore
@@ -287,7 +323,18 @@ spec:
     objectStorage: {endpoint: %[8]s, bucket: e2e-memory, insecure: true, credentialsSecret: {name: s3-credentials}}
   vector: {dimension: 384}
   reclaimPolicy: Retain
-`, tenantNS, s.pgUser, s.pgPassword, s.s3Access, s.s3Secret, s.pgHost, s.pgPort, s.s3Endpoint))
+  snapshotSchedule:
+    schedule: "0 3 1 1 *"
+    template:
+      destination: {credentialsSecret: {name: s3-credentials}}
+      encryption: {keySecret: {name: snapshot-key, key: key}}
+      includeEmbeddings: true
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: snapshot-key, namespace: %[1]s}
+stringData: {key: %[9]s}
+`, tenantNS, s.pgUser, s.pgPassword, s.s3Access, s.s3Secret, s.pgHost, s.pgPort, s.s3Endpoint, s.snapshotKey))
 	for _, name := range []string{"acme", "acme-v2"} {
 		st := &memoryv1.MemoryStore{ObjectMeta: objectMeta(tenantNS, name)}
 		s.condition(st, "Ready", 90*time.Second)
@@ -403,7 +450,10 @@ func (s *suite) gatewayThroughService() {
 	}
 	s.ids = map[string]string{}
 	for i, r := range written.Results {
-		if r.Outcome != "inserted" || !r.Indexed || !strings.HasSuffix(r.MemoryID, fmt.Sprintf(".e2e-%d", i+1)) {
+		// The previous version keeps a client's ID as given; later ones make it
+		// unique to its scope (<scope digest>.<ID>).
+		want := fmt.Sprintf("e2e-%d", i+1)
+		if r.Outcome != "inserted" || !r.Indexed || (r.MemoryID != want && !strings.HasSuffix(r.MemoryID, "."+want)) {
 			t.Fatalf("write %s: %+v", r.MemoryID, r)
 		}
 		s.ids[fmt.Sprintf("e2e-%d", i+1)] = r.MemoryID
@@ -425,14 +475,7 @@ func (s *suite) gatewayThroughService() {
 
 func (s *suite) snapshotJobPod() {
 	t := s.t
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	s.apply(fmt.Sprintf(`apiVersion: v1
-kind: Secret
-metadata: {name: snapshot-key, namespace: %[1]s}
-stringData: {key: %[2]s}
----
-apiVersion: memory.amemory.io/v1alpha1
+	s.apply(fmt.Sprintf(`apiVersion: memory.amemory.io/v1alpha1
 kind: MemorySnapshot
 metadata: {name: before-migration, namespace: %[1]s}
 spec:
@@ -440,7 +483,7 @@ spec:
   # acme's backend is shared: the tenant writes with credentials of its own.
   destination: {credentialsSecret: {name: s3-credentials}}
   encryption: {keySecret: {name: snapshot-key, key: key}}
-`, tenantNS, hex.EncodeToString(key)))
+`, tenantNS))
 	snap := &memoryv1.MemorySnapshot{ObjectMeta: objectMeta(tenantNS, "before-migration")}
 	s.condition(snap, "Ready", 120*time.Second)
 	st := snap.Status
@@ -666,8 +709,11 @@ func (s *suite) deleteWithBothReclaimPolicies() {
 	// such setting).
 	s.run("", s.kubectl, "patch", "memorystore", "acme", "-n", tenantNS, "--type=merge", "-p",
 		`{"spec":{"preChangeSnapshot":{"template":{"destination":{"credentialsSecret":{"name":"s3-credentials"}},"encryption":{"keySecret":{"name":"snapshot-key","key":"key"}}}}}}`)
+	took := map[string]time.Duration{}
 	for _, name := range []string{"acme", "acme-v2"} {
+		start := time.Now()
 		s.run("", s.kubectl, "delete", "memorystore", name, "-n", tenantNS, "--timeout=180s")
+		took[name] = time.Since(start)
 	}
 	preDelete := &memoryv1.MemorySnapshot{}
 	var snaps memoryv1.MemorySnapshotList
@@ -679,9 +725,14 @@ func (s *suite) deleteWithBothReclaimPolicies() {
 			preDelete = &snaps.Items[i]
 		}
 	}
-	if preDelete.Name == "" || preDelete.Status.Phase != "Succeeded" || preDelete.Status.Items == 0 {
+	if preDelete.Name == "" || preDelete.Status.Phase != "Succeeded" || preDelete.Status.Items == 0 || preDelete.Status.CompletionTime == nil {
 		t.Fatalf("no succeeded snapshot of acme before its deletion: %+v", preDelete.Status)
 	}
+	// What the snapshot adds to a deletion, against the snapshot's own time (a
+	// measurement, not a check: the README's e2e section quotes it).
+	own := preDelete.Status.CompletionTime.Sub(preDelete.CreationTimestamp.Time)
+	t.Logf("deleting acme took %s, its pre-delete snapshot %s of it (created to completed: Job, Pod, export); deleting acme-v2 (no snapshot) took %s",
+		took["acme"].Round(time.Millisecond), own.Round(time.Second), took["acme-v2"].Round(time.Millisecond))
 	for _, name := range []string{"acme", "acme-v2"} {
 		err := s.kube.Get(s.ctx, crclient.ObjectKey{Namespace: tenantNS, Name: name}, &memoryv1.MemoryStore{})
 		if !apierrors.IsNotFound(err) {

@@ -23,6 +23,7 @@ import (
 	"github.com/amemory/memory-operator/internal/vector"
 	"github.com/amemory/memory-operator/internal/vector/milvus"
 	"github.com/amemory/memory-operator/internal/vector/pgindex"
+	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
 // The engines, as spec.vector.engine and status.vector.engine name them.
@@ -46,8 +47,9 @@ type Vectors struct {
 	VectorEngine string
 	// MilvusAddress (host:port) and Collection locate a Milvus engine's collection.
 	MilvusAddress, Collection string
-	// VectorTable is the Postgres engine's table in the store's schema ("": its
-	// vectors table); an index generation has a table of its own.
+	// VectorTable is the Postgres or PGVector engine's table in the store's schema
+	// ("": its vectors or embeddings table); an index generation has a table of its
+	// own.
 	VectorTable string
 	// EfSearch and ExactBelow tune the PGVector engine's searches (0: its defaults):
 	// the HNSW candidate list size, and the scope size up to which a search is exact.
@@ -63,7 +65,7 @@ func (v *Vectors) RegisterPrefixed(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&v.VectorEngine, prefix+"vector-engine", Postgres, "Postgres, PGVector or Milvus")
 	fs.StringVar(&v.MilvusAddress, prefix+"milvus-address", "", "Milvus host:port (Milvus engine)")
 	fs.StringVar(&v.Collection, prefix+"collection", "", "Milvus collection (Milvus engine)")
-	fs.StringVar(&v.VectorTable, prefix+"vector-table", "", "table of the vectors in the store's schema (Postgres engine; default: vectors)")
+	fs.StringVar(&v.VectorTable, prefix+"vector-table", "", "table of the vectors in the store's schema (Postgres and PGVector engines; default: vectors, embeddings)")
 	fs.IntVar(&v.EfSearch, prefix+"hnsw-ef-search", 0, "HNSW candidate list size of a search (PGVector engine; 0: default)")
 	fs.IntVar(&v.ExactBelow, prefix+"exact-search-below", 0, "scope size up to which searches are exact (PGVector engine; 0: default)")
 }
@@ -106,8 +108,8 @@ func (v Vectors) ValidateEngine() error {
 	default:
 		return fmt.Errorf("--vector-engine %q: want Postgres, PGVector or Milvus", v.VectorEngine)
 	}
-	if v.VectorTable != "" && v.VectorTable != pgindex.Table && v.VectorEngine != Postgres {
-		return fmt.Errorf("--vector-table is for the Postgres engine; %s keeps its index where --collection says", v.VectorEngine)
+	if v.VectorTable != "" && v.VectorEngine == Milvus {
+		return errors.New("--vector-table is for the Postgres and PGVector engines; Milvus keeps its index where --collection says")
 	}
 	if v.EfSearch < 0 || v.ExactBelow < 0 {
 		return errors.New("--hnsw-ef-search and --exact-search-below must not be negative")
@@ -115,10 +117,19 @@ func (v Vectors) ValidateEngine() error {
 	return nil
 }
 
-// Table is the Postgres engine's table of vectors in the store's schema.
+// Table is the Postgres engine's table of vectors in the store's schema (the
+// vectors table on the other engines, which leave it empty).
 func (v Vectors) Table() string {
-	if v.VectorTable == "" {
+	if v.VectorTable == "" || v.VectorEngine != Postgres {
 		return pgindex.Table
+	}
+	return v.VectorTable
+}
+
+// pgvectorTable is the PGVector engine's table in the store's schema.
+func (v Vectors) pgvectorTable() string {
+	if v.VectorTable == "" {
+		return pgvector.Table
 	}
 	return v.VectorTable
 }

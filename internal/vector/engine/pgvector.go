@@ -7,8 +7,9 @@ import (
 	"github.com/amemory/memory-operator/internal/vector/pgvector"
 )
 
-// openPGVector is the PGVector engine's index, with v's search tuning (zero fields
+// openPGVector is the PGVector engine's index (its embeddings table, or a
+// generation's), with v's search tuning (zero fields
 // take pgvector's defaults).
 func openPGVector(pool *pgxpool.Pool, schema string, spec vector.Spec, v Vectors) vector.Index {
-	return pgvector.New(pool, schema, spec, pgvector.Params{EfSearch: v.EfSearch, ExactBelow: v.ExactBelow})
+	return pgvector.NewTable(pool, schema, v.pgvectorTable(), spec, pgvector.Params{EfSearch: v.EfSearch, ExactBelow: v.ExactBelow})
 }

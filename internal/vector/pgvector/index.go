@@ -35,6 +35,7 @@ const (
 type Index struct {
 	pool   *pgxpool.Pool
 	schema string
+	name   string // the table's bare name
 	table  string // sanitized, schema-qualified
 	spec   vector.Spec
 	params Params
@@ -60,7 +61,13 @@ var (
 // fields defaulted. It does not query: the extension's schema is looked up on first
 // use.
 func New(pool *pgxpool.Pool, schema string, spec vector.Spec, p Params) *Index {
-	return &Index{pool: pool, schema: schema, table: pgx.Identifier{schema, Table}.Sanitize(), spec: spec, params: p.WithDefaults()}
+	return NewTable(pool, schema, Table, spec, p)
+}
+
+// NewTable returns an index on another table of schema shaped like embeddings: an
+// index generation's (EnsureTable). It does not query.
+func NewTable(pool *pgxpool.Pool, schema, table string, spec vector.Spec, p Params) *Index {
+	return &Index{pool: pool, schema: schema, name: table, table: pgx.Identifier{schema, table}.Sanitize(), spec: spec, params: p.WithDefaults()}
 }
 
 // Spec reports the index's dimension and metric.
@@ -230,7 +237,7 @@ func (ix *Index) insertNew(ctx context.Context, tx pgx.Tx, entries []vector.Entr
 	if err != nil {
 		return false, err
 	}
-	_, err = sp.CopyFrom(ctx, pgx.Identifier{ix.schema, Table}, copyCols, ix.copyRows(entries))
+	_, err = sp.CopyFrom(ctx, pgx.Identifier{ix.schema, ix.name}, copyCols, ix.copyRows(entries))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == uniqueViolation {
 		ix.insertsMet.Store(true)
@@ -398,7 +405,8 @@ func readRows(rows pgx.Rows, dim int, fn func(id string, v []float32)) error {
 // (every one is exact), only slower; Ensure (every reconcile) builds a missing index
 // again. The role needs EXECUTE on DropIndexFunction (the worker role has it).
 func (ix *Index) DropSearchIndex(ctx context.Context) error {
-	if _, err := ix.pool.Exec(ctx, `SELECT `+pgx.Identifier{ix.schema, DropIndexFunction}.Sanitize()+`()`); err != nil {
+	drop, _ := TableFunctions(ix.name)
+	if _, err := ix.pool.Exec(ctx, `SELECT `+pgx.Identifier{ix.schema, drop}.Sanitize()+`()`); err != nil {
 		return fmt.Errorf("drop the HNSW index of %s: %w", ix.table, err)
 	}
 	return nil
@@ -407,7 +415,7 @@ func (ix *Index) DropSearchIndex(ctx context.Context) error {
 // SearchIndexDeferred reports since when a bulk load has held the HNSW index back
 // ("" when it is in place or was never dropped by DropSearchIndex).
 func (ix *Index) SearchIndexDeferred(ctx context.Context) (string, error) {
-	return searchIndexDeferred(ctx, ix.pool, ix.schema)
+	return searchIndexDeferred(ctx, ix.pool, ix.schema, ix.name)
 }
 
 // BuildSearchIndex builds the HNSW index unless it exists, with maintenanceWorkMem
@@ -416,13 +424,14 @@ func (ix *Index) SearchIndexDeferred(ctx context.Context) (string, error) {
 // 384 dimensions at m = 16, plus the vectors). It holds a SHARE lock on the table
 // (reads go on, writes wait) for the build, minutes at a million vectors.
 func (ix *Index) BuildSearchIndex(ctx context.Context, maintenanceWorkMem string) error {
+	_, build := TableFunctions(ix.name)
 	err := pgx.BeginFunc(ctx, ix.pool, func(tx pgx.Tx) error {
 		if maintenanceWorkMem != "" {
 			if _, err := tx.Exec(ctx, `SELECT set_config('maintenance_work_mem', $1, true)`, maintenanceWorkMem); err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, `SELECT `+pgx.Identifier{ix.schema, BuildIndexFunction}.Sanitize()+`()`)
+		_, err := tx.Exec(ctx, `SELECT `+pgx.Identifier{ix.schema, build}.Sanitize()+`()`)
 		return err
 	})
 	if err != nil {

@@ -408,6 +408,33 @@ func opClass(m vector.Metric) (class, op string) {
 // transaction, and is idempotent; an existing index keeps the M and EfConstruction it
 // was built with. Zero fields of p are defaulted.
 func Ensure(ctx context.Context, admin *pgxpool.Pool, schema string, spec vector.Spec, p Params) error {
+	return EnsureServing(ctx, admin, schema, Table, spec, p)
+}
+
+// EnsureServing is Ensure for the table that serves the store's searches: the
+// embeddings table, or an index generation's table (EnsureTable) once a switch of
+// embedding model made it serve. The spec recorded in store_meta is the serving
+// one's.
+func EnsureServing(ctx context.Context, admin *pgxpool.Pool, schema, table string, spec vector.Spec, p Params) error {
+	return ensure(ctx, admin, schema, table, spec, p, true)
+}
+
+// EnsureTable creates table in schema like the embeddings table, with its own HNSW
+// index and bulk-load functions (TableFunctions), unless it exists: the table of an
+// index generation, which a switch of embedding model fills beside the serving one
+// (pgstore's generations.go). It leaves store_meta's spec alone (that is the serving
+// table's). A new table starts with its HNSW index held back, as a bulk load holds it
+// (SearchIndexDeferred): whoever fills it builds the index when the table is full,
+// which costs a fraction of inserting every vector into the graph. A table holding
+// vectors of another dimension is refused (wrapping vector.ErrDimensionMismatch).
+func EnsureTable(ctx context.Context, admin *pgxpool.Pool, schema, table string, spec vector.Spec, p Params) error {
+	if table == Table {
+		return fmt.Errorf("pgvector: %q is the store's own embeddings table", table)
+	}
+	return ensure(ctx, admin, schema, table, spec, p, false)
+}
+
+func ensure(ctx context.Context, admin *pgxpool.Pool, schema, table string, spec vector.Spec, p Params, serving bool) error {
 	if err := ValidateSpec(spec); err != nil {
 		return err
 	}
@@ -415,7 +442,7 @@ func Ensure(ctx context.Context, admin *pgxpool.Pool, schema string, spec vector
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	table := pgx.Identifier{schema, Table}.Sanitize()
+	t := pgx.Identifier{schema, table}.Sanitize()
 	return pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
 		// One Ensure of a schema at a time: CREATE ... IF NOT EXISTS races otherwise.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(extLock), schema); err != nil {
@@ -425,56 +452,91 @@ func Ensure(ctx context.Context, admin *pgxpool.Pool, schema string, spec vector
 		if err != nil {
 			return err
 		}
-		if _, err := pgindex.RecordSpec(ctx, tx, schema, spec); err != nil {
+		if serving {
+			if _, err := pgindex.RecordSpec(ctx, tx, schema, spec); err != nil {
+				return err
+			}
+		}
+		var existed bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&existed); err != nil {
 			return err
 		}
 		extSchema := pgx.Identifier{ext.Schema}.Sanitize()
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+t+` (
 			memory_id text PRIMARY KEY,
 			scope text NOT NULL,
 			memory_type text NOT NULL,
 			embedding `+extSchema+`.vector(`+strconv.Itoa(spec.Dimension)+`) NOT NULL)`); err != nil {
-			return fmt.Errorf("create %s: %w", table, err)
+			return fmt.Errorf("create %s: %w", t, err)
 		}
 		// A table made before (by hand, or by an Ensure whose spec was then removed
 		// from store_meta) must hold vectors of this dimension.
 		var typmod int
 		if err := tx.QueryRow(ctx, `SELECT atttypmod FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'embedding'`,
-			table).Scan(&typmod); err != nil {
-			return fmt.Errorf("read the embedding column of %s: %w", table, err)
+			t).Scan(&typmod); err != nil {
+			return fmt.Errorf("read the embedding column of %s: %w", t, err)
 		}
 		if typmod != spec.Dimension {
-			return vector.DimensionError("table "+table, spec.Dimension, typmod)
+			return vector.DimensionError("table "+t, spec.Dimension, typmod)
 		}
-		if _, err := tx.Exec(ctx, `CREATE INDEX IF NOT EXISTS `+pgx.Identifier{Table + "_scope_type_idx"}.Sanitize()+
-			` ON `+table+` (scope, memory_type)`); err != nil {
-			return fmt.Errorf("create the scope index of %s: %w", table, err)
+		if _, err := tx.Exec(ctx, `CREATE INDEX IF NOT EXISTS `+pgx.Identifier{table + "_scope_type_idx"}.Sanitize()+
+			` ON `+t+` (scope, memory_type)`); err != nil {
+			return fmt.Errorf("create the scope index of %s: %w", t, err)
 		}
-		build := hnswDDL(schema, ext.Schema, spec.Metric, p)
+		if !existed && !serving {
+			if err := deferSearchIndex(ctx, tx, schema, table); err != nil {
+				return err
+			}
+		}
+		build := hnswDDL(schema, table, ext.Schema, spec.Metric, p)
 		// A bulk load that dropped the index builds it when it is done: building it
 		// here, under the load, would make every later row of it go through the graph.
-		deferred, err := searchIndexDeferred(ctx, tx, schema)
+		deferred, err := searchIndexDeferred(ctx, tx, schema, table)
 		if err != nil {
 			return err
 		}
 		if deferred == "" {
 			if _, err := tx.Exec(ctx, build); err != nil {
-				return fmt.Errorf("create the HNSW index of %s: %w", table, err)
+				return fmt.Errorf("create the HNSW index of %s: %w", t, err)
 			}
 		}
-		return ensureBulkFunctions(ctx, tx, schema, build)
+		return ensureBulkFunctions(ctx, tx, schema, table, build)
 	})
 }
 
-// hnswDDL creates the HNSW index of schema's embeddings table unless it exists.
-func hnswDDL(schema, extSchema string, m vector.Metric, p Params) string {
+// DropTable drops an index generation's table (EnsureTable) and its functions, if
+// they exist, as the schema's owner. The store's own embeddings table is never
+// dropped.
+func DropTable(ctx context.Context, admin *pgxpool.Pool, schema, table string) error {
+	if table == Table {
+		return fmt.Errorf("pgvector: %q is the store's own embeddings table", table)
+	}
+	drop, build := TableFunctions(table)
+	return pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
+		for _, stmt := range []string{
+			`DROP FUNCTION IF EXISTS ` + pgx.Identifier{schema, drop}.Sanitize() + `()`,
+			`DROP FUNCTION IF EXISTS ` + pgx.Identifier{schema, build}.Sanitize() + `()`,
+			`DROP TABLE IF EXISTS ` + pgx.Identifier{schema, table}.Sanitize(),
+		} {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("dropping %s.%s: %w", schema, table, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{schema, "store_meta"}.Sanitize()+` WHERE key = $1`,
+			metaSearchIndexDeferred(table)); err != nil {
+			return fmt.Errorf("dropping %s.%s: %w", schema, table, err)
+		}
+		return nil
+	})
+}
+
+// hnswDDL creates the HNSW index of schema's table unless it exists.
+func hnswDDL(schema, table, extSchema string, m vector.Metric, p Params) string {
 	class, _ := opClass(m)
-	return `CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{hnswIndex}.Sanitize() + ` ON ` + pgx.Identifier{schema, Table}.Sanitize() +
+	return `CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{table + "_hnsw_idx"}.Sanitize() + ` ON ` + pgx.Identifier{schema, table}.Sanitize() +
 		` USING hnsw (embedding ` + pgx.Identifier{extSchema}.Sanitize() + `.` + class + `) WITH (m = ` + strconv.Itoa(p.M) +
 		`, ef_construction = ` + strconv.Itoa(p.EfConstruction) + `)`
 }
-
-const hnswIndex = Table + "_hnsw_idx"
 
 // Functions of the store's schema that let a role without DDL rights (the worker's)
 // take the HNSW index away for a bulk load and build it again (DropSearchIndex,
@@ -482,43 +544,71 @@ const hnswIndex = Table + "_hnsw_idx"
 // graph one by one, about 15 times slower than COPY and CREATE INDEX after. They run
 // as their owner (the admin, SECURITY DEFINER) with a fixed search_path, do only
 // that, and PUBLIC may not call them; provisioning grants EXECUTE to the worker role.
+// These are the embeddings table's; TableFunctions names another table's.
 const (
-	DropIndexFunction  = "embeddings_drop_hnsw"
-	BuildIndexFunction = "embeddings_build_hnsw"
+	DropIndexFunction  = Table + "_drop_hnsw"
+	BuildIndexFunction = Table + "_build_hnsw"
 )
 
-// MetaSearchIndexDeferred is the store_meta key a bulk load's DropSearchIndex sets
-// (to when it dropped the index) and BuildSearchIndex removes.
-const MetaSearchIndexDeferred = "pgvector.search_index_deferred_since"
-
-// SearchIndexDeferred reports since when a bulk load has held the HNSW index back
-// ("" when none does): searches are exact until it builds the index.
-func SearchIndexDeferred(ctx context.Context, q Querier, schema string) (string, error) {
-	return searchIndexDeferred(ctx, q, schema)
+// TableFunctions names the functions that drop and build table's HNSW index.
+func TableFunctions(table string) (drop, build string) {
+	return table + "_drop_hnsw", table + "_build_hnsw"
 }
 
-func searchIndexDeferred(ctx context.Context, q Querier, schema string) (string, error) {
+// MetaSearchIndexDeferred is the store_meta key a bulk load's DropSearchIndex sets
+// (to when it dropped the index) and BuildSearchIndex removes, for the embeddings
+// table; another table's key ends in "." and its name.
+const MetaSearchIndexDeferred = "pgvector.search_index_deferred_since"
+
+func metaSearchIndexDeferred(table string) string {
+	if table == Table {
+		return MetaSearchIndexDeferred
+	}
+	return MetaSearchIndexDeferred + "." + table
+}
+
+// SearchIndexDeferred reports since when a bulk load has held the embeddings table's
+// HNSW index back ("" when none does): searches are exact until it builds the index.
+func SearchIndexDeferred(ctx context.Context, q Querier, schema string) (string, error) {
+	return searchIndexDeferred(ctx, q, schema, Table)
+}
+
+// TableSearchIndexDeferred is SearchIndexDeferred for another table of schema.
+func TableSearchIndexDeferred(ctx context.Context, q Querier, schema, table string) (string, error) {
+	return searchIndexDeferred(ctx, q, schema, table)
+}
+
+func searchIndexDeferred(ctx context.Context, q Querier, schema, table string) (string, error) {
 	var since string
-	err := q.QueryRow(ctx, `SELECT value FROM `+pgx.Identifier{schema, "store_meta"}.Sanitize()+` WHERE key = $1`,
-		MetaSearchIndexDeferred).Scan(&since)
+	key := metaSearchIndexDeferred(table)
+	err := q.QueryRow(ctx, `SELECT value FROM `+pgx.Identifier{schema, "store_meta"}.Sanitize()+` WHERE key = $1`, key).Scan(&since)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read %s of schema %s: %w", MetaSearchIndexDeferred, schema, err)
+		return "", fmt.Errorf("read %s of schema %s: %w", key, schema, err)
 	}
 	return since, nil
 }
 
-func ensureBulkFunctions(ctx context.Context, tx pgx.Tx, schema, build string) error {
+// deferSearchIndex marks table's HNSW index as held back, as the drop function does.
+func deferSearchIndex(ctx context.Context, tx pgx.Tx, schema, table string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "store_meta"}.Sanitize()+
+		` (key, value) VALUES ($1, now()::text) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`, metaSearchIndexDeferred(table))
+	return err
+}
+
+func ensureBulkFunctions(ctx context.Context, tx pgx.Tx, schema, table, build string) error {
 	const tag = "$memop_pgvector$"
 	meta := pgx.Identifier{schema, "store_meta"}.Sanitize()
+	key := quoteLiteral(metaSearchIndexDeferred(table))
 	// The drop leaves a mark in store_meta that Ensure honours (it builds no index
 	// under a load), the build takes it away.
-	drop := `DROP INDEX IF EXISTS ` + pgx.Identifier{schema, hnswIndex}.Sanitize() + `; INSERT INTO ` + meta +
-		` (key, value) VALUES (` + quoteLiteral(MetaSearchIndexDeferred) + `, now()::text) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`
-	build = build + `; DELETE FROM ` + meta + ` WHERE key = ` + quoteLiteral(MetaSearchIndexDeferred)
-	for fn, body := range map[string]string{DropIndexFunction: drop, BuildIndexFunction: build} {
+	drop := `DROP INDEX IF EXISTS ` + pgx.Identifier{schema, table + "_hnsw_idx"}.Sanitize() + `; INSERT INTO ` + meta +
+		` (key, value) VALUES (` + key + `, now()::text) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`
+	build = build + `; DELETE FROM ` + meta + ` WHERE key = ` + key
+	dropFn, buildFn := TableFunctions(table)
+	for fn, body := range map[string]string{dropFn: drop, buildFn: build} {
 		if strings.Contains(body, tag) {
 			return fmt.Errorf("schema name %q cannot hold the index functions", schema)
 		}
