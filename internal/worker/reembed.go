@@ -116,24 +116,12 @@ func RunReembed(ctx context.Context, cfg ReembedConfig, sec ReembedSecrets, log 
 }
 
 func (r *reembed) run(ctx context.Context, sec ReembedSecrets) error {
-	// The store's own tables; the generation's vectors go through its index only.
-	pool, store, err := openStore(ctx, sec.PostgresURI, r.cfg.Schema, engine.Vectors{})
+	pool, closeAll, err := r.prepare(ctx, sec)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	r.store = store
-	if r.gen, err = store.GenerationByNumber(ctx, r.cfg.Generation); err != nil {
-		return err
-	}
-	if err := r.checkGeneration(); err != nil {
-		return err
-	}
-	closeIndex, err := r.open(ctx, pool, sec)
-	if err != nil {
-		return err
-	}
-	defer closeIndex()
+	defer closeAll()
+	store := r.store
 	if r.gen.State == pgstore.GenerationServing {
 		// The cutover happened (this is a retried Job): only the changes recorded
 		// before it are left to do.
@@ -156,6 +144,11 @@ func (r *reembed) run(ctx context.Context, sec ReembedSecrets) error {
 	if err := r.buildSearchIndex(ctx); err != nil {
 		return err
 	}
+	// What was written while the index was built (minutes, at scale), so that the
+	// check finds it.
+	if err := r.catchUp(ctx, -1); err != nil {
+		return err
+	}
 	if err := r.verify(ctx, pool, sec); err != nil {
 		return err
 	}
@@ -163,6 +156,28 @@ func (r *reembed) run(ctx context.Context, sec ReembedSecrets) error {
 		return r.follow(ctx)
 	}
 	return nil
+}
+
+// prepare opens the store's tables (the generation's vectors go through its index
+// only), reads the generation, and opens its memory layer; closeAll closes both.
+func (r *reembed) prepare(ctx context.Context, sec ReembedSecrets) (pool *pgxpool.Pool, closeAll func(), err error) {
+	pool, store, err := openStore(ctx, sec.PostgresURI, r.cfg.Schema, engine.Vectors{})
+	if err != nil {
+		return nil, nil, err
+	}
+	r.store = store
+	if r.gen, err = store.GenerationByNumber(ctx, r.cfg.Generation); err == nil {
+		err = r.checkGeneration()
+	}
+	var closeIndex func()
+	if err == nil {
+		closeIndex, err = r.open(ctx, pool, sec)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, func() { closeIndex(); pool.Close() }, nil
 }
 
 // checkGeneration refuses a generation whose model is not the one this worker was
@@ -416,6 +431,9 @@ func (r *reembed) sample(ctx context.Context, pool *pgxpool.Pool, sec ReembedSec
 		return nil
 	}
 	items, err := r.sampleItems(ctx)
+	if err == nil {
+		items, err = r.caughtUp(ctx, items)
+	}
 	if err != nil || len(items) == 0 {
 		return err
 	}
@@ -444,6 +462,24 @@ func (r *reembed) sample(ctx context.Context, pool *pgxpool.Pool, sec ReembedSec
 			ErrSwitchCheckFailed, r.sum.Model, r.sum.Recall, len(items), drillK, s.Embedder.modelName(), r.sum.ServingRecall, r.cfg.Tolerance)
 	}
 	return nil
+}
+
+// caughtUp leaves out of items the memories with a change still to catch up on:
+// written since the last catch-up, they have no vector in the new index yet, or
+// one of their text before. The completeness check excuses them too; sampled, they
+// would count against the new model for what the worker has still to do (agents
+// writing while the check runs failed a switch that way). Items are read before
+// the changes, so one written after the read is caught up to the text queried.
+func (r *reembed) caughtUp(ctx context.Context, items []memory.Item) ([]memory.Item, error) {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.MemoryID
+	}
+	owed, err := r.store.GenerationChanged(ctx, r.gen.Number, ids)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(items, func(it memory.Item) bool { return owed[it.MemoryID] }), nil
 }
 
 // sampleItems picks the sample: SampleQueries memories of each of SampleScopes

@@ -441,6 +441,43 @@ func testReembedResumes(t *testing.T, eng string) {
 	e.checkGeneration(t)
 }
 
+// TestReembedSamplesWhatItCaughtUp: memories written after the worker's last
+// catch-up (agents go on writing while it checks) have no vector in the new index
+// yet; the sample of the check leaves them out, as the completeness check excuses
+// them, instead of failing the new model for them. It failed one CI run.
+func TestReembedSamplesWhatItCaughtUp(t *testing.T) {
+	e := newSwitchEnv(t, engine.Postgres)
+	e.seed(t, 2, 20)
+	e.start(t)
+	cfg := e.config()
+	cfg.SampleQueries, cfg.Tolerance = 100, 0.05 // every memory of both scopes
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if sum, err := RunReembed(t.Context(), cfg, e.secrets(), log); err != nil || sum.Sampled != 40 {
+		t.Fatalf("the re-embed: %+v, %v", sum, err)
+	}
+	// Written through the serving generation after the worker's last catch-up: a
+	// change each is recorded for generation 2.
+	var late []memory.Item
+	for i := range 20 {
+		late = append(late, memoryOf("", "user:0", fmt.Sprintf("user 0 late fact %d: likes tea %d", i, i), testNow))
+	}
+	if _, err := e.agent.RememberBatch(t.Context(), late); err != nil {
+		t.Fatal(err)
+	}
+	r := &reembed{cfg: cfg, log: log, sum: ReembedSummary{Model: cfg.Embedder.modelName(), ServingRecall: -1, Recall: -1}}
+	pool, closeAll, err := r.prepare(t.Context(), e.secrets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	if err := r.sample(t.Context(), pool, e.secrets()); err != nil {
+		t.Fatalf("the check with changes still to catch up on: %v", err)
+	}
+	if r.sum.Sampled != 40 || r.sum.Recall < r.sum.ServingRecall-cfg.Tolerance {
+		t.Fatalf("sampled %d (want the 40 caught up on), recall %.3f against %.3f", r.sum.Sampled, r.sum.Recall, r.sum.ServingRecall)
+	}
+}
+
 // TestReembedRefusesWhatItMustNotFill: a generation recorded for another model than
 // the worker was given, or none; a serving one it only catches up on.
 func TestReembedRefusesWhatItMustNotFill(t *testing.T) {
