@@ -469,7 +469,8 @@ func (r *reembed) sample(ctx context.Context, pool *pgxpool.Pool, sec ReembedSec
 // one of their text before. The completeness check excuses them too; sampled, they
 // would count against the new model for what the worker has still to do (agents
 // writing while the check runs failed a switch that way). Items are read before
-// the changes, so one written after the read is caught up to the text queried.
+// the changes: one written after the read keeps, in the new index, the vector of
+// the text read (nothing catches up during the check), which is the one queried.
 func (r *reembed) caughtUp(ctx context.Context, items []memory.Item) ([]memory.Item, error) {
 	ids := make([]string, len(items))
 	for i, it := range items {
