@@ -212,6 +212,14 @@ func runSwitch(t *testing.T, from, to switchModel) {
 		g, err := pg.GenerationByNumber(ctx, 2)
 		return !g.VerifiedAt.IsZero(), err
 	})
+	// The worker follows the agents until the cutover, which waits for some traffic:
+	// a switch can be checked within a second (one CI run wrote 11 memories during
+	// it), and a handful of writes proves little.
+	testutil.Eventually(t, "agents to write 24 memories during the switch", func() (bool, error) {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return len(tr.written) >= 48+24, nil
+	})
 
 	// The cutover: both generations recorded, a gateway on the new one replaces the
 	// old, then the new one serves.
