@@ -92,23 +92,23 @@ func rememberAll(t *testing.T, m *service.Memory, prefix string, n int) {
 		it := testItem("", fmt.Sprintf("user:%d", i%4), memory.Semantic, fmt.Sprintf(`{"fact":"%s %d likes %d"}`, prefix, i, i*7%11))
 		items = append(items, it)
 	}
-	opts, deadline := service.RememberOptions{}, time.Now().Add(waitTimeout)
-	for {
+	opts := service.RememberOptions{}
+	NewWithT(t).Eventually(func() error {
 		_, err := m.RememberBatchWith(context.Background(), items, opts)
 		if err == nil {
-			return
+			return nil
 		}
 		// Milvus 2.3.5 refuses a store's user now and then while other clients
 		// change roles on the same server (its proxies' policy cache,
 		// milvus-io/milvus#34667; seen on loaded CI runs). The agent does what the
 		// API says: the memories are stored, and a retry with Reindex repairs.
-		if !errors.Is(err, service.ErrNotIndexed) || !strings.Contains(err.Error(), "PermissionDenied") || time.Now().After(deadline) {
-			t.Fatal(err)
+		if !errors.Is(err, service.ErrNotIndexed) || !strings.Contains(err.Error(), "PermissionDenied") {
+			StopTrying("remembering " + prefix).Wrap(err).Now()
 		}
 		t.Logf("repairing the index after: %v", err)
 		opts.Reindex = true
-		time.Sleep(pollEvery)
-	}
+		return err
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
 }
 
 // switchOf is the store's embedding status and Switching condition.
@@ -190,6 +190,17 @@ func (p *reembedPod) stopIfFailed() {
 	if r := p.result(); r != nil && r.err != nil {
 		StopTrying(fmt.Sprintf("the re-embed worker failed: %v (%+v)", r.err, r.sum)).Now()
 	}
+}
+
+// waitCuttingOver waits until the store's switch is cutting over, stopping at once
+// when the worker failed.
+func (p *reembedPod) waitCuttingOver(g Gomega, store *memoryv1alpha1.MemoryStore) {
+	g.Eventually(func(g Gomega) {
+		p.stopIfFailed()
+		emb, _, _ := switchOf(g, store)
+		g.Expect(emb.Switch).NotTo(BeNil())
+		g.Expect(emb.Switch.Phase).To(Equal(memoryv1alpha1.SwitchCuttingOver), emb.Switch.Message)
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
 }
 
 // wait waits for the worker and records its end as the pod's and the Job's.
@@ -423,12 +434,7 @@ func TestEmbeddingSwitchOnPGVector(t *testing.T) {
 	g.Expect(exists("embeddings_g2_hnsw_idx")).To(BeFalse(), "the index is built after the fill")
 	pod := startReembedPod(t, job)
 	rememberAll(t, agentLayer(t, store), "during", 40)
-	g.Eventually(func(g Gomega) {
-		pod.stopIfFailed()
-		emb, _, _ := switchOf(g, store)
-		g.Expect(emb.Switch).NotTo(BeNil())
-		g.Expect(emb.Switch.Phase).To(Equal(memoryv1alpha1.SwitchCuttingOver), emb.Switch.Message)
-	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	pod.waitCuttingOver(g, store)
 	// The status of a reconcile during the cutover, for a reconcile that lost its
 	// status later (below).
 	stale := getStore(g, client.ObjectKeyFromObject(store))
@@ -535,12 +541,7 @@ func TestEmbeddingSwitchOnAuthenticatedMilvus(t *testing.T) {
 	g.Expect(grants()).To(And(ContainSubstring(g2+":Upsert"), ContainSubstring(base+":Upsert")))
 	pod := startReembedPod(t, job)
 	rememberAll(t, agentLayer(t, store), "during", 20)
-	g.Eventually(func(g Gomega) {
-		pod.stopIfFailed()
-		emb, _, _ := switchOf(g, store)
-		g.Expect(emb.Switch).NotTo(BeNil())
-		g.Expect(emb.Switch.Phase).To(Equal(memoryv1alpha1.SwitchCuttingOver), emb.Switch.Message)
-	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
+	pod.waitCuttingOver(g, store)
 	dep := waitGatewayDeployment(t, store, func(g Gomega, d *appsv1.Deployment) {
 		g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--collection=" + g2))
 	})
