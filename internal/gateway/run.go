@@ -534,6 +534,49 @@ func (l *lazyIndex) SearchMany(ctx context.Context, qs []vector.Query) (out [][]
 	return out, err
 }
 
+// errNoChangeTracker: the index cannot search what changed since a mark; the
+// caller searches everything instead. Not a failure of the index.
+var errNoChangeTracker = errors.New("the vector index cannot search what changed since a mark")
+
+// tracker is the index as a vector.ChangeTracker, dialled if need be.
+func (l *lazyIndex) tracker(ctx context.Context) (vector.ChangeTracker, error) {
+	ix, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ct, ok := ix.(vector.ChangeTracker)
+	if !ok {
+		return nil, errNoChangeTracker
+	}
+	return ct, nil
+}
+
+// Mark and SearchSince let a batch's near-duplicate check search before it takes
+// its locks (vector.ChangeTracker), under the index's bounds.
+func (l *lazyIndex) Mark(ctx context.Context) (m vector.Mark, err error) {
+	ct, err := l.tracker(ctx)
+	if err != nil {
+		return "", err
+	}
+	err = l.do(ctx, func(ctx context.Context, _ vector.Index) error {
+		m, err = ct.Mark(ctx)
+		return err
+	})
+	return m, err
+}
+
+func (l *lazyIndex) SearchSince(ctx context.Context, m vector.Mark, qs []vector.Query) (hits [][]vector.Hit, changed map[string]bool, err error) {
+	ct, err := l.tracker(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	err = l.do(ctx, func(ctx context.Context, _ vector.Index) error {
+		hits, changed, err = ct.SearchSince(ctx, m, qs)
+		return err
+	})
+	return hits, changed, err
+}
+
 // certReloader serves the TLS certificate, re-reading the files when they change (a
 // rotated Secret needs no restart).
 type certReloader struct {

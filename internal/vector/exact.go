@@ -30,6 +30,25 @@ type MultiSearcher interface {
 	SearchMany(ctx context.Context, qs []Query) ([][]Hit, error)
 }
 
+// Mark is an opaque point in an index's history (ChangeTracker.Mark).
+type Mark string
+
+// ChangeTracker is implemented by indexes that can search only the entries written
+// after a point in their history. A writer that must search under a lock (the
+// near-duplicate check) searches everything before it takes the lock, then only
+// what was written since, under it: the lock is held for the changes, not for a
+// scan of the whole scope.
+type ChangeTracker interface {
+	// Mark returns the index's present point. Every entry written (inserted or
+	// updated) by a write not complete when Mark returns is "written since" it.
+	Mark(ctx context.Context) (Mark, error)
+	// SearchSince answers qs as SearchMany would over only the entries written
+	// since m, and returns the IDs of those entries in the searched scopes (and
+	// types) as changed. It may count more entries as written since m than were
+	// (never fewer).
+	SearchSince(ctx context.Context, m Mark, qs []Query) (hits [][]Hit, changed map[string]bool, err error)
+}
+
 // SearchMany runs qs on ix: in one call when ix is a MultiSearcher, else as Searches,
 // at most parallel at a time. out[i] is qs[i]'s hits; the first error is returned.
 func SearchMany(ctx context.Context, ix Index, qs []Query, parallel int) ([][]Hit, error) {

@@ -480,6 +480,32 @@ $$;
 
 DROP INDEX {{t "memory_terms_memory_idx"}};
 `,
+	// 15: a vector row names the transaction that last wrote it (pgindex's
+	// ChangeTracker). A batch's near-duplicate check searches its scopes before it
+	// takes their locks, and under them only the rows written since its snapshot:
+	// xact >= the snapshot's oldest transaction, through the (scope, memory_type,
+	// xact) index, which takes the place of (scope, memory_type). Inserts take the
+	// column's default; updates a row trigger, so no writer can leave a stale one.
+	// Rows written before have none: older than any snapshot. Tables of index
+	// generations made before this migration keep their shape; a search since a
+	// mark fails on them, and the check searches everything under its locks, as it
+	// did before.
+	`
+ALTER TABLE {{t "vectors"}} ADD COLUMN xact xid8;
+ALTER TABLE {{t "vectors"}} ALTER COLUMN xact SET DEFAULT pg_current_xact_id();
+
+CREATE FUNCTION {{t "vectors_xact"}}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	NEW.xact := pg_current_xact_id();
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER {{i "vectors_xact"}} BEFORE UPDATE ON {{t "vectors"}}
+	FOR EACH ROW EXECUTE FUNCTION {{t "vectors_xact"}}();
+
+CREATE INDEX {{i "vectors_scope_type_xact_idx"}} ON {{t "vectors"}} (scope, memory_type, xact);
+DROP INDEX {{t "vectors_scope_type_idx"}};
+`,
 }
 
 // ExportableFrom is the oldest schema version an export reads (Store.ReadingVersion):
@@ -492,7 +518,7 @@ const ExportableFrom = 5
 
 // LatestVersion is the schema version Migrate brings a store to: the number of
 // migrations.
-const LatestVersion = 14
+const LatestVersion = 15
 
 // MaxSchemaLen is the longest schema name accepted: PostgreSQL silently truncates
 // identifiers beyond 63 bytes, which could make two stores share one schema.

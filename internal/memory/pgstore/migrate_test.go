@@ -192,6 +192,7 @@ func TestMigrate(t *testing.T) {
 		"vectors | scope | text | NO | ",
 		"vectors | memory_type | text | NO | ",
 		"vectors | embedding | bytea | NO | ",
+		"vectors | xact | xid8 | YES | pg_current_xact_id()",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("columns:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -226,7 +227,7 @@ func TestMigrate(t *testing.T) {
 		"term_docs_scope_idx: CREATE INDEX term_docs_scope_idx ON S.term_docs USING btree (scope) INCLUDE (length)",
 		"term_pending_batch_idx: CREATE INDEX term_pending_batch_idx ON S.term_pending USING btree (batch) WHERE (batch IS NOT NULL)",
 		"term_pending_scope_idx: CREATE INDEX term_pending_scope_idx ON S.term_pending USING btree (scope)",
-		"vectors_scope_type_idx: CREATE INDEX vectors_scope_type_idx ON S.vectors USING btree (scope, memory_type)",
+		"vectors_scope_type_xact_idx: CREATE INDEX vectors_scope_type_xact_idx ON S.vectors USING btree (scope, memory_type, xact)",
 	}
 	if strings.Join(defs, "\n") != strings.Join(wantIdx, "\n") {
 		t.Fatalf("indexes:\n%s\nwant:\n%s", strings.Join(defs, "\n"), strings.Join(wantIdx, "\n"))

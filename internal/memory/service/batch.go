@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -24,7 +25,10 @@ import (
 //   - the groups' pending index work, in one query and one embedding call;
 //   - one transaction (pgstore.BeginBatch, Commit): the stored memories the items
 //     could meet in one pipeline, the rows and index work in another;
-//   - one index search per foldable item, a few at a time;
+//   - one index search per foldable item, a few at a time. On an index that can
+//     search only what was written after a mark (vector.ChangeTracker: the Postgres
+//     engine) it is made before the locks, while other batches hold them, and
+//     under the locks only the vectors written since are searched (searchLocked);
 //   - for an index in the store's own database (TxIndex), the vectors written in
 //     that transaction; for another, one Upsert and one read-back after it;
 //   - once the locks are let go, one transaction for the postings (WriteTerms),
@@ -82,8 +86,13 @@ func (w *writer) writeBatchLocked(ctx context.Context) (*pgstore.BatchTx, bool, 
 	var (
 		lock    *pgstore.ScopeLock
 		pending map[groupKey][]knownVector
+		early   *earlySearch
 	)
 	if len(groups) > 0 {
+		early = w.searchEarly(ctx)
+		if w.m.beforeLocks != nil {
+			w.m.beforeLocks()
+		}
 		var err error
 		if lock, err = w.lockGroups(ctx, groups); err != nil {
 			return nil, true, err
@@ -109,11 +118,16 @@ func (w *writer) writeBatchLocked(ctx context.Context) (*pgstore.BatchTx, bool, 
 				searched[i] = true
 			}
 		}
-		w.searchIndex(ctx, need, hits)
-		ops, sims, ok, err := w.plan(ctx, b, hits, pending)
-		if err != nil || !ok {
+		live, err := w.searchLocked(ctx, b, early, need, hits, pending)
+		if err != nil {
 			b.Rollback()
-			return nil, err != nil, err
+			return nil, true, err
+		}
+		early = nil // a retry searches what it has not searched under the locks
+		ops, sims, ok := w.plan(b, hits, pending, live)
+		if !ok {
+			b.Rollback()
+			return nil, false, nil
 		}
 		var inTx pgstore.IndexInTx
 		if w.m.txIndex != nil && !w.embedFailed {
@@ -183,13 +197,10 @@ func (w *writer) finish(ctx context.Context, ops []pgstore.BatchOp, sims []float
 }
 
 // plan decides every item's outcome, in order, as writing them one by one would
-// (see the top of this file). ok is false when an item names a stored memory, or one
-// an earlier item inserts: the batch is then written item by item.
-func (w *writer) plan(ctx context.Context, b *pgstore.BatchTx, hits []vector.Hit, pending map[groupKey][]knownVector) (ops []pgstore.BatchOp, sims []float32, ok bool, err error) {
-	live, err := liveNamed(ctx, b, hits, pending)
-	if err != nil {
-		return nil, nil, false, err
-	}
+// (see the top of this file), given which of the memories hits and pending name are
+// live. ok is false when an item names a stored memory, or one an earlier item
+// inserts: the batch is then written item by item.
+func (w *writer) plan(b *pgstore.BatchTx, hits []vector.Hit, pending map[groupKey][]knownVector, live map[string]bool) (ops []pgstore.BatchOp, sims []float32, ok bool) {
 	metric := w.m.index.Spec().Metric
 	ops = make([]pgstore.BatchOp, len(w.items))
 	sims = make([]float32, len(w.items))
@@ -221,12 +232,12 @@ func (w *writer) plan(ctx context.Context, b *pgstore.BatchTx, hits []vector.Hit
 			// vector): stored, as one by one.
 		}
 		if !b.Fresh(i) || inserted[it.MemoryID] {
-			return nil, nil, false, nil
+			return nil, nil, false
 		}
 		if it.Key != "" {
 			slot := it.Scope + "\x00" + it.Key
 			if slots[slot] {
-				return nil, nil, false, nil
+				return nil, nil, false
 			}
 			slots[slot] = true
 		} else {
@@ -238,7 +249,7 @@ func (w *writer) plan(ctx context.Context, b *pgstore.BatchTx, hits []vector.Hit
 			added[g] = append(added[g], knownVector{it.MemoryID, vector.Prepare(metric, w.vecs[i])})
 		}
 	}
-	return ops, sims, true, nil
+	return ops, sims, true
 }
 
 // liveNamed returns which of the memories the index hits and the pending work name
@@ -286,25 +297,132 @@ func nearestOf(metric vector.Metric, vec []float32, hit vector.Hit, added, pendi
 	return best, sim
 }
 
-// searchIndex fills hits[i], for each i of idx, with the index's nearest memory of
-// items[i]'s group (none when the index has none or cannot answer, as nearest): in one
-// call when the index answers many searches at once (vector.MultiSearcher), else
-// batchSearches at a time.
-func (w *writer) searchIndex(ctx context.Context, idx []int, hits []vector.Hit) {
+// earlySearch is the near-duplicate search of a batch's foldable items made before
+// it takes its locks, on an index that can then search only what changed since
+// (vector.ChangeTracker).
+type earlySearch struct {
+	tracker vector.ChangeTracker
+	mark    vector.Mark
+	hits    []vector.Hit // by item; the zero Hit where the index had none
+}
+
+// searchEarly searches every foldable item's group before the batch takes its
+// locks: while it scans, other batches hold theirs. It returns nil, and the search
+// is made under the locks as for any index, when the index cannot search what
+// changed since a mark or when the mark or the search fails.
+func (w *writer) searchEarly(ctx context.Context) *earlySearch {
+	tracker, ok := w.m.index.(vector.ChangeTracker)
+	if !ok {
+		return nil
+	}
+	// The mark comes first: whatever the search misses was written after it.
+	mark, err := tracker.Mark(ctx)
+	if err != nil {
+		return nil
+	}
+	var idx []int
+	for i := range w.items {
+		if w.foldable(i) {
+			idx = append(idx, i)
+		}
+	}
+	hits := make([]vector.Hit, len(w.items))
+	if err := w.searchInto(ctx, idx, hits); err != nil {
+		return nil
+	}
+	return &earlySearch{tracker: tracker, mark: mark, hits: hits}
+}
+
+// searchLocked fills hits[i], for each i of need, with the index's nearest memory of
+// items[i]'s group as a search under the locks would find it, and returns which of
+// the memories hits and pending name are live. Without an early search it is that
+// search. With one, it searches under the locks only what was written since the
+// early search's mark, and takes the better of the two: every other vector is as
+// the early search saw it. An item whose early hit changed since, or whose hit is
+// no live memory (forgotten, deleted, archived meanwhile: the search under the locks
+// would have found the next one), is searched again in full.
+func (w *writer) searchLocked(ctx context.Context, b *pgstore.BatchTx, early *earlySearch, need []int, hits []vector.Hit, pending map[groupKey][]knownVector) (map[string]bool, error) {
+	var (
+		since   [][]vector.Hit
+		changed map[string]bool
+		err     error
+	)
+	if early != nil && len(need) > 0 {
+		since, changed, err = early.tracker.SearchSince(ctx, early.mark, w.queries(need))
+	}
+	if early == nil || len(need) == 0 || err != nil { // err: as without an early search
+		w.searchIndex(ctx, need, hits)
+		return liveNamed(ctx, b, hits, pending)
+	}
+	for j, i := range need {
+		hits[i] = early.hits[i]
+		if len(since[j]) > 0 && (hits[i].ID == "" || vector.RankHits([]vector.Hit{hits[i], since[j][0]}, 1)[0].ID != hits[i].ID) {
+			hits[i] = since[j][0]
+		}
+	}
+	live, err := liveNamed(ctx, b, hits, pending)
+	if err != nil {
+		return nil, err
+	}
+	var again []int
+	for _, i := range need {
+		if id := early.hits[i].ID; (id != "" && changed[id]) || (hits[i].ID != "" && !live[hits[i].ID]) {
+			again = append(again, i)
+			hits[i] = vector.Hit{}
+		}
+	}
+	if len(again) == 0 {
+		return live, nil
+	}
+	w.searchIndex(ctx, again, hits)
+	var named []string
+	for _, i := range again {
+		if hits[i].ID != "" {
+			named = append(named, hits[i].ID)
+		}
+	}
+	more, err := b.Live(ctx, named)
+	if err != nil {
+		return nil, fmt.Errorf("memory service: write: %w", err)
+	}
+	maps.Copy(live, more)
+	return live, nil
+}
+
+// queries are the near-duplicate searches of items idx: the nearest memory of each
+// one's (scope, type) group.
+func (w *writer) queries(idx []int) []vector.Query {
 	qs := make([]vector.Query, len(idx))
 	for j, i := range idx {
 		it := w.items[i]
 		qs[j] = vector.Query{Scope: it.Scope, Types: []string{string(it.MemoryType)}, Vector: w.vecs[i], K: 1}
 	}
-	found, err := vector.SearchMany(ctx, w.m.index, qs, batchSearches)
+	return qs
+}
+
+// searchIndex fills hits[i], for each i of idx, with the index's nearest memory of
+// items[i]'s group (none when the index has none or cannot answer, as nearest): in one
+// call when the index answers many searches at once (vector.MultiSearcher), else
+// batchSearches at a time.
+func (w *writer) searchIndex(ctx context.Context, idx []int, hits []vector.Hit) {
+	_ = w.searchInto(ctx, idx, hits)
+}
+
+// searchInto is searchIndex, reporting the index's failure.
+func (w *writer) searchInto(ctx context.Context, idx []int, hits []vector.Hit) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	found, err := vector.SearchMany(ctx, w.m.index, w.queries(idx), batchSearches)
 	if err != nil {
-		return
+		return err
 	}
 	for j, i := range idx {
 		if len(found[j]) > 0 {
 			hits[i] = found[j][0]
 		}
 	}
+	return nil
 }
 
 // unindexedGroups is unindexed for several groups: one query, one embedding call.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/amemory/memory-operator/internal/embed"
 	"github.com/amemory/memory-operator/internal/memory"
 	"github.com/amemory/memory-operator/internal/memory/pgstore"
 	"github.com/amemory/memory-operator/internal/memory/service"
@@ -272,5 +273,84 @@ func TestBatchIndexesInItsTransaction(t *testing.T) {
 	}
 	if n, err := f.store.Count(ctx); err != nil || n != 0 {
 		t.Fatalf("memories stored by the batch whose vectors failed = %d, %v; want 0", n, err)
+	}
+}
+
+// TestBatchSeesWhatChangedWhileItSearched: a batch on an index that searches before
+// the batch takes its locks (pgindex, a vector.ChangeTracker) decides as a search
+// under the locks would, whatever another writer does between that search and the
+// locks: a near-duplicate stored meanwhile is reinforced, not copied; when the
+// memory the early search found is deleted or rewritten meanwhile, the next
+// nearest one is reinforced, with its similarity.
+func TestBatchSeesWhatChangedWhileItSearched(t *testing.T) {
+	ctx := t.Context()
+	fact := func(id, scope, text string) memory.Item {
+		return memory.Item{MemoryID: id, Scope: scope, MemoryType: memory.Semantic, BaseScore: 0.5, Source: "test",
+			Content: json.RawMessage(fmt.Sprintf(`{"text":%q}`, text)), CreatedAt: now, UpdatedAt: now}
+	}
+	// X is nearest to A, then to B; the threshold folds X into either.
+	a, b := fact("a", "user:1", "coffee tea hot iced refund"), fact("b", "user:1", "coffee tea hot window seat")
+	x, other := fact("x", "user:1", "coffee tea hot iced refund order"), fact("y", "user:2", "shipped address")
+	vecs, err := embed.NewHashing(dim).Embed(ctx, embed.Passage, []string{x.EmbeddingText(), a.EmbeddingText(), b.EmbeddingText()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simA := vector.Score(vector.Cosine, vector.Prepare(vector.Cosine, vecs[1]), vector.Prepare(vector.Cosine, vecs[0]))
+	simB := vector.Score(vector.Cosine, vector.Prepare(vector.Cosine, vecs[2]), vector.Prepare(vector.Cosine, vecs[0]))
+	if simA <= simB+0.05 || simB < 0.3 {
+		t.Fatalf("the texts do not test it: similarity to A %.3f, to B %.3f", simA, simB)
+	}
+	opts := service.WriteOptions{DedupThreshold: float64(simB) - 0.01}
+
+	for _, tc := range []struct {
+		name      string
+		stored    []memory.Item
+		meanwhile func(e *env) error
+		want      string // the memory x is folded into
+		sim       float32
+	}{
+		{"a near-duplicate stored meanwhile", nil, func(e *env) error {
+			_, err := e.mem.Write(ctx, []memory.Item{a}, opts)
+			return err
+		}, "a", simA},
+		{"the nearest deleted meanwhile", []memory.Item{a, b}, func(e *env) error {
+			_, err := e.mem.Delete(ctx, "a", "test")
+			return err
+		}, "b", simB},
+		{"the nearest rewritten meanwhile", []memory.Item{a, b}, func(e *env) error {
+			_, err := e.mem.Write(ctx, []memory.Item{fact("a", "user:1", "shipped order address")}, opts)
+			return err
+		}, "b", simB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, backends[0], nil)
+			if len(tc.stored) > 0 { // A and B are alike too: stored without the check
+				if _, err := e.mem.Write(ctx, clone(tc.stored), service.WriteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ran := false
+			service.SetBeforeLocks(e.mem, func() {
+				if !ran {
+					ran = true
+					if err := tc.meanwhile(e); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			res, err := e.mem.Write(ctx, []memory.Item{x, other}, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ran {
+				t.Fatal("the batch made no early search")
+			}
+			if got := res[0]; got.Outcome != service.Reinforced || got.MemoryID != tc.want || got.Similarity != tc.sim {
+				t.Fatalf("x: %+v, want reinforced into %s at %.4f", got, tc.want, tc.sim)
+			}
+			if got := res[1]; got.Outcome != pgstore.Inserted {
+				t.Fatalf("y: %+v, want inserted", got)
+			}
+		})
 	}
 }

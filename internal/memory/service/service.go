@@ -96,6 +96,9 @@ type Memory struct {
 	// txIndex, when set, is index itself, kept in the store's database: batches
 	// write their vectors in the transaction that stores their memories.
 	txIndex TxIndex
+	// beforeLocks, when set (tests), runs after a batch's early near-duplicate
+	// search and before it takes its locks.
+	beforeLocks func()
 }
 
 // TxIndex is an index kept in the store's own PostgreSQL database (the Postgres and

@@ -4,7 +4,9 @@
 // It uses two tables the store's migrations create:
 //
 //	vectors(memory_id text primary key, scope text not null, memory_type text not null,
-//	        embedding bytea not null)   -- indexed on (scope, memory_type); storage.go
+//	        embedding bytea not null,   -- storage.go
+//	        xact xid8)                  -- the transaction that last wrote the row
+//	-- indexed on (scope, memory_type, xact)
 //	store_meta(key text primary key, value text not null)
 //
 // Search narrows to one scope (and optionally types) through the (scope, memory_type)
@@ -127,6 +129,9 @@ func EnsureTable(ctx context.Context, admin *pgxpool.Pool, schema, table string,
 			stmts = append(stmts, `CREATE TRIGGER `+pgx.Identifier{table + "_scope_versions_" + strings.ToLower(ev.event[:3])}.Sanitize()+
 				` AFTER `+ev.event+` ON `+t+` REFERENCING `+ev.ref+` FOR EACH STATEMENT EXECUTE FUNCTION `+pgx.Identifier{schema, fn}.Sanitize()+`()`)
 		}
+		// LIKE copies xact's default, not the trigger that keeps it on updates.
+		stmts = append(stmts, `CREATE TRIGGER `+pgx.Identifier{table + "_xact"}.Sanitize()+` BEFORE UPDATE ON `+t+
+			` FOR EACH ROW EXECUTE FUNCTION `+pgx.Identifier{schema, "vectors_xact"}.Sanitize()+`()`)
 		for _, q := range stmts {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return fmt.Errorf("creating %s: %w", t, err)
@@ -208,7 +213,10 @@ type Index struct {
 	insertsMet atomic.Bool
 }
 
-var _ vector.Index = (*Index)(nil)
+var (
+	_ vector.Index         = (*Index)(nil)
+	_ vector.ChangeTracker = (*Index)(nil)
+)
 
 // New returns an index on schema's vectors table (see Ensure). It does not query.
 func New(pool *pgxpool.Pool, schema string, spec vector.Spec) *Index {
@@ -462,6 +470,36 @@ func (ix *Index) scopeRows(scope string, types []string) (string, []any) {
 // search per memory, over hundreds of scopes: one statement each cost more than
 // reading their rows).
 func (ix *Index) SearchMany(ctx context.Context, qs []vector.Query) ([][]vector.Hit, error) {
+	hits, _, err := ix.searchMany(ctx, qs, "")
+	return hits, err
+}
+
+// Mark is vector.ChangeTracker's Mark: a snapshot of the database's transactions
+// (pg_current_snapshot). Every row carries the transaction that last wrote it
+// (column xact, migration 15), so the rows written since are those whose
+// transaction the snapshot does not see as committed.
+func (ix *Index) Mark(ctx context.Context) (vector.Mark, error) {
+	var snap string
+	if err := ix.pool.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
+		return "", fmt.Errorf("mark %s: %w", ix.table, err)
+	}
+	return vector.Mark(snap), nil
+}
+
+// SearchSince is vector.ChangeTracker's SearchSince: SearchMany over the rows
+// written by transactions that m does not see, found through the (scope,
+// memory_type, xact) index from the snapshot's oldest transaction on. A row of a
+// table written before migration 15 has no xact: it is older than any mark.
+func (ix *Index) SearchSince(ctx context.Context, m vector.Mark, qs []vector.Query) ([][]vector.Hit, map[string]bool, error) {
+	if m == "" {
+		return nil, nil, fmt.Errorf("search vectors in %s: no mark", ix.table)
+	}
+	return ix.searchMany(ctx, qs, m)
+}
+
+// searchMany is SearchMany, over the rows written since m unless m is "", in which
+// case changed is nil.
+func (ix *Index) searchMany(ctx context.Context, qs []vector.Query, m vector.Mark) ([][]vector.Hit, map[string]bool, error) {
 	type group struct {
 		queries [][]float32
 		ks      []int
@@ -476,7 +514,7 @@ func (ix *Index) SearchMany(ctx context.Context, qs []vector.Query) ([][]vector.
 	byTypes := map[string]*typeSet{}
 	for i, q := range qs {
 		if err := vector.ValidateQuery(ix.spec, q); err != nil {
-			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+			return nil, nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 		}
 		types := slices.Sorted(slices.Values(q.Types))
 		key := strings.Join(types, "\x00")
@@ -497,8 +535,12 @@ func (ix *Index) SearchMany(ctx context.Context, qs []vector.Query) ([][]vector.
 		g.members = append(g.members, i)
 	}
 	out := make([][]vector.Hit, len(qs))
+	var changed map[string]bool
+	if m != "" {
+		changed = map[string]bool{}
+	}
 	if len(sets) == 0 {
-		return out, nil
+		return out, changed, nil
 	}
 	batch := &pgx.Batch{}
 	for _, ts := range sets {
@@ -508,15 +550,23 @@ func (ix *Index) SearchMany(ctx context.Context, qs []vector.Query) ([][]vector.
 			typeFilter = ` AND v.memory_type = ANY($3::text[])`
 			args = append(args, ts.types)
 		}
+		sinceFilter := ""
+		if m != "" {
+			// xact >= the snapshot's oldest transaction is the index's range; the
+			// visibility test keeps the rows of transactions the snapshot did not see.
+			n := strconv.Itoa(len(args) + 1)
+			sinceFilter = ` AND v.xact >= pg_snapshot_xmin($` + n + `::pg_snapshot) AND NOT pg_visible_in_snapshot(v.xact, $` + n + `::pg_snapshot)`
+			args = append(args, string(m))
+		}
 		batch.Queue(`SELECT v.scope, v.memory_id, v.embedding FROM `+ix.table+` v
-			WHERE v.scope = ANY($1::text[])`+typeFilter+` AND octet_length(v.embedding) = $2`, args...)
+			WHERE v.scope = ANY($1::text[])`+typeFilter+` AND octet_length(v.embedding) = $2`+sinceFilter, args...)
 	}
 	br := ix.pool.SendBatch(ctx, batch)
 	defer func() { _ = br.Close() }()
 	for _, ts := range sets {
 		rows, err := br.Query()
 		if err != nil {
-			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+			return nil, nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 		}
 		best := map[string][]hitHeap{}
 		for scope, g := range ts.groups {
@@ -527,6 +577,9 @@ func (ix *Index) SearchMany(ctx context.Context, qs []vector.Query) ([][]vector.
 			if g == nil {
 				return nil // cannot happen: = ANY compares the bytes
 			}
+			if changed != nil {
+				changed[id] = true
+			}
 			for qi, query := range g.queries {
 				if err := best[scope][qi].offer(ix.spec.Metric, id, raw, query, g.ks[qi]); err != nil {
 					return err
@@ -535,7 +588,7 @@ func (ix *Index) SearchMany(ctx context.Context, qs []vector.Query) ([][]vector.
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
+			return nil, nil, fmt.Errorf("search vectors in %s: %w", ix.table, err)
 		}
 		for scope, g := range ts.groups {
 			for qi, i := range g.members {
@@ -543,5 +596,5 @@ func (ix *Index) SearchMany(ctx context.Context, qs []vector.Query) ([][]vector.
 			}
 		}
 	}
-	return out, br.Close()
+	return out, changed, br.Close()
 }

@@ -37,8 +37,11 @@ func newSchema(t testing.TB, pool *pgxpool.Pool, name string) string {
 	ctx := context.Background()
 	s := pgx.Identifier{name}.Sanitize()
 	ddl := `CREATE SCHEMA ` + s + `;
-		CREATE TABLE ` + s + `.vectors (memory_id text primary key, scope text not null, memory_type text not null, embedding bytea not null);
-		CREATE INDEX ON ` + s + `.vectors (scope, memory_type);
+		CREATE TABLE ` + s + `.vectors (memory_id text primary key, scope text not null, memory_type text not null, embedding bytea not null,
+			xact xid8 DEFAULT pg_current_xact_id());
+		CREATE INDEX ON ` + s + `.vectors (scope, memory_type, xact);
+		CREATE FUNCTION ` + s + `.vectors_xact() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.xact := pg_current_xact_id(); RETURN NEW; END $$;
+		CREATE TRIGGER vectors_xact BEFORE UPDATE ON ` + s + `.vectors FOR EACH ROW EXECUTE FUNCTION ` + s + `.vectors_xact();
 		CREATE TABLE ` + s + `.store_meta (key text primary key, value text not null);`
 	if _, err := pool.Exec(ctx, ddl); err != nil {
 		t.Fatalf("create schema %s: %v", name, err)
@@ -187,7 +190,8 @@ func TestUpsertPathsStoreTheSameRows(t *testing.T) {
 	}
 	dump := func(ix *pgindex.Index) string {
 		var s string
-		if err := pool.QueryRow(ctx, `SELECT string_agg(row(v.*)::text, ';' ORDER BY memory_id) FROM `+
+		// Every column but xact, which names the transaction that wrote the row.
+		if err := pool.QueryRow(ctx, `SELECT string_agg(row(v.memory_id, v.scope, v.memory_type, v.embedding)::text, ';' ORDER BY memory_id) FROM `+
 			pgx.Identifier{ix.Schema(), "vectors"}.Sanitize()+` v`).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
@@ -246,8 +250,8 @@ func TestSearchUsesScopeIndex(t *testing.T) {
 	if _, err := pgx.ForEachRow(rows, []any{&line}, func() error { plan.WriteString(line + "\n"); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(plan.String(), "vectors_scope_memory_type_idx") {
-		t.Fatalf("scope filter does not use the (scope, memory_type) index:\n%s", plan.String())
+	if !strings.Contains(plan.String(), "vectors_scope_memory_type_xact_idx") {
+		t.Fatalf("scope filter does not use the (scope, memory_type, xact) index:\n%s", plan.String())
 	}
 	hits, err := idx.Search(ctx, vector.Query{Scope: "user:7", Vector: []float32{1500, 1}, K: 3})
 	if err != nil {
