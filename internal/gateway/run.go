@@ -538,23 +538,22 @@ func (l *lazyIndex) SearchMany(ctx context.Context, qs []vector.Query) (out [][]
 // caller searches everything instead. Not a failure of the index.
 var errNoChangeTracker = errors.New("the vector index cannot search what changed since a mark")
 
-// tracker is the index as a vector.ChangeTracker, dialled if need be.
-func (l *lazyIndex) tracker(ctx context.Context) (vector.ChangeTracker, error) {
-	ix, err := l.get(ctx)
-	if err != nil {
-		return nil, err
+// tracker is the index as a vector.ChangeTracker. It never dials: the engines that
+// track changes live in the store's database and are opened at startup, and a
+// Milvus that is down must not cost each batch a connection attempt here.
+func (l *lazyIndex) tracker() (vector.ChangeTracker, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ct, ok := l.ix.(vector.ChangeTracker); ok {
+		return ct, nil
 	}
-	ct, ok := ix.(vector.ChangeTracker)
-	if !ok {
-		return nil, errNoChangeTracker
-	}
-	return ct, nil
+	return nil, errNoChangeTracker
 }
 
 // Mark and SearchSince let a batch's near-duplicate check search before it takes
 // its locks (vector.ChangeTracker), under the index's bounds.
 func (l *lazyIndex) Mark(ctx context.Context) (m vector.Mark, err error) {
-	ct, err := l.tracker(ctx)
+	ct, err := l.tracker()
 	if err != nil {
 		return "", err
 	}
@@ -566,7 +565,7 @@ func (l *lazyIndex) Mark(ctx context.Context) (m vector.Mark, err error) {
 }
 
 func (l *lazyIndex) SearchSince(ctx context.Context, m vector.Mark, qs []vector.Query) (hits [][]vector.Hit, changed map[string]bool, err error) {
-	ct, err := l.tracker(ctx)
+	ct, err := l.tracker()
 	if err != nil {
 		return nil, nil, err
 	}

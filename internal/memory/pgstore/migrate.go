@@ -486,10 +486,9 @@ DROP INDEX {{t "memory_terms_memory_idx"}};
 	// xact >= the snapshot's oldest transaction, through the (scope, memory_type,
 	// xact) index, which takes the place of (scope, memory_type). Inserts take the
 	// column's default; updates a row trigger, so no writer can leave a stale one.
-	// Rows written before have none: older than any snapshot. Tables of index
-	// generations made before this migration keep their shape; a search since a
-	// mark fails on them, and the check searches everything under its locks, as it
-	// did before.
+	// Rows written before have none: older than any snapshot. The tables of index
+	// generations (vectors_g2, ...: a store that switched models serves from one)
+	// get the same column, trigger and index.
 	`
 ALTER TABLE {{t "vectors"}} ADD COLUMN xact xid8;
 ALTER TABLE {{t "vectors"}} ALTER COLUMN xact SET DEFAULT pg_current_xact_id();
@@ -505,6 +504,28 @@ CREATE TRIGGER {{i "vectors_xact"}} BEFORE UPDATE ON {{t "vectors"}}
 
 CREATE INDEX {{i "vectors_scope_type_xact_idx"}} ON {{t "vectors"}} (scope, memory_type, xact);
 DROP INDEX {{t "vectors_scope_type_idx"}};
+
+DO $$
+DECLARE
+	gen text;
+	old text;
+BEGIN
+	FOR gen IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = {{literal}} AND c.relkind = 'r' AND c.relname ~ '^vectors_g[0-9]+$'
+	LOOP
+		EXECUTE format('ALTER TABLE %I.%I ADD COLUMN xact xid8', {{literal}}, gen);
+		EXECUTE format('ALTER TABLE %I.%I ALTER COLUMN xact SET DEFAULT pg_current_xact_id()', {{literal}}, gen);
+		EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE ON %I.%I FOR EACH ROW EXECUTE FUNCTION %I.vectors_xact()',
+			gen || '_xact', {{literal}}, gen, {{literal}});
+		EXECUTE format('CREATE INDEX ON %I.%I (scope, memory_type, xact)', {{literal}}, gen);
+		FOR old IN SELECT i.indexname FROM pg_indexes i
+			WHERE i.schemaname = {{literal}} AND i.tablename = gen AND i.indexdef LIKE '%(scope, memory_type)'
+		LOOP
+			EXECUTE format('DROP INDEX %I.%I', {{literal}}, old);
+		END LOOP;
+	END LOOP;
+END
+$$;
 `,
 }
 
@@ -545,6 +566,11 @@ func renderMigration(schema, text string) (string, error) {
 	tmpl, err := template.New("migration").Funcs(template.FuncMap{
 		"t": func(name string) string { return pgx.Identifier{schema, name}.Sanitize() },
 		"i": func(name string) string { return pgx.Identifier{name}.Sanitize() },
+		// literal is the schema's name as an SQL string literal (an escape string, so
+		// it reads the same whatever standard_conforming_strings says).
+		"literal": func() string {
+			return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(schema) + "'"
+		},
 	}).Parse(text)
 	if err != nil {
 		return "", err
