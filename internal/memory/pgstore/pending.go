@@ -348,12 +348,7 @@ type ScopeType struct {
 // batches (or a batch and single writers, which hold one lock) never wait on each
 // other in a cycle. Release them with Unlock.
 func (s *Store) LockScopes(ctx context.Context, groups []ScopeType) (*ScopeLock, error) {
-	keys := make([]int64, len(groups))
-	for i, g := range groups {
-		keys[i] = s.scopeLockKey(g.Scope, g.Type)
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
+	keys := s.scopeLockKeys(groups)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: lock scopes: %w", err)
@@ -367,6 +362,44 @@ func (s *Store) LockScopes(ctx context.Context, groups []ScopeType) (*ScopeLock,
 		return nil, fmt.Errorf("pgstore: lock scopes: %w", err)
 	}
 	return l, nil
+}
+
+// scopeLockKeys are the lock keys of groups, ascending, each once.
+func (s *Store) scopeLockKeys(groups []ScopeType) []int64 {
+	keys := make([]int64, len(groups))
+	for i, g := range groups {
+		keys[i] = s.scopeLockKey(g.Scope, g.Type)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// TryLockScopes is LockScopes without waiting: it takes every lock that is free in
+// one statement and, when all were, returns them held; when any was held by
+// another, it lets go of those it took and returns nil, having held them for a
+// moment only. It never waits, so it cannot take part in a cycle.
+func (s *Store) TryLockScopes(ctx context.Context, groups []ScopeType) (*ScopeLock, error) {
+	keys := s.scopeLockKeys(groups)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: lock scopes: %w", err)
+	}
+	var taken []int64
+	err = conn.QueryRow(ctx, `SELECT coalesce(array_agg(k), '{}') FROM unnest($1::bigint[]) AS k WHERE pg_try_advisory_lock(k)`, keys).Scan(&taken)
+	if err == nil && len(taken) == len(keys) {
+		return &ScopeLock{s: s, conn: conn, keys: keys}, nil
+	}
+	if err == nil && len(taken) > 0 {
+		_, err = conn.Exec(ctx, `SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS k`, taken)
+	}
+	if err != nil {
+		// Some of the locks may be held: closing the session releases them.
+		_ = conn.Conn().Close(context.Background())
+		conn.Release()
+		return nil, fmt.Errorf("pgstore: lock scopes: %w", err)
+	}
+	conn.Release()
+	return nil, nil
 }
 
 // Unlock releases the lock. If the unlock statement fails the connection is closed,

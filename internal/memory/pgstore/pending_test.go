@@ -301,3 +301,39 @@ func genericPlan(t *testing.T, pool *pgxpool.Pool, st recordedSQL, settings ...s
 	}
 	return plan
 }
+
+// TestTryLockScopesTakesAllOrNone: TryLockScopes takes every lock when all are
+// free, and when another session holds one of them it returns at once, holding
+// none (a third session can take the ones that were free).
+func TestTryLockScopesTakesAllOrNone(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	a, b := ScopeType{"user:a", memory.Semantic}, ScopeType{"user:b", memory.Semantic}
+
+	all, err := s.TryLockScopes(ctx, []ScopeType{a, b})
+	if err != nil || all == nil {
+		t.Fatalf("free locks: %v, %v; want them held", all, err)
+	}
+	if other, err := s.TryLockScopes(ctx, []ScopeType{b}); err != nil || other != nil {
+		t.Fatalf("a lock held by another session: %v, %v; want nil", other, err)
+	}
+	all.Unlock()
+
+	held, err := s.LockScope(ctx, b.Scope, b.Type)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock()
+	// Waiting for held would be a deadlock here: the context ends it as an error.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if got, err := s.TryLockScopes(wctx, []ScopeType{a, b}); err != nil || got != nil {
+		t.Fatalf("one of two held elsewhere: %v, %v; want nil", got, err)
+	}
+	// a was taken and let go: it is free.
+	free, err := s.TryLockScopes(ctx, []ScopeType{a})
+	if err != nil || free == nil {
+		t.Fatalf("the lock a failed try took: %v, %v; want it free again", free, err)
+	}
+	free.Unlock()
+}

@@ -25,10 +25,11 @@ import (
 //   - the groups' pending index work, in one query and one embedding call;
 //   - one transaction (pgstore.BeginBatch, Commit): the stored memories the items
 //     could meet in one pipeline, the rows and index work in another;
-//   - one index search per foldable item, a few at a time. On an index that can
-//     search only what was written after a mark (vector.ChangeTracker: the Postgres
-//     engine) it is made before the locks, while other batches hold them, and
-//     under the locks only the vectors written since are searched (searchLocked);
+//   - one index search per foldable item, a few at a time. When other writers hold
+//     some of the locks and the index can search only what was written after a
+//     mark (vector.ChangeTracker: the Postgres engine), it is made while they hold
+//     them, and under the locks only the vectors written since are searched
+//     (searchLocked): a batch holds the locks for what changed, not for a scan;
 //   - for an index in the store's own database (TxIndex), the vectors written in
 //     that transaction; for another, one Upsert and one read-back after it;
 //   - once the locks are let go, one transaction for the postings (WriteTerms),
@@ -89,12 +90,8 @@ func (w *writer) writeBatchLocked(ctx context.Context) (*pgstore.BatchTx, bool, 
 		early   *earlySearch
 	)
 	if len(groups) > 0 {
-		early = w.searchEarly(ctx)
-		if w.m.beforeLocks != nil {
-			w.m.beforeLocks()
-		}
 		var err error
-		if lock, err = w.lockGroups(ctx, groups); err != nil {
+		if lock, early, err = w.lockGroups(ctx, groups); err != nil {
 			return nil, true, err
 		}
 		defer func() { lock.Unlock(); <-w.m.dedupSlots }()
@@ -148,19 +145,48 @@ func (w *writer) writeBatchLocked(ctx context.Context) (*pgstore.BatchTx, bool, 
 }
 
 // lockGroups takes a near-duplicate slot and the locks of groups; the caller
-// unlocks and frees the slot.
-func (w *writer) lockGroups(ctx context.Context, groups []pgstore.ScopeType) (*pgstore.ScopeLock, error) {
-	select {
-	case w.m.dedupSlots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("memory service: write: %w", ctx.Err())
+// unlocks and frees the slot. When other writers hold some of the locks and the
+// index can search what changed since a mark, it searches before it waits for them
+// (searchEarly), without a slot, and returns that search.
+func (w *writer) lockGroups(ctx context.Context, groups []pgstore.ScopeType) (*pgstore.ScopeLock, *earlySearch, error) {
+	if err := w.takeSlot(ctx); err != nil {
+		return nil, nil, err
+	}
+	var early *earlySearch
+	if tracker, ok := w.m.index.(vector.ChangeTracker); ok {
+		lock, err := w.m.store.TryLockScopes(ctx, groups)
+		if lock != nil || err != nil {
+			if err != nil {
+				<-w.m.dedupSlots
+				err = fmt.Errorf("memory service: write: %w", err)
+			}
+			return lock, nil, err
+		}
+		<-w.m.dedupSlots
+		early = w.searchEarly(ctx, tracker)
+		if w.m.beforeLocks != nil {
+			w.m.beforeLocks()
+		}
+		if err := w.takeSlot(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	lock, err := w.m.store.LockScopes(ctx, groups)
 	if err != nil {
 		<-w.m.dedupSlots
-		return nil, fmt.Errorf("memory service: write: %w", err)
+		return nil, nil, fmt.Errorf("memory service: write: %w", err)
 	}
-	return lock, nil
+	return lock, early, nil
+}
+
+// takeSlot waits for a near-duplicate slot.
+func (w *writer) takeSlot(ctx context.Context) error {
+	select {
+	case w.m.dedupSlots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("memory service: write: %w", ctx.Err())
+	}
 }
 
 // vectorsInTx writes the vectors of the inserted items in the batch's transaction
@@ -297,9 +323,9 @@ func nearestOf(metric vector.Metric, vec []float32, hit vector.Hit, added, pendi
 	return best, sim
 }
 
-// earlySearch is the near-duplicate search of a batch's foldable items made before
-// it takes its locks, on an index that can then search only what changed since
-// (vector.ChangeTracker).
+// earlySearch is the near-duplicate search of a batch's foldable items made while
+// other writers hold its locks, on an index that can then search only what changed
+// since (vector.ChangeTracker).
 type earlySearch struct {
 	tracker vector.ChangeTracker
 	mark    vector.Mark
@@ -307,14 +333,10 @@ type earlySearch struct {
 }
 
 // searchEarly searches every foldable item's group before the batch takes its
-// locks: while it scans, other batches hold theirs. It returns nil, and the search
-// is made under the locks as for any index, when the index cannot search what
-// changed since a mark or when the mark or the search fails.
-func (w *writer) searchEarly(ctx context.Context) *earlySearch {
-	tracker, ok := w.m.index.(vector.ChangeTracker)
-	if !ok {
-		return nil
-	}
+// locks, while their holders work. It returns nil, and the search is made under
+// the locks as for any index, when the index cannot search what changed since a
+// mark or when the mark or the search fails.
+func (w *writer) searchEarly(ctx context.Context, tracker vector.ChangeTracker) *earlySearch {
 	// The mark comes first: whatever the search misses was written after it.
 	mark, err := tracker.Mark(ctx)
 	if err != nil {

@@ -276,12 +276,13 @@ func TestBatchIndexesInItsTransaction(t *testing.T) {
 	}
 }
 
-// TestBatchSeesWhatChangedWhileItSearched: a batch on an index that searches before
-// the batch takes its locks (pgindex, a vector.ChangeTracker) decides as a search
-// under the locks would, whatever another writer does between that search and the
-// locks: a near-duplicate stored meanwhile is reinforced, not copied; when the
-// memory the early search found is deleted or rewritten meanwhile, the next
-// nearest one is reinforced, with its similarity.
+// TestBatchSeesWhatChangedWhileItSearched: a batch that finds its locks held, on an
+// index that can search what changed since a mark (pgindex, a
+// vector.ChangeTracker), searches while it waits, and decides as a search under the
+// locks would, whatever another writer does between that search and the locks: a
+// near-duplicate stored meanwhile is reinforced, not copied; when the memory the
+// early search found is deleted or rewritten meanwhile, the next nearest one is
+// reinforced, with its similarity. A batch whose locks are free searches under them.
 func TestBatchSeesWhatChangedWhileItSearched(t *testing.T) {
 	ctx := t.Context()
 	fact := func(id, scope, text string) memory.Item {
@@ -329,10 +330,16 @@ func TestBatchSeesWhatChangedWhileItSearched(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Another writer holds x's lock while the batch starts.
+			held, err := e.store.LockScope(ctx, x.Scope, x.MemoryType)
+			if err != nil {
+				t.Fatal(err)
+			}
 			ran := false
 			service.SetBeforeLocks(e.mem, func() {
 				if !ran {
 					ran = true
+					held.Unlock()
 					if err := tc.meanwhile(e); err != nil {
 						t.Error(err)
 					}
@@ -353,4 +360,18 @@ func TestBatchSeesWhatChangedWhileItSearched(t *testing.T) {
 			}
 		})
 	}
+	t.Run("free locks", func(t *testing.T) {
+		e := newEnv(t, backends[0], nil)
+		service.SetBeforeLocks(e.mem, func() { t.Error("an early search although the locks were free") })
+		if _, err := e.mem.Write(ctx, []memory.Item{a}, opts); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.mem.Write(ctx, []memory.Item{x, other}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res[0]; got.Outcome != service.Reinforced || got.MemoryID != "a" {
+			t.Fatalf("x: %+v, want reinforced into a", got)
+		}
+	})
 }
