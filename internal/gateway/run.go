@@ -550,8 +550,8 @@ func (l *lazyIndex) tracker() (vector.ChangeTracker, error) {
 	return nil, errNoChangeTracker
 }
 
-// Mark and SearchSince let a batch's near-duplicate check search before it takes
-// its locks (vector.ChangeTracker), under the index's bounds.
+// Mark and SearchSince let a batch's near-duplicate check search while it waits
+// for its locks (vector.ChangeTracker), under the index's bounds.
 func (l *lazyIndex) Mark(ctx context.Context) (m vector.Mark, err error) {
 	ct, err := l.tracker()
 	if err != nil {

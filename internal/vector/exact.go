@@ -35,9 +35,9 @@ type Mark string
 
 // ChangeTracker is implemented by indexes that can search only the entries written
 // after a point in their history. A writer that must search under a lock (the
-// near-duplicate check) searches everything before it takes the lock, then only
-// what was written since, under it: the lock is held for the changes, not for a
-// scan of the whole scope.
+// near-duplicate check) and finds it held searches everything while it waits, then
+// only what was written since, under the lock: the lock is held for the changes,
+// not for a scan of the whole scope.
 type ChangeTracker interface {
 	// Mark returns the index's present point. Every entry written (inserted or
 	// updated) by a write not complete when Mark returns is "written since" it.
