@@ -481,8 +481,9 @@ $$;
 DROP INDEX {{t "memory_terms_memory_idx"}};
 `,
 	// 15: a vector row names the transaction that last wrote it (pgindex's
-	// ChangeTracker). A batch's near-duplicate check searches its scopes before it
-	// takes their locks, and under them only the rows written since its snapshot:
+	// ChangeTracker). A batch's near-duplicate check that finds its locks held
+	// searches its scopes while it waits, and under them only the rows written
+	// since its snapshot:
 	// xact >= the snapshot's oldest transaction, through the (scope, memory_type,
 	// xact) index, which takes the place of (scope, memory_type). Inserts take the
 	// column's default; updates a row trigger, so no writer can leave a stale one.
