@@ -90,6 +90,12 @@ func ValidateScoreQuery(spec Spec, q Query, ids []string) error {
 	return checkVector(spec, q.Vector, "query vector")
 }
 
+// CompareHits orders two hits as every engine ranks them: the higher score first,
+// then the smaller ID.
+func CompareHits(a, b Hit) int {
+	return cmp.Or(cmp.Compare(b.Score, a.Score), strings.Compare(a.ID, b.ID))
+}
+
 // RankHits sorts hits best first, ties by ID, drops repeated IDs and keeps at most k
 // (all when k is 0). Implementations that score outside their engine rank with it, so
 // every engine orders ties the same way.
@@ -100,9 +106,7 @@ func RankHits(hits []Hit, k int) []Hit {
 		seen[h.ID] = true
 		return dup
 	})
-	slices.SortFunc(hits, func(a, b Hit) int {
-		return cmp.Or(cmp.Compare(b.Score, a.Score), strings.Compare(a.ID, b.ID))
-	})
+	slices.SortFunc(hits, CompareHits)
 	if k > 0 && len(hits) > k {
 		hits = hits[:k]
 	}

@@ -356,12 +356,17 @@ func (s *Store) LockScopes(ctx context.Context, groups []ScopeType) (*ScopeLock,
 	l := &ScopeLock{s: s, conn: conn, keys: keys}
 	// unnest yields the array in order, and the aggregate takes the locks row by row.
 	if _, err := conn.Exec(ctx, `SELECT count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS k`, keys); err != nil {
-		// Some of the locks may be held: closing the session releases them.
-		_ = conn.Conn().Close(context.Background())
-		conn.Release()
-		return nil, fmt.Errorf("pgstore: lock scopes: %w", err)
+		return nil, abandonLocks(conn, err)
 	}
 	return l, nil
+}
+
+// abandonLocks closes a session that may hold some of the locks it was taking
+// (closing it releases them) and wraps err.
+func abandonLocks(conn *pgxpool.Conn, err error) error {
+	_ = conn.Conn().Close(context.Background())
+	conn.Release()
+	return fmt.Errorf("pgstore: lock scopes: %w", err)
 }
 
 // scopeLockKeys are the lock keys of groups, ascending, each once.
@@ -393,10 +398,7 @@ func (s *Store) TryLockScopes(ctx context.Context, groups []ScopeType) (*ScopeLo
 		_, err = conn.Exec(ctx, `SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS k`, taken)
 	}
 	if err != nil {
-		// Some of the locks may be held: closing the session releases them.
-		_ = conn.Conn().Close(context.Background())
-		conn.Release()
-		return nil, fmt.Errorf("pgstore: lock scopes: %w", err)
+		return nil, abandonLocks(conn, err)
 	}
 	conn.Release()
 	return nil, nil

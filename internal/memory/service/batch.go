@@ -378,7 +378,7 @@ func (w *writer) searchLocked(ctx context.Context, b *pgstore.BatchTx, early *ea
 	}
 	for j, i := range need {
 		hits[i] = early.hits[i]
-		if len(since[j]) > 0 && (hits[i].ID == "" || vector.RankHits([]vector.Hit{hits[i], since[j][0]}, 1)[0].ID != hits[i].ID) {
+		if len(since[j]) > 0 && (hits[i].ID == "" || vector.CompareHits(since[j][0], hits[i]) < 0) {
 			hits[i] = since[j][0]
 		}
 	}

@@ -1,11 +1,9 @@
 package pgindex
 
 import (
-	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -127,7 +125,7 @@ func (h *hitHeap) ranked() []vector.Hit {
 
 // better reports whether a ranks before b: higher score, then smaller memory_id.
 func better(a, b vector.Hit) bool {
-	return cmp.Or(cmp.Compare(b.Score, a.Score), strings.Compare(a.ID, b.ID)) < 0
+	return vector.CompareHits(a, b) < 0
 }
 
 // hitHeap is a min-heap of hits by rank: its root is the worst hit kept.
