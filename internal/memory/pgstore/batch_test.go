@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/amemory/memory-operator/internal/memory"
 )
 
@@ -317,4 +319,73 @@ func TestBatchWriteTermsRacingWriters(t *testing.T) {
 		t.Errorf("%d postings of deleted memories", n)
 	}
 	termsConsistent(t, s)
+}
+
+// TestBatchWriteTermsCopiesManyPostings: a batch with at least copyPostingsFrom
+// postings writes them with COPY, in primary-key order across its scopes; each
+// memory's postings are then exactly its terms (tf and dl), as the INSERT writes
+// them, and a later write of a memory replaces them.
+func TestBatchWriteTermsCopiesManyPostings(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	words := strings.Fields("apple banana cherry damson elder fig grape hazel iris juniper kale lemon")
+	var batch []memory.Item
+	total := 0
+	for i := range 300 {
+		// Eight words from a rotating window, one of them twice (tf 2).
+		var text []string
+		for j := range 7 {
+			text = append(text, words[(i+j*5)%len(words)])
+		}
+		text = append(text, text[i%7], fmt.Sprintf("n%d", i))
+		key := ""
+		if i%50 == 0 {
+			key = fmt.Sprintf("slot%d", i)
+		}
+		it := textItem(fmt.Sprintf("m%03d", i), fmt.Sprintf("user:c%d", i%7), key, strings.Join(text, " "))
+		batch = append(batch, it)
+		total += len(wantPostings(it))
+	}
+	if total < copyPostingsFrom {
+		t.Fatalf("the batch has %d postings, below copyPostingsFrom (%d): it would not be copied", total, copyPostingsFrom)
+	}
+	tx, err := s.BeginBatch(ctx, nil, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx, allInserts(len(batch))); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.WriteTerms(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range batch {
+		if got, want := postings(t, s, it.MemoryID), wantPostings(it); !maps.Equal(got, want) {
+			t.Fatalf("%s's postings = %v, want %v", it.MemoryID, got, want)
+		}
+		var dls []int32
+		rows, err := s.pool.Query(ctx, `SELECT DISTINCT dl FROM `+s.t.memoryTerms+` WHERE memory_id = $1`, it.MemoryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dls, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil {
+			t.Fatal(err)
+		}
+		if want := int32(len(memory.Terms(it.EmbeddingText()))); len(dls) != 1 || dls[0] != want {
+			t.Fatalf("%s's postings have lengths %v, want [%d]", it.MemoryID, dls, want)
+		}
+	}
+	newer := textItem("m-new", "user:c0", "slot0", "quince rhubarb")
+	newer.UpdatedAt = now
+	mustPut(t, s, newer, Superseded)
+	final, err := s.Get(ctx, "m000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := postings(t, s, "m000"), wantPostings(final); !maps.Equal(got, want) {
+		t.Fatalf("the superseded slot's postings = %v, want %v", got, want)
+	}
+	if got := hitIDs(search(t, s, LexicalQuery{Scope: "user:c3", Text: "n10"})); !slices.Equal(got, []string{"m010"}) {
+		t.Fatalf("a word of one memory finds %v", got)
+	}
 }
