@@ -309,7 +309,7 @@ func (s *Store) queueTermDocs(b *pgx.Batch, docs []termDoc) *postingRows {
 	return p
 }
 
-// postingCols are memory_terms' columns in the order postings gives them.
+// postingCols are memory_terms' columns in the order postingRows gives them.
 var postingCols = []string{"scope", "term", "memory_id", "tf", "dl"}
 
 // posting is one entry of memory_terms: term number term of docs[doc].
