@@ -236,24 +236,34 @@ func TestGuaranteeMilvusTenantLeastPrivilege(t *testing.T) {
 	}
 	// A name the server refuses after the privilege check: nothing is made either way.
 	badSchema := entity.NewSchema().WithName("1" + sch.CollectionName).WithField(sch.Fields[0]).WithField(sch.Fields[1])
-	create := func() error {
-		if err := a.CreateCollection(ctx, badSchema, 1); err != nil {
-			return err
-		}
-		return errors.New("created a collection")
-	}
-	// Only the admin role may drop any collection; this one does not exist.
-	dropMissing := func() error { return a.DropCollection(ctx, "missing_"+namesB.Collection) }
-	for name, call := range map[string]func() error{"search in B's collection": search,
-		"creating a collection": create, "dropping any collection": dropMissing} {
-		testutil.Eventually(t, name+" allowed by the hand-added privileges", func() (bool, error) {
-			err := call()
-			if err != nil && err.Error() == "created a collection" {
-				return true, err
+	errCreated := errors.New("created a collection")
+	checks := []struct {
+		name string
+		call func() error
+	}{
+		{"search in another store's collection", search},
+		{"creating a collection", func() error {
+			if err := a.CreateCollection(ctx, badSchema, 1); err != nil {
+				return err
 			}
-			return !denied(err), nil
-		})
+			return errCreated
+		}},
+		// Only the admin role may drop any collection; this one does not exist.
+		{"dropping any collection", func() error { return a.DropCollection(ctx, "missing_"+namesB.Collection) }},
 	}
+	eventually := func(state string, want func(error) bool) {
+		t.Helper()
+		for _, c := range checks {
+			testutil.Eventually(t, c.name+" "+state, func() (bool, error) {
+				err := c.call()
+				if errors.Is(err, errCreated) {
+					return true, err
+				}
+				return want(err), nil
+			})
+		}
+	}
+	eventually("allowed by the hand-added privileges", func(err error) bool { return !denied(err) })
 	ensureTenant(t, admin, namesA, "team-a/bot", "password-of-a", "")
 	if got := grantsOf(t, root, namesA.MilvusRole); !slices.Equal(got, want) {
 		t.Fatalf("after re-provisioning, role %s holds %v, want %v", namesA.MilvusRole, got, want)
@@ -261,16 +271,7 @@ func TestGuaranteeMilvusTenantLeastPrivilege(t *testing.T) {
 	if u, err := root.DescribeUser(ctx, namesA.MilvusUser); err != nil || !slices.Equal(u.Roles, []string{namesA.MilvusRole}) {
 		t.Fatalf("after re-provisioning, user %s has roles %v (%v)", namesA.MilvusUser, u.Roles, err)
 	}
-	for name, call := range map[string]func() error{"search in another store's collection": search,
-		"creating a collection": create, "dropping any collection": dropMissing} {
-		testutil.Eventually(t, name+" denied again", func() (bool, error) {
-			err := call()
-			if err != nil && err.Error() == "created a collection" {
-				return true, err
-			}
-			return denied(err), nil
-		})
-	}
+	eventually("denied again", denied)
 }
 
 // TestMilvusTenantRotation: provisioning with another password changes it, in place
