@@ -505,8 +505,11 @@ func TestGatewayTLS(t *testing.T) {
 		HaveField("SecretName", "secure-gateway-tls"),
 		HaveField("Items", []corev1.KeyToPath{{Key: "tls.crt", Path: "tls.crt"}, {Key: "tls.key", Path: "tls.key"}})))))
 	g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "tls", MountPath: "/etc/memory-gateway/tls", ReadOnly: true}))
+	// The reconcile that made the Deployment makes the Service next.
 	svc := &corev1.Service{}
-	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "secure-gateway"}, svc)).To(Succeed())
+	g.Eventually(func() error {
+		return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "secure-gateway"}, svc)
+	}).WithTimeout(waitTimeout).WithPolling(pollEvery).Should(Succeed())
 	g.Expect(svc.Spec.Ports[0].Name).To(Equal("https"))
 
 	g.Eventually(func(g Gomega) {
