@@ -155,14 +155,13 @@ func (w *writer) lockGroups(ctx context.Context, groups []pgstore.ScopeType) (*p
 	var early *earlySearch
 	if tracker, ok := w.m.index.(vector.ChangeTracker); ok {
 		lock, err := w.m.store.TryLockScopes(ctx, groups)
-		if lock != nil || err != nil {
-			if err != nil {
-				<-w.m.dedupSlots
-				err = fmt.Errorf("memory service: write: %w", err)
-			}
-			return lock, nil, err
+		if lock != nil {
+			return lock, nil, nil
 		}
 		<-w.m.dedupSlots
+		if err != nil {
+			return nil, nil, fmt.Errorf("memory service: write: %w", err)
+		}
 		early = w.searchEarly(ctx, tracker)
 		if w.m.beforeLocks != nil {
 			w.m.beforeLocks()
@@ -334,8 +333,7 @@ type earlySearch struct {
 
 // searchEarly searches every foldable item's group before the batch takes its
 // locks, while their holders work. It returns nil, and the search is made under
-// the locks as for any index, when the index cannot search what changed since a
-// mark or when the mark or the search fails.
+// the locks as for any index, when the mark or the search fails.
 func (w *writer) searchEarly(ctx context.Context, tracker vector.ChangeTracker) *earlySearch {
 	// The mark comes first: whatever the search misses was written after it.
 	mark, err := tracker.Mark(ctx)
