@@ -19,6 +19,11 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 
 # Arguments for `go test`; e.g. make test GOTEST_ARGS='-run TestMemoryStore -v'
 GOTEST_ARGS ?=
+# The system of record's shared_buffers in make bench. A production server is sized to
+# keep its hot tables cached; PostgreSQL reads a table larger than a quarter of
+# shared_buffers through a 256 kB ring, so at the tests' 256MB the gateway section's
+# 100k-memory store was re-read from the OS cache on every scan of many scopes.
+BENCH_PG_SHARED_BUFFERS ?= 1GB
 
 .PHONY: all
 all: build
@@ -88,7 +93,7 @@ test-unit: ## Run only the tests that need no services.
 
 .PHONY: bench
 bench: tools build ## Benchmarks side by side with reference tools (200k memories timed, 1M for peak RSS; recall as make bench-recall; sessions in Redis beside PostgreSQL); prints ratios.
-	RUN_DIR=$(LOCALBIN)/bench-run hack/services.sh run go run ./hack/bench $(BENCH_ARGS)
+	RUN_DIR=$(LOCALBIN)/bench-run PG_SHARED_BUFFERS=$(BENCH_PG_SHARED_BUFFERS) hack/services.sh run go run ./hack/bench $(BENCH_ARGS)
 
 .PHONY: bench-engines
 bench-engines: tools build ## Every vector engine (Postgres, PGVector, Milvus with authentication): restore of 1M clustered 384-dim vectors plus 10k scopes of 100 against \copy + CREATE INDEX / the Milvus SDK, then gateway search p50/p99 and recall@10 (BENCH_ARGS: e.g. -engines-items 20000 -engines-small-scopes 200); about 25 minutes at 250,000, well over an hour at full scale.

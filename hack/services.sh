@@ -17,6 +17,8 @@
 # MEMORY_PG_OPTS adds server settings to both PostgreSQL servers, e.g. to see where a
 # benchmark's database time goes:
 #   MEMORY_PG_OPTS="-c shared_preload_libraries=pg_stat_statements"
+# PG_SHARED_BUFFERS and PGVECTOR_SHARED_BUFFERS size the two servers' shared_buffers
+# (default 256MB; the benchmarks ask for a production server's).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -205,7 +207,9 @@ start() {
 	mkdir -p "$RUN_DIR"
 	: >"$RUN_DIR/env.sh"
 	echo "export KUBEBUILDER_ASSETS='$BIN/k8s'" >>"$RUN_DIR/env.sh"
-	wanted postgres && start_postgres postgres "$PG_BIN" PG
+	# PG_SHARED_BUFFERS: make bench sizes the system of record as a production server
+	# would be sized for its tables (see the Makefile's BENCH_PG_SHARED_BUFFERS).
+	wanted postgres && start_postgres postgres "$PG_BIN" PG "${PG_SHARED_BUFFERS:-256MB}"
 	# PGVECTOR_SHARED_BUFFERS: the benchmarks size it as a production server would, to
 	# hold a million-vector HNSW index (make bench-engines, bench-hnsw).
 	wanted pgvector && start_postgres pgvector "$PGVECTOR_BIN" PGVECTOR "${PGVECTOR_SHARED_BUFFERS:-256MB}"
