@@ -529,7 +529,8 @@ func (g *gwProcess) hwmKB() int64 { return g.status("VmHWM") }
 // benchmark measures what it measured.
 const seedDedup = 0.9
 
-// analyzeSchema runs ANALYZE on every table of schema, as the admin.
+// analyzeSchema runs ANALYZE on every table of schema, as the admin, and prints the
+// server's shared_buffers beside the schema's size.
 func analyzeSchema(ctx context.Context, dsn, schema string) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
